@@ -1,0 +1,155 @@
+# Lynx: the one entry point for building, testing and running the demo.
+# Out-of-tree build in $(BUILD). Knobs: WERROR=1, SAN=address|thread|undefined, V=1.
+
+CUDA_HOME ?= /usr/local/cuda
+BUILD ?= build
+PREFIX ?= /usr/local
+CC ?= gcc
+
+DEB_PACKAGES := libcmocka-dev uthash-dev libcjson-dev coinor-libcbc-dev
+
+WARNINGS := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+	-Wno-unused-parameter -Wformat=2 -Wundef
+CFLAGS ?= -O2 -g
+ALL_CFLAGS := -std=gnu11 -fPIC -pthread $(WARNINGS) $(CFLAGS) -MMD -MP \
+	-isystem $(CUDA_HOME)/include
+ALL_LDFLAGS := -pthread $(LDFLAGS)
+
+ifeq ($(WERROR),1)
+ALL_CFLAGS += -Werror
+endif
+ifneq ($(SAN),)
+ALL_CFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer
+ALL_LDFLAGS += -fsanitize=$(SAN)
+endif
+
+ifeq ($(V),1)
+Q :=
+say = @true
+else
+Q := @
+say = @printf '  %-7s %s\n' $(1) $(2)
+endif
+
+.PHONY: all test demo install clean format format-check deps simgpu
+all: simgpu examples tests
+
+# ---------------------------------------------------------------------------
+# simgpu: libsimgpu.so (the simulated device) under libcuda.so.1, libcudart.so.13
+# and libnccl.so.2 (the API layers). Compiled against the real CUDA/NCCL headers;
+# __CUDA_API_VERSION_INTERNAL exposes every ABI variant (_v2, _ptsz, _ptds) by its
+# own name, as when the real libraries are built.
+SIMGPU_DIR := $(BUILD)/simgpu
+SIMGPU_CFLAGS := -D__CUDA_API_VERSION_INTERNAL -Itests/simgpu -Itests/simgpu/core \
+	-fvisibility=hidden
+SIMGPU_CORE_SRC := $(wildcard tests/simgpu/core/*.c)
+SIMGPU_DRIVER_SRC := $(wildcard tests/simgpu/driver/*.c)
+SIMGPU_RUNTIME_SRC := $(wildcard tests/simgpu/runtime/*.c)
+SIMGPU_NCCL_SRC := $(wildcard tests/simgpu/nccl/*.c)
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+LIBSIMGPU := $(SIMGPU_DIR)/libsimgpu.so
+LIBCUDA := $(SIMGPU_DIR)/libcuda.so.1
+LIBCUDART := $(SIMGPU_DIR)/libcudart.so.13
+LIBNCCL := $(SIMGPU_DIR)/libnccl.so.2
+SIMGPU_LIBS := $(LIBSIMGPU) $(LIBCUDA) $(LIBCUDART) $(LIBNCCL)
+simgpu: $(SIMGPU_LIBS) $(SIMGPU_DIR)/libcuda.so $(SIMGPU_DIR)/libcudart.so $(SIMGPU_DIR)/libnccl.so
+
+$(BUILD)/obj/tests/simgpu/%.o: tests/simgpu/%.c
+	$(call say,CC,$<)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(ALL_CFLAGS) $(SIMGPU_CFLAGS) -c $< -o $@
+
+$(LIBSIMGPU): $(call obj,$(SIMGPU_CORE_SRC))
+	$(call say,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) -shared -Wl,-soname,libsimgpu.so -o $@ $^ $(ALL_LDFLAGS) -lrt -ldl
+
+# The API layers find libsimgpu.so beside themselves. libcudart does not link
+# libcuda: it dlopens libcuda.so.1 and reaches every driver function through
+# cuGetProcAddress_v2, as the real runtime does.
+LAYER_LDFLAGS = -shared -Wl,-rpath,'$$ORIGIN' -L$(SIMGPU_DIR)
+$(LIBCUDA): $(call obj,$(SIMGPU_DRIVER_SRC)) $(LIBSIMGPU)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LAYER_LDFLAGS) -Wl,-soname,libcuda.so.1 -o $@ $(filter %.o,$^) \
+		$(ALL_LDFLAGS) -lsimgpu
+
+$(LIBCUDART): $(call obj,$(SIMGPU_RUNTIME_SRC)) $(LIBSIMGPU) tests/simgpu/runtime/libcudart.map
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LAYER_LDFLAGS) -Wl,-soname,libcudart.so.13 \
+		-Wl,--version-script=tests/simgpu/runtime/libcudart.map -o $@ $(filter %.o,$^) \
+		$(ALL_LDFLAGS) -lsimgpu -ldl
+
+$(LIBNCCL): $(call obj,$(SIMGPU_NCCL_SRC)) $(LIBSIMGPU)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LAYER_LDFLAGS) -Wl,-soname,libnccl.so.2 -o $@ $(filter %.o,$^) \
+		$(ALL_LDFLAGS) -lsimgpu -lrt
+
+$(SIMGPU_DIR)/%.so: $(SIMGPU_DIR)/%.so.1
+	$(Q)ln -sf $(notdir $<) $@
+$(SIMGPU_DIR)/libcudart.so: $(LIBCUDART)
+	$(Q)ln -sf $(notdir $<) $@
+$(SIMGPU_DIR)/libnccl.so: $(LIBNCCL)
+	$(Q)ln -sf $(notdir $<) $@
+
+# Programs written against the CUDA runtime and NCCL, linked to simgpu.
+SIM_PROGRAM_LDFLAGS = -L$(SIMGPU_DIR) -Wl,-rpath,'$$ORIGIN/../simgpu' \
+	-lcudart -lnccl -lsimgpu
+SIM_PROGRAM_CFLAGS := -Itests/simgpu
+
+# ---------------------------------------------------------------------------
+# Examples and tests. Every tests/**/test_<module>.c is one CMocka binary.
+EXAMPLE := $(BUILD)/bin/simgpu_example
+examples: $(EXAMPLE)
+$(EXAMPLE): $(BUILD)/obj/tests/simgpu/example/example.o | simgpu
+	$(call say,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) $(SIM_PROGRAM_LDFLAGS)
+
+SIMGPU_TEST_SRC := $(wildcard tests/simgpu/test_*.c)
+SIMGPU_TESTS := $(patsubst tests/simgpu/%.c,$(BUILD)/tests/%,$(SIMGPU_TEST_SRC))
+TESTS := $(SIMGPU_TESTS)
+tests: $(TESTS)
+
+# simgpu's tests call simgpu's internal core API as well as the public ones.
+$(BUILD)/tests/test_%: $(BUILD)/obj/tests/simgpu/test_%.o | simgpu
+	$(call say,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) $(SIM_PROGRAM_LDFLAGS) -lcmocka -lrt
+
+test: deps all
+	$(Q)BUILD=$(BUILD) SAN=$(SAN) tests/run_tests.sh $(TESTS)
+
+demo: deps all
+	$(Q)BUILD=$(BUILD) tests/demo.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib/simgpu $(DESTDIR)$(PREFIX)/include/simgpu
+	cp -a $(SIMGPU_DIR)/lib* $(DESTDIR)$(PREFIX)/lib/simgpu/
+	install -m 644 tests/simgpu/simgpu.h $(DESTDIR)$(PREFIX)/include/simgpu/
+
+clean:
+	rm -rf $(BUILD)
+
+# Debian packages: installed only when missing (CI and fresh machines run as root).
+deps:
+	@missing=$$(for p in $(DEB_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' \
+		|| echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing missing packages: $$missing"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+			apt-get install -y -qq $$missing) >/dev/null \
+		|| { echo "error: could not install $$missing" >&2; exit 1; }; \
+	fi
+
+FORMAT_SRC = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
+format:
+	clang-format -i $(FORMAT_SRC)
+format-check:
+	@clang-format --dry-run --Werror $(FORMAT_SRC) && echo "format-check: ok"
+
+# Keep objects that pattern rules build on the way to a test binary.
+.SECONDARY:
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Documentation that mirrors a declared list must name every entry of it, and no other.
+set -u
+cd "$(dirname "$0")/.."
+status=0
+declared=$(grep -oE '^SIMGPU_OPTION\(SIMGPU_[A-Z0-9_]+' tests/simgpu/options.def | cut -d'(' -f2 | sort)
+documented=$(grep -oE '^\| `SIMGPU_[A-Z0-9_]+`' docs/simgpu.md | tr -d '|` ' | sort)
+if [ "$declared" != "$documented" ]; then
+	echo "docs/simgpu.md settings table and tests/simgpu/options.def disagree:"
+	diff <(echo "$declared") <(echo "$documented")
+	status=1
+fi
+[ $status -eq 0 ] && echo "check_docs: settings table matches options.def"
+exit $status

@@ -1,0 +1,250 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * simgpu core: the simulated device that the driver (libcuda.so.1), runtime
+ * (libcudart.so.13) and NCCL (libnccl.so.2) layers share. Private to simgpu; programs
+ * use CUDA, NCCL and simgpu.h.
+ *
+ * The model in one paragraph. Every API call advances a virtual host clock. Every
+ * queued operation gets a virtual [start, end): start is the latest of the host clock,
+ * its stream's tail, the events it waits on and (for copies and communication) the time
+ * its resource is free; end follows from its cost. Kernels on different streams may
+ * overlap; a kernel runs at SIMGPU_CONCURRENT_SHARE_PCT of full speed for each earlier
+ * kernel it overlaps, and slower by SIMGPU_OVERLAP_SLOWDOWN_PCT while communication is
+ * in flight. Effects (kernel bodies, copies, memsets, host functions, communication
+ * results) are queued, and applied in order of virtual end time (ties in issue order)
+ * when the host observes completion: a synchronize, a successful query, a blocking
+ * copy. A consumer that ends before its producer therefore reads stale data, every run.
+ *
+ * Conventions: functions return CUresult; the API layers translate to their own enums.
+ * Every function takes the core lock itself unless its name ends in _locked, in which
+ * case the caller holds it (simgpu_core_lock). The lock is not recursive: resolve handles
+ * and check buffers (simgpu_stream_get, simgpu_mem_is_accessible) before taking it. Stream and
+ * event arguments are already resolved core objects (see simgpu_stream_get).
+ */
+#ifndef SIMGPU_CORE_H
+#define SIMGPU_CORE_H
+
+#include <cuda.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "simgpu.h"
+
+#define SIMGPU_EXPORT __attribute__((visibility("default")))
+
+/* ---- API ids, counters, fault injection ------------------------------------------ */
+
+enum simgpu_api_id {
+#define SIMGPU_API(layer, symbol, procname, version, variant) SIMGPU_API_##symbol,
+#include "api.def"
+#undef SIMGPU_API
+	SIMGPU_API_COUNT
+};
+
+enum simgpu_layer { SIMGPU_LAYER_DRIVER, SIMGPU_LAYER_RUNTIME, SIMGPU_LAYER_NCCL };
+enum simgpu_variant { SIMGPU_VARIANT_PLAIN, SIMGPU_VARIANT_PTSZ, SIMGPU_VARIANT_PTDS };
+
+struct simgpu_api_info {
+	const char *symbol;
+	const char *procname;
+	int version;
+	enum simgpu_layer layer;
+	enum simgpu_variant variant;
+};
+/* Indexed by enum simgpu_api_id. */
+extern const struct simgpu_api_info simgpu_api_table[SIMGPU_API_COUNT];
+
+/*
+ * The first statement of every API function of every layer. Counts the call, advances
+ * the virtual host clock by SIMGPU_API_COST_NS, and returns 0, or the error code that
+ * SIMGPU_FAULTS injects into this call (in the layer's own error enum), which the
+ * function must return at once. Lock-free.
+ */
+int simgpu_api_enter(enum simgpu_api_id id);
+
+/* ---- Initialisation and configuration --------------------------------------------- */
+
+struct simgpu_config {
+#define SIMGPU_OPTION(name, kind, field, def, help) SIMGPU_OPTION_TYPE_##kind field;
+#define SIMGPU_OPTION_TYPE_SIZE uint64_t
+#define SIMGPU_OPTION_TYPE_UINT uint64_t
+#define SIMGPU_OPTION_TYPE_RATE uint64_t
+#define SIMGPU_OPTION_TYPE_PERCENT uint64_t
+#define SIMGPU_OPTION_TYPE_TEXT const char *
+#include "options.def"
+#undef SIMGPU_OPTION
+};
+
+/*
+ * Reads the configuration and sets up the device, once per process; later calls return
+ * the first outcome. CUDA_ERROR_INVALID_VALUE after a bad setting (stderr says which).
+ * cuInit calls it; so does NCCL's communicator set-up.
+ */
+CUresult simgpu_core_init(void);
+/* True once simgpu_core_init has succeeded. Driver calls other than cuInit, the error
+ * and version queries and cuGetProcAddress answer CUDA_ERROR_NOT_INITIALIZED before. */
+bool simgpu_core_ready(void);
+/* The configuration in force; valid after simgpu_core_init succeeded. */
+const struct simgpu_config *simgpu_core_config(void);
+
+/* Parses one setting as simgpu_core_init does. For tests: returns 0, or -EINVAL and
+ * writes a one-line reason into why. */
+int simgpu_config_parse(struct simgpu_config *out, char *why, size_t why_len,
+                        const char *(*lookup)(const char *name));
+
+void simgpu_core_lock(void);
+void simgpu_core_unlock(void);
+
+/* Reports a problem simgpu detected (bad use, mismatch) on stderr, one write(2) per line,
+ * and counts it for simgpu_error_count. printf-style. */
+void simgpu_report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- Device -------------------------------------------------------------------------- */
+
+/* SIMGPU_DEVICE_COUNT is at most this: layers may size per-device tables by it. */
+#define SIMGPU_MAX_DEVICES 64
+
+struct simgpu_device_info {
+	const char *name;
+	int cc_major, cc_minor;
+	int sm_count;
+	int max_threads_per_block;
+	int warp_size;
+	size_t total_bytes;
+};
+const struct simgpu_device_info *simgpu_device_info(void);
+int simgpu_device_count(void);
+
+/* ---- Memory --------------------------------------------------------------------------- */
+
+/* cudaMalloc/cuMemAlloc: 4 KiB-aligned, rounded to 4 KiB pages (the bytes accounted).
+ * CUDA_ERROR_OUT_OF_MEMORY beyond capacity, CUDA_ERROR_INVALID_VALUE for size 0. */
+CUresult simgpu_mem_alloc(CUdeviceptr *out, size_t bytes);
+/* Synchronises the device (as cudaFree does), then releases; later access faults. */
+CUresult simgpu_mem_free(CUdeviceptr ptr);
+/* Stream-ordered allocation from the default pool: usable by work on `stream` after
+ * this call. A block freed on another stream is reused only after that free has
+ * completed in virtual time (the stream waits for it). */
+CUresult simgpu_mem_alloc_async(CUdeviceptr *out, size_t bytes, struct CUstream_st *stream);
+/* Stream-ordered free: the range faults on access from the free's point in `stream`. */
+CUresult simgpu_mem_free_async(CUdeviceptr ptr, struct CUstream_st *stream);
+/* Page-locked host memory: copies from and to it read and write it at effect time. */
+CUresult simgpu_mem_host_alloc(void **out, size_t bytes);
+CUresult simgpu_mem_host_free(void *ptr);
+void simgpu_mem_info(size_t *free_bytes, size_t *total_bytes);
+/* True if p lies inside the device address window (any state). */
+bool simgpu_mem_is_device(const void *p);
+/* True if [p, p + bytes) is device memory that is currently allocated or mapped with
+ * access, i.e. a kernel or copy may touch it. */
+bool simgpu_mem_is_accessible(const void *p, size_t bytes);
+/* True if [p, p + bytes) lies inside one live page-locked host allocation. */
+bool simgpu_mem_is_pinned_host(const void *p, size_t bytes);
+
+/* VMM, following CUDA's rules: sizes and addresses are multiples of the granularity;
+ * a handle is mapped and unmapped whole; a range is accessible only after
+ * cuMemSetAccess; overlapping maps and partial unmaps fail with
+ * CUDA_ERROR_INVALID_VALUE. Unmap is immediate (no synchronisation): unmapping a range
+ * that queued work still uses makes that work fault when its effect is applied. */
+size_t simgpu_vmm_granularity(void);
+CUresult simgpu_vmm_reserve(CUdeviceptr *out, size_t size, size_t alignment, CUdeviceptr hint);
+CUresult simgpu_vmm_address_free(CUdeviceptr ptr, size_t size);
+CUresult simgpu_vmm_create(CUmemGenericAllocationHandle *out, size_t size);
+CUresult simgpu_vmm_release(CUmemGenericAllocationHandle handle);
+CUresult simgpu_vmm_map(CUdeviceptr ptr, size_t size, size_t offset,
+                        CUmemGenericAllocationHandle handle);
+CUresult simgpu_vmm_unmap(CUdeviceptr ptr, size_t size);
+CUresult simgpu_vmm_set_access(CUdeviceptr ptr, size_t size, bool read_write);
+
+/* ---- Streams and events --------------------------------------------------------------- */
+
+/*
+ * Resolves an API stream handle. NULL and CU_STREAM_LEGACY name the legacy default
+ * stream; NULL names the calling thread's default stream instead when per_thread is
+ * true (the _ptsz/_ptds entry points); CU_STREAM_PER_THREAD always names it. Returns
+ * NULL for a handle that is not a live stream.
+ */
+struct CUstream_st *simgpu_stream_get(CUstream handle, bool per_thread);
+/* flags: CU_STREAM_DEFAULT or CU_STREAM_NON_BLOCKING. priority is clamped to the range;
+ * it is reported back but does not change the schedule. */
+CUresult simgpu_stream_create(struct CUstream_st **out, unsigned int flags, int priority);
+CUresult simgpu_stream_destroy(struct CUstream_st *stream);
+CUresult simgpu_stream_synchronize(struct CUstream_st *stream);
+/* CUDA_SUCCESS when all queued work has ended by the host clock, else
+ * CUDA_ERROR_NOT_READY. */
+CUresult simgpu_stream_query(struct CUstream_st *stream);
+CUresult simgpu_stream_wait_event(struct CUstream_st *stream, struct CUevent_st *event);
+int simgpu_stream_priority(const struct CUstream_st *stream);
+unsigned int simgpu_stream_flags(const struct CUstream_st *stream);
+void simgpu_stream_priority_range(int *least, int *greatest);
+CUresult simgpu_ctx_synchronize(void);
+
+/* Returns NULL for a handle that is not a live event. */
+struct CUevent_st *simgpu_event_get(CUevent handle);
+/* flags: CU_EVENT_DEFAULT, CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING. */
+CUresult simgpu_event_create(struct CUevent_st **out, unsigned int flags);
+CUresult simgpu_event_destroy(struct CUevent_st *event);
+CUresult simgpu_event_record(struct CUevent_st *event, struct CUstream_st *stream);
+CUresult simgpu_event_query(struct CUevent_st *event);
+CUresult simgpu_event_synchronize(struct CUevent_st *event);
+/* CUDA_ERROR_NOT_READY if either has not completed by the host clock,
+ * CUDA_ERROR_INVALID_HANDLE if either was created with CU_EVENT_DISABLE_TIMING. */
+CUresult simgpu_event_elapsed(float *ms, struct CUevent_st *start, struct CUevent_st *end);
+
+/* ---- Work ----------------------------------------------------------------------------- */
+
+/* Returns the registered kernel behind a host stub, CUfunction or CUkernel, or NULL. */
+struct simgpu_kernel *simgpu_kernel_find(const void *handle);
+const char *simgpu_kernel_name(const struct simgpu_kernel *kernel);
+/* CUDA_ERROR_INVALID_VALUE past the last parameter (how callers find the count). */
+CUresult simgpu_kernel_param_info(const struct simgpu_kernel *kernel, size_t index, size_t *offset,
+                                  size_t *size);
+
+/*
+ * Queues a launch. Parameters come either as kernelParams (one pointer per parameter)
+ * or as an `extra` array {CU_LAUNCH_PARAM_BUFFER_POINTER, buf,
+ * CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END} laid out by
+ * simgpu_kernel_param_info; the bytes are copied now.
+ */
+CUresult simgpu_launch(struct simgpu_kernel *kernel, const struct simgpu_launch_dims *dims,
+                       struct CUstream_st *stream, void **params, void **extra);
+CUresult simgpu_launch_host_func(struct CUstream_st *stream, CUhostFn fn, void *user_data);
+
+/*
+ * Queues a copy; the direction follows from the pointers (device window or not).
+ * Asynchronous copies from pageable host memory take the source bytes now; to pageable
+ * host memory they complete before returning, as in CUDA. Blocking copies
+ * (async = false) return after the copy has completed.
+ */
+CUresult simgpu_memcpy(void *dst, const void *src, size_t bytes, struct CUstream_st *stream,
+                       bool async);
+/* Fills count elements of elem_size (1, 2 or 4) bytes with value. */
+CUresult simgpu_memset(CUdeviceptr dst, unsigned int value, unsigned int elem_size, size_t count,
+                       struct CUstream_st *stream, bool async);
+
+/* ---- Communication (used by the NCCL layer, under the core lock) ---------------------- */
+
+/*
+ * The virtual time at which a communication operation queued now on `stream` would
+ * arrive: the latest of the host clock, the stream's tail (and the legacy-stream rules)
+ * and the end of this process's previous communication.
+ */
+uint64_t simgpu_comm_arrival_locked(struct CUstream_st *stream);
+/* Applies every queued effect that ends at or before time t. */
+void simgpu_effects_apply_until_locked(uint64_t t);
+/*
+ * Books a communication operation on `stream` over [start, end) on the network
+ * resource: the stream's tail becomes at least end, and effect(arg) is queued to run at
+ * end (NULL for none); arg is released with free() after it ran. `name` labels the
+ * trace and must be a string literal.
+ */
+void simgpu_comm_book_locked(struct CUstream_st *stream, uint64_t start, uint64_t end,
+                             const char *name, void (*effect)(void *arg), void *arg);
+/* Consumes the simgpu_nccl_next_virtual_bytes hint of this thread: returns it and
+ * clears it, or returns real_bytes when none was set. */
+size_t simgpu_comm_take_virtual_bytes(size_t real_bytes);
+
+/* Host clock, for the layers that must reason about it. */
+uint64_t simgpu_host_now_locked(void);
+
+#endif /* SIMGPU_CORE_H */
