@@ -38,7 +38,7 @@ static void test_defaults_describe_an_h200(void **state)
 	assert_int_equal(parse(NULL, &c, why, sizeof(why)), 0);
 	assert_int_equal(c.capacity_bytes, 141ull << 30);
 	assert_int_equal(c.vmm_granularity, 2u << 20);
-	assert_int_equal(c.net_bytes_per_s, 200000000000ull);
+	assert_int_equal(c.net_bytes_per_s, 450000000000ull);
 	assert_string_equal(c.faults, "");
 }
 

@@ -87,7 +87,7 @@ static const char *option_range_problem(const struct simgpu_config *c, const cha
 }
 
 SIMGPU_EXPORT int simgpu_config_parse(struct simgpu_config *out, char *why, size_t why_len,
-                        const char *(*lookup)(const char *name))
+                                      const char *(*lookup)(const char *name))
 {
 	memset(out, 0, sizeof(*out));
 	for (size_t i = 0; i < sizeof(options) / sizeof(options[0]); i++) {
