@@ -108,7 +108,38 @@ $(EXAMPLE): $(BUILD)/obj/tests/simgpu/example/example.o | simgpu
 
 SIMGPU_TEST_SRC := $(wildcard tests/simgpu/test_*.c)
 SIMGPU_TESTS := $(patsubst tests/simgpu/%.c,$(BUILD)/tests/%,$(SIMGPU_TEST_SRC))
-TESTS := $(SIMGPU_TESTS)
+
+# tinytrain: a GPT-style trainer on simgpu. Its modules form a static library shared by
+# the program (main.c) and its tests.
+TT_DIR := tests/tinytrain
+TT_LIB_SRC := $(filter-out $(TT_DIR)/main.c $(TT_DIR)/test_%.c,$(wildcard $(TT_DIR)/*.c))
+TT_LIB := $(BUILD)/obj/libtinytrain.a
+TINYTRAIN := $(BUILD)/bin/tinytrain
+TT_TEST_SRC := $(wildcard $(TT_DIR)/test_*.c)
+TT_TESTS := $(patsubst $(TT_DIR)/%.c,$(BUILD)/tests/%,$(TT_TEST_SRC))
+TT_CFLAGS := $(SIM_PROGRAM_CFLAGS) -I$(TT_DIR)
+
+$(BUILD)/obj/$(TT_DIR)/%.o: $(TT_DIR)/%.c
+	$(call say,CC,$<)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(ALL_CFLAGS) $(TT_CFLAGS) -c $< -o $@
+
+$(TT_LIB): $(call obj,$(TT_LIB_SRC))
+	$(call say,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(TINYTRAIN): $(BUILD)/obj/$(TT_DIR)/main.o $(TT_LIB) | simgpu
+	$(call say,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) $(SIM_PROGRAM_LDFLAGS) -lm
+
+$(TT_TESTS): $(BUILD)/tests/test_%: $(BUILD)/obj/$(TT_DIR)/test_%.o $(TT_LIB) | simgpu
+	$(call say,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) $(SIM_PROGRAM_LDFLAGS) -lcmocka -lm
+
+examples: $(TINYTRAIN)
+TESTS := $(SIMGPU_TESTS) $(TT_TESTS)
 tests: $(TESTS)
 
 # simgpu's tests call simgpu's internal core API as well as the public ones.

@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * tinytrain's launcher, like torchrun: forks the ranks, collects their JSON lines and
+ * prints them ordered by step, then rank, so that identical runs print identical bytes.
+ */
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kernels.h"
+#include "tinytrain.h"
+
+struct line {
+	int step, rank;
+	char *text;
+};
+
+static int by_step_then_rank(const void *a, const void *b)
+{
+	const struct line *x = a, *y = b;
+
+	if (x->step != y->step)
+		return x->step < y->step ? -1 : 1;
+	return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* Reads every rank's lines (each starts {"step":S,"rank":R) and prints them in order. */
+static int print_ordered(FILE **outputs, int ranks)
+{
+	struct line *lines = NULL;
+	size_t count = 0, cap = 0;
+	char *buf = NULL;
+	size_t len = 0;
+
+	for (int r = 0; r < ranks; r++) {
+		rewind(outputs[r]);
+		while (getline(&buf, &len, outputs[r]) > 0) {
+			struct line l = {0};
+			if (sscanf(buf, "{\"step\":%d,\"rank\":%d", &l.step, &l.rank) != 2)
+				continue;
+			if (count == cap) {
+				cap = cap ? 2 * cap : 64;
+				lines = realloc(lines, cap * sizeof(*lines));
+				if (!lines)
+					return 1;
+			}
+			l.text = strdup(buf);
+			lines[count++] = l;
+		}
+	}
+	qsort(lines, count, sizeof(*lines), by_step_then_rank);
+	for (size_t i = 0; i < count; i++) {
+		fputs(lines[i].text, stdout);
+		free(lines[i].text);
+	}
+	free(lines);
+	free(buf);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct tt_config cfg;
+	int rc = tt_parse_args(argc, argv, &cfg);
+	ncclUniqueId id;
+	int failed = 0;
+
+	if (rc)
+		return rc == 1 ? 0 : rc;
+	if (tt_kernels_register()) {
+		fprintf(stderr, "tinytrain: cannot register kernels (is this simgpu?)\n");
+		return 1;
+	}
+	if (ncclGetUniqueId(&id) != ncclSuccess) {
+		fprintf(stderr, "tinytrain: ncclGetUniqueId failed\n");
+		return 1;
+	}
+	FILE *outputs[cfg.nproc];
+	pid_t pids[cfg.nproc];
+	fflush(stdout);
+	for (int r = 0; r < cfg.nproc; r++) {
+		outputs[r] = tmpfile();
+		if (!outputs[r]) {
+			perror("tinytrain: tmpfile");
+			return 1;
+		}
+		pids[r] = fork();
+		if (pids[r] < 0) {
+			perror("tinytrain: fork");
+			return 1;
+		}
+		if (pids[r] == 0)
+			_exit(tt_rank_run(&cfg, r, &id, fileno(outputs[r])));
+	}
+	for (int r = 0; r < cfg.nproc; r++) {
+		int status;
+		waitpid(pids[r], &status, 0);
+		if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+			fprintf(stderr, "tinytrain: rank %d failed\n", r);
+			failed = 1;
+		}
+	}
+	if (failed)
+		return 1;
+	return print_ordered(outputs, cfg.nproc);
+}

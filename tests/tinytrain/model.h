@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * One rank of tinytrain: its share of the model (pipeline stage, tensor-parallel shard),
+ * its streams and communicators, and the per-layer forward and backward.
+ *
+ * Ownership: a rank owns everything here; all device memory is allocated with
+ * cudaMallocAsync on the compute stream, as PyTorch's cudaMallocAsync backend does.
+ * Thread safety: one rank is driven by one host thread at a time (the backward may run
+ * on a second thread, handed over and waited for).
+ */
+#ifndef TINYTRAIN_MODEL_H
+#define TINYTRAIN_MODEL_H
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <stdint.h>
+
+#include "kernels.h"
+#include "tinytrain.h"
+
+/* Sizes of one rank's share, real (the arithmetic) and virtual (the costs). */
+struct tt_shape {
+	int64_t tokens; /* micro-batch * seq */
+	int64_t batch, seq, hidden, local_hidden, local_heads, head_dim, local_ffn, vocab;
+};
+
+/* One layer's weights (or their gradients: the same layout, another base). */
+struct tt_layer_weights {
+	float *ln1_gamma, *ln1_beta, *qkv, *proj, *ln2_gamma, *ln2_beta, *fc1, *fc2;
+};
+
+/* Embedding (first stage) and head (last stage) weights. */
+struct tt_edge_weights {
+	float *embedding;                   /* vocab x hidden */
+	float *lnf_gamma, *lnf_beta, *head; /* head: hidden x vocab */
+};
+
+/* What a layer's forward keeps for its backward; NULL where the mode recomputes. */
+struct tt_acts {
+	float *x; /* the layer input: kept in every mode */
+	float *ln1, *ln1_mean, *ln1_rstd;
+	float *q, *k, *v;
+	float *probs, *probs_dropped;
+	uint8_t *attn_mask;
+	float *merged;
+	uint8_t *mask1;
+	float *x2; /* input + attention branch: input of the second layer norm */
+	float *ln2, *ln2_mean, *ln2_rstd;
+	float *fc1, *gelu;
+	uint8_t *mask2;
+};
+
+struct tt_rank {
+	const struct tt_config *cfg;
+	int rank, stage, tp_rank, dp_rank, device;
+	int local_layers, first_layer;
+	bool first_stage, last_stage;
+	struct tt_shape real, virt;
+
+	ncclComm_t world, tp_comm, dp_comm;
+	cudaStream_t compute, comm;
+	cudaEvent_t compute_ready, comm_done; /* the handshakes between the two streams */
+
+	float *params, *grads, *adam_m, *adam_v;
+	int64_t param_count;
+	struct tt_layer_weights *w, *g; /* [local_layers] */
+	struct tt_edge_weights ew, eg;
+	float *workspace;      /* the shared GEMM workspace, or NULL */
+	float **embedding_ref; /* device memory holding ew.embedding */
+	float *loss_sum;       /* device scalar: this rank's summed token losses */
+
+	struct tt_acts *acts; /* [local_layers * microbatches] */
+	int step;
+};
+
+/* Places the rank in the grid, joins its communicators (nccl_id: the world's
+ * ncclUniqueId), creates its streams and builds its model; exits on failure. */
+void tt_rank_setup(struct tt_rank *r, const struct tt_config *cfg, int rank, const void *nccl_id);
+void tt_rank_teardown(struct tt_rank *r);
+
+/* Reports a CUDA or NCCL failure and ends the rank: tinytrain is a test program. */
+void tt_check_cuda(cudaError_t err, const char *what);
+void tt_check_nccl(ncclResult_t res, const char *what);
+
+/* Device memory on the compute stream (stream-ordered). */
+void *tt_alloc(struct tt_rank *r, size_t bytes);
+void tt_free(struct tt_rank *r, void *ptr);
+
+/* Builds the rank's weights (deterministic in the seed, identical to an unsharded model's
+ * slice), gradients, optimizer state and workspace. */
+void tt_model_init(struct tt_rank *r);
+
+/* Forward of local layer `layer` for micro-batch `mb`: takes ownership of x (the input),
+ * returns the output, and keeps in acts what the recompute mode says. */
+float *tt_layer_forward(struct tt_rank *r, int layer, int mb, float *x);
+/* Backward: consumes dy (the output gradient) and the layer's acts; returns dx. */
+float *tt_layer_backward(struct tt_rank *r, int layer, int mb, float *dy);
+
+/* First stage: the embedding of micro-batch mb's tokens (the tokens stay for backward). */
+float *tt_embed_forward(struct tt_rank *r, int mb, int **tokens_out);
+void tt_embed_backward(struct tt_rank *r, const int *tokens, float *dx);
+/* Last stage: final norm, head and loss (added to r->loss_sum); returns the gradient
+ * of the loss with respect to x. Frees x. */
+float *tt_head_forward_backward(struct tt_rank *r, int mb, float *x);
+
+/* Communication with PyTorch-style stream handshakes (comm.c). The buffer is used on the
+ * communication stream; the compute stream waits for the result. */
+void tt_tp_allreduce(struct tt_rank *r, float *buf, int64_t count, uint64_t virtual_bytes);
+/* Frees a buffer that the communication stream used: the recordStream-style free. */
+void tt_free_after_comm(struct tt_rank *r, void *ptr);
+/*
+ * One pipeline exchange, as Megatron's p2p_communicate: any of send to the next stage,
+ * send to the previous one, receive from the previous one, receive from the next one, in
+ * one NCCL group (NULL where absent). Received buffers are new (tokens x hidden). Send
+ * buffers are freed once the sends are done.
+ */
+void tt_p2p(struct tt_rank *r, float *send_next, float *send_prev, float **recv_prev,
+            float **recv_next);
+/* Sums the gradients over data-parallel ranks. */
+void tt_dp_allreduce_grads(struct tt_rank *r);
+/* Sums a device scalar over data-parallel ranks. */
+void tt_dp_allreduce_scalar(struct tt_rank *r, float *value);
+
+/* The global micro-batch index of local micro-batch mb (data-parallel ranks take
+ * consecutive ranges), and the tokens of a sequence (seq + 1 of them: input and target). */
+int tt_global_microbatch(const struct tt_rank *r, int mb);
+void tt_tokens(const struct tt_config *cfg, int step, int global_mb, int *tokens);
+
+#endif /* TINYTRAIN_MODEL_H */

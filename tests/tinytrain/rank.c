@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* One rank of tinytrain: its place in the pipeline/tensor/data grid, set-up and step loop. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "schedule.h"
+#include "simgpu.h"
+
+/* Megatron's order: tensor-parallel ranks are neighbours, then data-parallel, then stages. */
+static void place(struct tt_rank *r, const struct tt_config *cfg, int rank)
+{
+	r->cfg = cfg;
+	r->rank = rank;
+	r->tp_rank = rank % cfg->tp;
+	r->dp_rank = rank / cfg->tp % cfg->dp;
+	r->stage = rank / (cfg->tp * cfg->dp);
+	r->first_stage = r->stage == 0;
+	r->last_stage = r->stage == cfg->pp - 1;
+	r->local_layers = cfg->layers / cfg->pp;
+	r->first_layer = r->stage * r->local_layers;
+}
+
+static struct tt_shape shape_of(const struct tt_dims *d, int tp)
+{
+	return (struct tt_shape){
+	        .tokens = (int64_t)d->batch * d->seq,
+	        .batch = d->batch,
+	        .seq = d->seq,
+	        .hidden = d->hidden,
+	        .local_hidden = d->hidden / tp,
+	        .local_heads = d->heads / tp,
+	        .head_dim = d->hidden / d->heads,
+	        .local_ffn = 4 * (int64_t)d->hidden / tp,
+	        .vocab = d->vocab,
+	};
+}
+
+static void connect(struct tt_rank *r, const void *nccl_id)
+{
+	const struct tt_config *cfg = r->cfg;
+	ncclUniqueId id;
+
+	memcpy(&id, nccl_id, sizeof(id));
+	tt_check_nccl(ncclCommInitRank(&r->world, cfg->nproc, id, r->rank), "ncclCommInitRank");
+	tt_check_nccl(ncclCommSplit(r->world, r->rank / cfg->tp, r->rank, &r->tp_comm, NULL),
+	              "ncclCommSplit");
+	tt_check_nccl(ncclCommSplit(r->world, r->stage * cfg->tp + r->tp_rank, r->rank, &r->dp_comm,
+	                            NULL),
+	              "ncclCommSplit");
+}
+
+void tt_rank_setup(struct tt_rank *r, const struct tt_config *cfg, int rank, const void *nccl_id)
+{
+	int devices = 0;
+
+	memset(r, 0, sizeof(*r));
+	place(r, cfg, rank);
+	r->real = shape_of(&cfg->real, cfg->tp);
+	r->virt = shape_of(&cfg->virt, cfg->tp);
+	tt_check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+	r->device = rank % devices;
+	tt_check_cuda(cudaSetDevice(r->device), "cudaSetDevice");
+	connect(r, nccl_id);
+	/* PyTorch computes on the legacy default stream; its NCCL streams are non-blocking. */
+	r->compute = cudaStreamLegacy;
+	tt_check_cuda(cudaStreamCreateWithFlags(&r->comm, cudaStreamNonBlocking),
+	              "cudaStreamCreateWithFlags");
+	tt_check_cuda(cudaEventCreateWithFlags(&r->compute_ready, cudaEventDisableTiming),
+	              "cudaEventCreateWithFlags");
+	tt_check_cuda(cudaEventCreateWithFlags(&r->comm_done, cudaEventDisableTiming),
+	              "cudaEventCreateWithFlags");
+	tt_model_init(r);
+}
+
+void tt_rank_teardown(struct tt_rank *r)
+{
+	tt_check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+	ncclCommDestroy(r->tp_comm);
+	ncclCommDestroy(r->dp_comm);
+	ncclCommDestroy(r->world);
+	cudaEventDestroy(r->compute_ready);
+	cudaEventDestroy(r->comm_done);
+	cudaStreamDestroy(r->comm);
+	free(r->w);
+	free(r->g);
+	free(r->acts);
+}
+
+int tt_rank_run(const struct tt_config *cfg, int rank, const void *nccl_id, int out_fd)
+{
+	struct tt_rank r;
+	struct tt_worker *worker = NULL;
+
+	tt_rank_setup(&r, cfg, rank, nccl_id);
+	if (cfg->hazard[TT_HAZARD_BACKWARD_THREAD]) {
+		worker = tt_worker_start(r.device);
+		if (!worker) {
+			fprintf(stderr, "tinytrain: rank %d: cannot start the backward thread\n",
+			        rank);
+			return 1;
+		}
+	}
+
+	for (int step = 0; step < cfg->steps; step++) {
+		struct tt_step_result result;
+		struct simgpu_memory_stats mem;
+		char loss[32] = "null";
+
+		tt_check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+		simgpu_memory_reset_peak();
+		uint64_t start = simgpu_now_ns();
+		tt_step(&r, worker, &result);
+		uint64_t end = simgpu_now_ns();
+		simgpu_memory_stats(&mem);
+		if (result.has_loss)
+			snprintf(loss, sizeof(loss), "%.9g", result.loss);
+		dprintf(out_fd,
+		        "{\"step\":%d,\"rank\":%d,\"loss\":%s,\"grad_hash\":\"%016" PRIx64
+		        "\",\"peak_bytes\":%zu,\"step_time_ns\":%" PRIu64 "}\n",
+		        step, rank, loss, result.grad_hash, mem.peak_bytes, end - start);
+	}
+	tt_worker_stop(worker);
+	tt_rank_teardown(&r);
+	return 0;
+}
