@@ -85,12 +85,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuGetExportTable);
 
 SIMGPU_EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuDeviceGet);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuDeviceGet);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	if (!device)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!simgpu_driver_device_valid(ordinal))
@@ -102,12 +100,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuDeviceGet);
 
 SIMGPU_EXPORT CUresult cuDeviceGetCount(int *count)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuDeviceGetCount);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuDeviceGetCount);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	if (!count)
 		return CUDA_ERROR_INVALID_VALUE;
 	*count = simgpu_device_count();
@@ -118,14 +114,12 @@ SIMGPU_DRIVER_LOCAL_NAME(cuDeviceGetCount);
 /* Truncates to len - 1 characters, as CUDA does. */
 SIMGPU_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuDeviceGetName);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuDeviceGetName);
 	const char *src;
 	size_t n;
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	if (!name || len <= 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!simgpu_driver_device_valid(dev))
@@ -231,12 +225,10 @@ static int device_attribute(CUdevice_attribute attrib, CUdevice dev)
 
 SIMGPU_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuDeviceGetAttribute);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuDeviceGetAttribute);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	if (!pi)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!simgpu_driver_device_valid(dev))
@@ -248,12 +240,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuDeviceGetAttribute);
 
 SIMGPU_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuDeviceTotalMem_v2);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuDeviceTotalMem_v2);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	if (!bytes)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!simgpu_driver_device_valid(dev))
@@ -267,13 +257,11 @@ SIMGPU_DRIVER_LOCAL_NAME(cuDeviceTotalMem_v2);
 
 SIMGPU_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuDevicePrimaryCtxRetain);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuDevicePrimaryCtxRetain);
 	struct CUctx_st *ctx;
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	if (!pctx)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!simgpu_driver_device_valid(dev))
@@ -293,14 +281,12 @@ SIMGPU_DRIVER_LOCAL_NAME(cuDevicePrimaryCtxRetain);
  */
 SIMGPU_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuDevicePrimaryCtxRelease_v2);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuDevicePrimaryCtxRelease_v2);
 	struct CUctx_st *ctx;
 	int count;
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	if (!simgpu_driver_device_valid(dev))
 		return CUDA_ERROR_INVALID_DEVICE;
 	ctx = primary_ctx_of(dev);
@@ -317,12 +303,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuDevicePrimaryCtxRelease_v2);
 
 SIMGPU_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuCtxGetCurrent);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuCtxGetCurrent);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	if (!pctx)
 		return CUDA_ERROR_INVALID_VALUE;
 	*pctx = current_ctx;
@@ -333,12 +317,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuCtxGetCurrent);
 /* NULL unbinds the calling thread, as in CUDA. */
 SIMGPU_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuCtxSetCurrent);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuCtxSetCurrent);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	if (ctx && !ctx_valid(ctx))
 		return CUDA_ERROR_INVALID_CONTEXT;
 	current_ctx = ctx;
@@ -352,12 +334,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuCtxSetCurrent);
  */
 SIMGPU_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuCtxGetDevice);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuCtxGetDevice);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	if (!device)
 		return CUDA_ERROR_INVALID_VALUE;
 	*device = current_ctx ? ctx_device(current_ctx) : 0;
@@ -368,12 +348,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuCtxGetDevice);
 /* CUDA 13.0: the context is named; NULL means the calling thread's current one. */
 SIMGPU_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuCtxGetDevice_v2);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuCtxGetDevice_v2);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	if (!device)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (ctx && !ctx_valid(ctx))
@@ -387,12 +365,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuCtxGetDevice_v2);
 
 SIMGPU_EXPORT CUresult cuCtxSynchronize(void)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuCtxSynchronize);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuCtxSynchronize);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return simgpu_ctx_synchronize();
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuCtxSynchronize);
@@ -400,12 +376,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuCtxSynchronize);
 /* All contexts share the one simulated device: synchronising any is synchronising it. */
 SIMGPU_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuCtxSynchronize_v2);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuCtxSynchronize_v2);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	if (ctx && !ctx_valid(ctx))
 		return CUDA_ERROR_INVALID_CONTEXT;
 	return simgpu_ctx_synchronize();
@@ -415,13 +389,11 @@ SIMGPU_DRIVER_LOCAL_NAME(cuCtxSynchronize_v2);
 /* Either pointer may be NULL, as in CUDA. */
 SIMGPU_EXPORT CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuCtxGetStreamPriorityRange);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuCtxGetStreamPriorityRange);
 	int least, greatest;
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	simgpu_stream_priority_range(&least, &greatest);
 	if (leastPriority)
 		*leastPriority = least;

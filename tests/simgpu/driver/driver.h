@@ -3,11 +3,12 @@
  * simgpu's driver layer (libcuda.so.1): what its files share.
  *
  * Every entry point of api.def's DRIVER rows is defined in one of the driver files with its
- * exact cuda.h signature and SIMGPU_EXPORT, and has the same shape: simgpu_api_enter
- * first (returning an injected fault at once), then CUDA_ERROR_NOT_INITIALIZED before
- * cuInit succeeded (except the calls CUDA allows earlier), then argument checks, then
- * one call into the core. Entry points never call each other: an exported name is
- * interposable, so such a call would go through a preloaded hook and be counted twice.
+ * exact cuda.h signature and SIMGPU_EXPORT, and has the same shape: simgpu_driver_enter
+ * first (an injected fault, or CUDA_ERROR_NOT_INITIALIZED before cuInit succeeded,
+ * returned at once; the calls CUDA allows before cuInit use simgpu_api_enter alone),
+ * then argument checks, then one call into the core. Entry points never call each other: an
+ * exported name is interposable, so such a call would go through a preloaded hook and be counted
+ * twice.
  *
  * Thread safety: the entry points may be called from any thread; the core locks.
  */
@@ -47,6 +48,20 @@
 #define SIMGPU_DRIVER_LOCAL_NAME(symbol)                \
 	extern __typeof__(symbol) simgpu_local_##symbol \
 	        __attribute__((alias(#symbol), visibility("hidden")))
+
+/*
+ * The prologue of every entry point that needs an initialised driver: counts the call
+ * (simgpu_api_enter), then returns the fault injected into it, or
+ * CUDA_ERROR_NOT_INITIALIZED before cuInit succeeded, or CUDA_SUCCESS to go on.
+ */
+static inline CUresult simgpu_driver_enter(enum simgpu_api_id id)
+{
+	int fault = simgpu_api_enter(id);
+
+	if (fault)
+		return (CUresult)fault;
+	return simgpu_core_ready() ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
 
 /* True if dev is a device ordinal of this process (core initialised). */
 bool simgpu_driver_device_valid(CUdevice dev);

@@ -97,12 +97,10 @@ SIMGPU_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsig
                                       unsigned int sharedMemBytes, CUstream hStream,
                                       void **kernelParams, void **extra)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuLaunchKernel);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuLaunchKernel);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return launch_kernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
 	                     sharedMemBytes, hStream, false, kernelParams, extra);
 }
@@ -114,12 +112,10 @@ SIMGPU_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX,
                                            unsigned int blockDimZ, unsigned int sharedMemBytes,
                                            CUstream hStream, void **kernelParams, void **extra)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuLaunchKernel_ptsz);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuLaunchKernel_ptsz);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return launch_kernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
 	                     sharedMemBytes, hStream, true, kernelParams, extra);
 }
@@ -128,12 +124,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuLaunchKernel_ptsz);
 SIMGPU_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
                                         void **kernelParams, void **extra)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuLaunchKernelEx);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuLaunchKernelEx);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return launch_kernel_ex(config, f, false, kernelParams, extra);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuLaunchKernelEx);
@@ -141,36 +135,30 @@ SIMGPU_DRIVER_LOCAL_NAME(cuLaunchKernelEx);
 SIMGPU_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f,
                                              void **kernelParams, void **extra)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuLaunchKernelEx_ptsz);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuLaunchKernelEx_ptsz);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return launch_kernel_ex(config, f, true, kernelParams, extra);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuLaunchKernelEx_ptsz);
 
 SIMGPU_EXPORT CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuLaunchHostFunc);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuLaunchHostFunc);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return launch_host_func(hStream, fn, userData, false);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuLaunchHostFunc);
 
 SIMGPU_EXPORT CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuLaunchHostFunc_ptsz);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuLaunchHostFunc_ptsz);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return launch_host_func(hStream, fn, userData, true);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuLaunchHostFunc_ptsz);
@@ -180,12 +168,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuLaunchHostFunc_ptsz);
 SIMGPU_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset,
                                           size_t *paramSize)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuFuncGetParamInfo);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuFuncGetParamInfo);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return param_info(func, paramIndex, paramOffset, paramSize);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuFuncGetParamInfo);
@@ -193,36 +179,30 @@ SIMGPU_DRIVER_LOCAL_NAME(cuFuncGetParamInfo);
 SIMGPU_EXPORT CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset,
                                             size_t *paramSize)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuKernelGetParamInfo);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuKernelGetParamInfo);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return param_info(kernel, paramIndex, paramOffset, paramSize);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuKernelGetParamInfo);
 
 SIMGPU_EXPORT CUresult cuFuncGetName(const char **name, CUfunction hfunc)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuFuncGetName);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuFuncGetName);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return kernel_name(name, hfunc);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuFuncGetName);
 
 SIMGPU_EXPORT CUresult cuKernelGetName(const char **name, CUkernel hfunc)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuKernelGetName);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuKernelGetName);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return kernel_name(name, hfunc);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuKernelGetName);
@@ -230,12 +210,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuKernelGetName);
 /* The CUfunction of a registered kernel is the same pointer as its CUkernel. */
 SIMGPU_EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuKernelGetFunction);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuKernelGetFunction);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	if (!pFunc)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!simgpu_kernel_find(kernel))

@@ -85,24 +85,20 @@ static CUresult fill(CUdeviceptr dst, unsigned int value, unsigned int elem_size
 /* The 32-bit ABI of CUDA 2.0: present so that version selection is observable. */
 SIMGPU_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemAlloc);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemAlloc);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return CUDA_ERROR_NOT_SUPPORTED;
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemAlloc);
 
 SIMGPU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemAlloc_v2);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemAlloc_v2);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	if (!dptr)
 		return CUDA_ERROR_INVALID_VALUE;
 	return simgpu_mem_alloc(dptr, bytesize);
@@ -112,36 +108,30 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemAlloc_v2);
 /* The 32-bit ABI of CUDA 2.0, as cuMemAlloc. */
 SIMGPU_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemFree);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemFree);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return CUDA_ERROR_NOT_SUPPORTED;
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemFree);
 
 SIMGPU_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemFree_v2);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemFree_v2);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return simgpu_mem_free(dptr);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemFree_v2);
 
 SIMGPU_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemAllocHost_v2);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemAllocHost_v2);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	if (!pp)
 		return CUDA_ERROR_INVALID_VALUE;
 	return simgpu_mem_host_alloc(pp, bytesize);
@@ -150,24 +140,20 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemAllocHost_v2);
 
 SIMGPU_EXPORT CUresult cuMemFreeHost(void *p)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemFreeHost);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemFreeHost);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return simgpu_mem_host_free(p);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemFreeHost);
 
 SIMGPU_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemGetInfo_v2);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemGetInfo_v2);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	if (!free || !total)
 		return CUDA_ERROR_INVALID_VALUE;
 	simgpu_mem_info(free, total);
@@ -177,48 +163,40 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemGetInfo_v2);
 
 SIMGPU_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemAllocAsync);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemAllocAsync);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return alloc_async(dptr, bytesize, hStream, false);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemAllocAsync);
 
 SIMGPU_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemAllocAsync_ptsz);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemAllocAsync_ptsz);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return alloc_async(dptr, bytesize, hStream, true);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemAllocAsync_ptsz);
 
 SIMGPU_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemFreeAsync);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemFreeAsync);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return free_async(dptr, hStream, false);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemFreeAsync);
 
 SIMGPU_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemFreeAsync_ptsz);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemFreeAsync_ptsz);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return free_async(dptr, hStream, true);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemFreeAsync_ptsz);
@@ -228,12 +206,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemFreeAsync_ptsz);
 /* Unified addressing: the direction follows from the pointers. */
 SIMGPU_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemcpy);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemcpy);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return copy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, ByteCount, NULL, false,
 	            false);
 }
@@ -241,12 +217,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemcpy);
 
 SIMGPU_EXPORT CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemcpy_ptds);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemcpy_ptds);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return copy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, ByteCount, NULL, true,
 	            false);
 }
@@ -255,12 +229,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemcpy_ptds);
 SIMGPU_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
                                      CUstream hStream)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemcpyAsync);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemcpyAsync);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return copy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, ByteCount, hStream, false,
 	            true);
 }
@@ -269,12 +241,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemcpyAsync);
 SIMGPU_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
                                           CUstream hStream)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemcpyAsync_ptsz);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemcpyAsync_ptsz);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return copy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, ByteCount, hStream, true,
 	            true);
 }
@@ -282,12 +252,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemcpyAsync_ptsz);
 
 SIMGPU_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemcpyHtoD_v2);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemcpyHtoD_v2);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return copy_htod(dstDevice, srcHost, ByteCount, NULL, false, false);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemcpyHtoD_v2);
@@ -295,36 +263,30 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemcpyHtoD_v2);
 SIMGPU_EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost,
                                             size_t ByteCount)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemcpyHtoD_v2_ptds);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemcpyHtoD_v2_ptds);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return copy_htod(dstDevice, srcHost, ByteCount, NULL, true, false);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemcpyHtoD_v2_ptds);
 
 SIMGPU_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemcpyDtoH_v2);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemcpyDtoH_v2);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return copy_dtoh(dstHost, srcDevice, ByteCount, NULL, false, false);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemcpyDtoH_v2);
 
 SIMGPU_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemcpyDtoH_v2_ptds);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemcpyDtoH_v2_ptds);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return copy_dtoh(dstHost, srcDevice, ByteCount, NULL, true, false);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemcpyDtoH_v2_ptds);
@@ -332,12 +294,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemcpyDtoH_v2_ptds);
 SIMGPU_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
                                        size_t ByteCount)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemcpyDtoD_v2);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemcpyDtoD_v2);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return copy_dtod(dstDevice, srcDevice, ByteCount, NULL, false, false);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemcpyDtoD_v2);
@@ -345,12 +305,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemcpyDtoD_v2);
 SIMGPU_EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
                                             size_t ByteCount)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemcpyDtoD_v2_ptds);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemcpyDtoD_v2_ptds);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return copy_dtod(dstDevice, srcDevice, ByteCount, NULL, true, false);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemcpyDtoD_v2_ptds);
@@ -358,12 +316,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemcpyDtoD_v2_ptds);
 SIMGPU_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost,
                                             size_t ByteCount, CUstream hStream)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemcpyHtoDAsync_v2);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemcpyHtoDAsync_v2);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return copy_htod(dstDevice, srcHost, ByteCount, hStream, false, true);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemcpyHtoDAsync_v2);
@@ -371,12 +327,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemcpyHtoDAsync_v2);
 SIMGPU_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost,
                                                  size_t ByteCount, CUstream hStream)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemcpyHtoDAsync_v2_ptsz);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemcpyHtoDAsync_v2_ptsz);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return copy_htod(dstDevice, srcHost, ByteCount, hStream, true, true);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemcpyHtoDAsync_v2_ptsz);
@@ -384,12 +338,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemcpyHtoDAsync_v2_ptsz);
 SIMGPU_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
                                             CUstream hStream)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemcpyDtoHAsync_v2);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemcpyDtoHAsync_v2);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return copy_dtoh(dstHost, srcDevice, ByteCount, hStream, false, true);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemcpyDtoHAsync_v2);
@@ -397,12 +349,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemcpyDtoHAsync_v2);
 SIMGPU_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice,
                                                  size_t ByteCount, CUstream hStream)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemcpyDtoHAsync_v2_ptsz);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemcpyDtoHAsync_v2_ptsz);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return copy_dtoh(dstHost, srcDevice, ByteCount, hStream, true, true);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemcpyDtoHAsync_v2_ptsz);
@@ -410,12 +360,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemcpyDtoHAsync_v2_ptsz);
 SIMGPU_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
                                             size_t ByteCount, CUstream hStream)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemcpyDtoDAsync_v2);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemcpyDtoDAsync_v2);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return copy_dtod(dstDevice, srcDevice, ByteCount, hStream, false, true);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemcpyDtoDAsync_v2);
@@ -423,12 +371,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemcpyDtoDAsync_v2);
 SIMGPU_EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
                                                  size_t ByteCount, CUstream hStream)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemcpyDtoDAsync_v2_ptsz);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemcpyDtoDAsync_v2_ptsz);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return copy_dtod(dstDevice, srcDevice, ByteCount, hStream, true, true);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemcpyDtoDAsync_v2_ptsz);
@@ -437,48 +383,40 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemcpyDtoDAsync_v2_ptsz);
 
 SIMGPU_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemsetD8_v2);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemsetD8_v2);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return fill(dstDevice, uc, 1, N, NULL, false, false);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemsetD8_v2);
 
 SIMGPU_EXPORT CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemsetD8_v2_ptds);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemsetD8_v2_ptds);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return fill(dstDevice, uc, 1, N, NULL, true, false);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemsetD8_v2_ptds);
 
 SIMGPU_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemsetD32_v2);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemsetD32_v2);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return fill(dstDevice, ui, 4, N, NULL, false, false);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemsetD32_v2);
 
 SIMGPU_EXPORT CUresult cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemsetD32_v2_ptds);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemsetD32_v2_ptds);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return fill(dstDevice, ui, 4, N, NULL, true, false);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemsetD32_v2_ptds);
@@ -486,12 +424,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemsetD32_v2_ptds);
 SIMGPU_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
                                        CUstream hStream)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemsetD8Async);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemsetD8Async);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return fill(dstDevice, uc, 1, N, hStream, false, true);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemsetD8Async);
@@ -499,12 +435,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemsetD8Async);
 SIMGPU_EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N,
                                             CUstream hStream)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemsetD8Async_ptsz);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemsetD8Async_ptsz);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return fill(dstDevice, uc, 1, N, hStream, true, true);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemsetD8Async_ptsz);
@@ -512,12 +446,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemsetD8Async_ptsz);
 SIMGPU_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N,
                                         CUstream hStream)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemsetD32Async);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemsetD32Async);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return fill(dstDevice, ui, 4, N, hStream, false, true);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemsetD32Async);
@@ -525,12 +457,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemsetD32Async);
 SIMGPU_EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N,
                                              CUstream hStream)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemsetD32Async_ptsz);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemsetD32Async_ptsz);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return fill(dstDevice, ui, 4, N, hStream, true, true);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemsetD32Async_ptsz);

@@ -138,12 +138,10 @@ static CUresult event_elapsed(float *pMilliseconds, CUevent hStart, CUevent hEnd
 
 SIMGPU_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuStreamCreate);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuStreamCreate);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return stream_create(phStream, Flags, 0);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuStreamCreate);
@@ -151,12 +149,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuStreamCreate);
 SIMGPU_EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags,
                                                   int priority)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuStreamCreateWithPriority);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuStreamCreateWithPriority);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return stream_create(phStream, flags, priority);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuStreamCreateWithPriority);
@@ -164,156 +160,130 @@ SIMGPU_DRIVER_LOCAL_NAME(cuStreamCreateWithPriority);
 /* The CUDA 2.0 ABI: the same as _v2. */
 SIMGPU_EXPORT CUresult cuStreamDestroy(CUstream hStream)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuStreamDestroy);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuStreamDestroy);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return stream_destroy(hStream);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuStreamDestroy);
 
 SIMGPU_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuStreamDestroy_v2);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuStreamDestroy_v2);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return stream_destroy(hStream);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuStreamDestroy_v2);
 
 SIMGPU_EXPORT CUresult cuStreamSynchronize(CUstream hStream)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuStreamSynchronize);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuStreamSynchronize);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return stream_synchronize(hStream, false);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuStreamSynchronize);
 
 SIMGPU_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuStreamSynchronize_ptsz);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuStreamSynchronize_ptsz);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return stream_synchronize(hStream, true);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuStreamSynchronize_ptsz);
 
 SIMGPU_EXPORT CUresult cuStreamQuery(CUstream hStream)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuStreamQuery);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuStreamQuery);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return stream_query(hStream, false);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuStreamQuery);
 
 SIMGPU_EXPORT CUresult cuStreamQuery_ptsz(CUstream hStream)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuStreamQuery_ptsz);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuStreamQuery_ptsz);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return stream_query(hStream, true);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuStreamQuery_ptsz);
 
 SIMGPU_EXPORT CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuStreamWaitEvent);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuStreamWaitEvent);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return stream_wait_event(hStream, hEvent, Flags, false);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuStreamWaitEvent);
 
 SIMGPU_EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuStreamWaitEvent_ptsz);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuStreamWaitEvent_ptsz);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return stream_wait_event(hStream, hEvent, Flags, true);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuStreamWaitEvent_ptsz);
 
 SIMGPU_EXPORT CUresult cuStreamGetPriority(CUstream hStream, int *priority)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuStreamGetPriority);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuStreamGetPriority);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return stream_get_priority(hStream, priority, false);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuStreamGetPriority);
 
 SIMGPU_EXPORT CUresult cuStreamGetPriority_ptsz(CUstream hStream, int *priority)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuStreamGetPriority_ptsz);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuStreamGetPriority_ptsz);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return stream_get_priority(hStream, priority, true);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuStreamGetPriority_ptsz);
 
 SIMGPU_EXPORT CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuStreamGetFlags);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuStreamGetFlags);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return stream_get_flags(hStream, flags, false);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuStreamGetFlags);
 
 SIMGPU_EXPORT CUresult cuStreamGetFlags_ptsz(CUstream hStream, unsigned int *flags)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuStreamGetFlags_ptsz);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuStreamGetFlags_ptsz);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return stream_get_flags(hStream, flags, true);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuStreamGetFlags_ptsz);
 
 SIMGPU_EXPORT CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuStreamIsCapturing);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuStreamIsCapturing);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return stream_is_capturing(hStream, captureStatus, false);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuStreamIsCapturing);
@@ -321,12 +291,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuStreamIsCapturing);
 SIMGPU_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream hStream,
                                                 CUstreamCaptureStatus *captureStatus)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuStreamIsCapturing_ptsz);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuStreamIsCapturing_ptsz);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return stream_is_capturing(hStream, captureStatus, true);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuStreamIsCapturing_ptsz);
@@ -336,14 +304,12 @@ SIMGPU_DRIVER_LOCAL_NAME(cuStreamIsCapturing_ptsz);
 /* CU_EVENT_INTERPROCESS is refused: simgpu has no IPC events. */
 SIMGPU_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuEventCreate);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuEventCreate);
 	struct CUevent_st *event;
 	CUresult res;
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	if (!phEvent || (Flags & ~(unsigned int)EVENT_CREATE_FLAGS))
 		return CUDA_ERROR_INVALID_VALUE;
 	res = simgpu_event_create(&event, Flags);
@@ -356,60 +322,50 @@ SIMGPU_DRIVER_LOCAL_NAME(cuEventCreate);
 /* The CUDA 2.0 ABI: the same as _v2. */
 SIMGPU_EXPORT CUresult cuEventDestroy(CUevent hEvent)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuEventDestroy);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuEventDestroy);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return event_destroy(hEvent);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuEventDestroy);
 
 SIMGPU_EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuEventDestroy_v2);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuEventDestroy_v2);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return event_destroy(hEvent);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuEventDestroy_v2);
 
 SIMGPU_EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuEventRecord);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuEventRecord);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return event_record(hEvent, hStream, CU_EVENT_RECORD_DEFAULT, false);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuEventRecord);
 
 SIMGPU_EXPORT CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuEventRecord_ptsz);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuEventRecord_ptsz);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return event_record(hEvent, hStream, CU_EVENT_RECORD_DEFAULT, true);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuEventRecord_ptsz);
 
 SIMGPU_EXPORT CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuEventRecordWithFlags);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuEventRecordWithFlags);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return event_record(hEvent, hStream, flags, false);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuEventRecordWithFlags);
@@ -417,25 +373,21 @@ SIMGPU_DRIVER_LOCAL_NAME(cuEventRecordWithFlags);
 SIMGPU_EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream,
                                                    unsigned int flags)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuEventRecordWithFlags_ptsz);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuEventRecordWithFlags_ptsz);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return event_record(hEvent, hStream, flags, true);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuEventRecordWithFlags_ptsz);
 
 SIMGPU_EXPORT CUresult cuEventQuery(CUevent hEvent)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuEventQuery);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuEventQuery);
 	struct CUevent_st *event;
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	event = simgpu_event_get(hEvent);
 	if (!event)
 		return CUDA_ERROR_INVALID_HANDLE;
@@ -445,13 +397,11 @@ SIMGPU_DRIVER_LOCAL_NAME(cuEventQuery);
 
 SIMGPU_EXPORT CUresult cuEventSynchronize(CUevent hEvent)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuEventSynchronize);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuEventSynchronize);
 	struct CUevent_st *event;
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	event = simgpu_event_get(hEvent);
 	if (!event)
 		return CUDA_ERROR_INVALID_HANDLE;
@@ -462,24 +412,20 @@ SIMGPU_DRIVER_LOCAL_NAME(cuEventSynchronize);
 /* The CUDA 2.0 and 12.8 ABIs take the same arguments; simgpu answers both alike. */
 SIMGPU_EXPORT CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuEventElapsedTime);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuEventElapsedTime);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return event_elapsed(pMilliseconds, hStart, hEnd);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuEventElapsedTime);
 
 SIMGPU_EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuEventElapsedTime_v2);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuEventElapsedTime_v2);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return event_elapsed(pMilliseconds, hStart, hEnd);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuEventElapsedTime_v2);

@@ -46,13 +46,11 @@ SIMGPU_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity,
                                                      const CUmemAllocationProp *prop,
                                                      CUmemAllocationGranularity_flags option)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemGetAllocationGranularity);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemGetAllocationGranularity);
 	CUresult res;
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	if (!granularity || (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
 	                     option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
 		return CUDA_ERROR_INVALID_VALUE;
@@ -67,12 +65,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemGetAllocationGranularity);
 SIMGPU_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
                                            CUdeviceptr addr, unsigned long long flags)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemAddressReserve);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemAddressReserve);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	if (!ptr || flags != 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	return simgpu_vmm_reserve(ptr, size, alignment, addr);
@@ -81,12 +77,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemAddressReserve);
 
 SIMGPU_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemAddressFree);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemAddressFree);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return simgpu_vmm_address_free(ptr, size);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemAddressFree);
@@ -94,13 +88,11 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemAddressFree);
 SIMGPU_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                                    const CUmemAllocationProp *prop, unsigned long long flags)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemCreate);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemCreate);
 	CUresult res;
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	if (!handle || flags != 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	res = prop_check(prop);
@@ -112,12 +104,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemCreate);
 
 SIMGPU_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemRelease);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemRelease);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return simgpu_vmm_release(handle);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemRelease);
@@ -125,12 +115,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemRelease);
 SIMGPU_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                                 CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemMap);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemMap);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	if (flags != 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	return simgpu_vmm_map(ptr, size, offset, handle);
@@ -139,12 +127,10 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemMap);
 
 SIMGPU_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemUnmap);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemUnmap);
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	return simgpu_vmm_unmap(ptr, size);
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemUnmap);
@@ -157,13 +143,11 @@ SIMGPU_DRIVER_LOCAL_NAME(cuMemUnmap);
 SIMGPU_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
                                       size_t count)
 {
-	int fault = simgpu_api_enter(SIMGPU_API_cuMemSetAccess);
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemSetAccess);
 	bool any_read_write = false;
 
-	if (fault)
-		return (CUresult)fault;
-	if (!simgpu_core_ready())
-		return CUDA_ERROR_NOT_INITIALIZED;
+	if (err)
+		return err;
 	if (!desc || count == 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	for (size_t i = 0; i < count; i++) {
