@@ -297,6 +297,31 @@ static void gemm(struct tt_rank *r, int ta, int tb, int64_t m, int64_t n, int64_
 	tt_check_cuda(tt_gemm(r->compute, &g, cost), "tt_gemm");
 }
 
+/* y = x W for x (tokens x in) and W (in x out): a new tensor; v_in, v_out are virtual. */
+static float *linear_forward(struct tt_rank *r, const float *x, const float *weight, int64_t in,
+                             int64_t out, int64_t v_in, int64_t v_out)
+{
+	float *y = alloc_floats(r, r->real.tokens * out);
+
+	gemm(r, 0, 0, r->real.tokens, out, in, x, weight, y, 0.0f,
+	     gemm_cost(1, r->virt.tokens, v_out, v_in));
+	return y;
+}
+
+/* The backward of y = x W: grad_weight += x^T dy, and returns dx = dy W^T (new). */
+static float *linear_backward(struct tt_rank *r, const float *x, const float *weight,
+                              float *grad_weight, const float *dy, int64_t in, int64_t out,
+                              int64_t v_in, int64_t v_out)
+{
+	int64_t tokens = r->real.tokens, v_tokens = r->virt.tokens;
+	float *dx = alloc_floats(r, tokens * in);
+
+	gemm(r, 1, 0, in, out, tokens, x, dy, grad_weight, 1.0f,
+	     gemm_cost(1, v_in, v_out, v_tokens));
+	gemm(r, 0, 1, tokens, in, out, dy, weight, dx, 0.0f, gemm_cost(1, v_tokens, v_in, v_out));
+	return dx;
+}
+
 /* The attention batched GEMMs: batch * local heads blocks of s x s or s x d. */
 static void attention_gemm(struct tt_rank *r, int ta, int tb, int64_t m, int64_t n, int64_t k,
                            const float *a, const float *b, float *c, float alpha, int64_t vm,
@@ -469,9 +494,8 @@ static float *forward_compute(struct tt_rank *r, int layer, int mb, struct tt_ac
 	a->ln1_rstd = alloc_floats(r, s->tokens);
 	layernorm_fwd(r, a->x, a->ln1, w->ln1_gamma, w->ln1_beta, a->ln1_mean, a->ln1_rstd);
 
-	float *qkv = alloc_floats(r, 3 * thl);
-	gemm(r, 0, 0, s->tokens, 3 * s->local_hidden, s->hidden, a->ln1, w->qkv, qkv, 0.0f,
-	     gemm_cost(1, v->tokens, 3 * v->local_hidden, v->hidden));
+	float *qkv = linear_forward(r, a->ln1, w->qkv, s->hidden, 3 * s->local_hidden, v->hidden,
+	                            3 * v->local_hidden);
 	a->q = alloc_floats(r, thl);
 	a->k = alloc_floats(r, thl);
 	a->v = alloc_floats(r, thl);
@@ -489,9 +513,8 @@ static float *forward_compute(struct tt_rank *r, int layer, int mb, struct tt_ac
 	              "tt_merge_heads");
 	free_temp(r, ctx, parked, &nparked);
 
-	float *attn = alloc_floats(r, th);
-	gemm(r, 0, 0, s->tokens, s->hidden, s->local_hidden, a->merged, w->proj, attn, 0.0f,
-	     gemm_cost(1, v->tokens, v->hidden, v->local_hidden));
+	float *attn = linear_forward(r, a->merged, w->proj, s->local_hidden, s->hidden,
+	                             v->local_hidden, v->hidden);
 	tt_tp_allreduce(r, attn, th, (uint64_t)vth * BF16);
 	a->mask1 = replicated_dropout(r, layer, mb, 1, attn);
 	a->x2 = residual(r, a->x, attn);
@@ -500,16 +523,14 @@ static float *forward_compute(struct tt_rank *r, int layer, int mb, struct tt_ac
 	a->ln2_mean = alloc_floats(r, s->tokens);
 	a->ln2_rstd = alloc_floats(r, s->tokens);
 	layernorm_fwd(r, a->x2, a->ln2, w->ln2_gamma, w->ln2_beta, a->ln2_mean, a->ln2_rstd);
-	a->fc1 = alloc_floats(r, s->tokens * s->local_ffn);
-	gemm(r, 0, 0, s->tokens, s->local_ffn, s->hidden, a->ln2, w->fc1, a->fc1, 0.0f,
-	     gemm_cost(1, v->tokens, v->local_ffn, v->hidden));
+	a->fc1 =
+	        linear_forward(r, a->ln2, w->fc1, s->hidden, s->local_ffn, v->hidden, v->local_ffn);
 	a->gelu = alloc_floats(r, s->tokens * s->local_ffn);
 	tt_check_cuda(tt_gelu_fwd(r->compute, a->fc1, a->gelu, s->tokens * s->local_ffn,
 	                          pass_cost(v->tokens * v->local_ffn, 1, 1)),
 	              "tt_gelu_fwd");
-	float *fc2 = alloc_floats(r, th);
-	gemm(r, 0, 0, s->tokens, s->hidden, s->local_ffn, a->gelu, w->fc2, fc2, 0.0f,
-	     gemm_cost(1, v->tokens, v->hidden, v->local_ffn));
+	float *fc2 = linear_forward(r, a->gelu, w->fc2, s->local_ffn, s->hidden, v->local_ffn,
+	                            v->hidden);
 	tt_tp_allreduce(r, fc2, th, (uint64_t)vth * BF16);
 	a->mask2 = replicated_dropout(r, layer, mb, 2, fc2);
 	float *out = residual(r, a->x2, fc2);
@@ -570,20 +591,14 @@ static void mlp_backward(struct tt_rank *r, int layer, struct tt_acts *a, float 
 	tt_check_cuda(tt_dropout_bwd(r->compute, dy, a->mask2, dfc2, th, p,
 	                             pass_cost(v->tokens * v->hidden, 2, 1)),
 	              "tt_dropout_bwd");
-	gemm(r, 1, 0, s->local_ffn, s->hidden, s->tokens, a->gelu, dfc2, g->fc2, 1.0f,
-	     gemm_cost(1, v->local_ffn, v->hidden, v->tokens));
-	float *dgelu = alloc_floats(r, tf);
-	gemm(r, 0, 1, s->tokens, s->local_ffn, s->hidden, dfc2, w->fc2, dgelu, 0.0f,
-	     gemm_cost(1, v->tokens, v->local_ffn, v->hidden));
+	float *dgelu = linear_backward(r, a->gelu, w->fc2, g->fc2, dfc2, s->local_ffn, s->hidden,
+	                               v->local_ffn, v->hidden);
 	tt_free(r, dfc2);
 	tt_check_cuda(tt_gelu_bwd(r->compute, a->fc1, dgelu, dgelu, tf,
 	                          pass_cost(v->tokens * v->local_ffn, 2, 1)),
 	              "tt_gelu_bwd");
-	gemm(r, 1, 0, s->hidden, s->local_ffn, s->tokens, a->ln2, dgelu, g->fc1, 1.0f,
-	     gemm_cost(1, v->hidden, v->local_ffn, v->tokens));
-	float *dln2 = alloc_floats(r, th);
-	gemm(r, 0, 1, s->tokens, s->hidden, s->local_ffn, dgelu, w->fc1, dln2, 0.0f,
-	     gemm_cost(1, v->tokens, v->hidden, v->local_ffn));
+	float *dln2 = linear_backward(r, a->ln2, w->fc1, g->fc1, dgelu, s->hidden, s->local_ffn,
+	                              v->hidden, v->local_ffn);
 	tt_free(r, dgelu);
 	tt_tp_allreduce(r, dln2, th, (uint64_t)(v->tokens * v->hidden) * BF16);
 	layernorm_bwd(r, a->x2, dln2, w->ln2_gamma, a->ln2_mean, a->ln2_rstd, dy, g->ln2_gamma,
@@ -609,11 +624,8 @@ static void attention_backward(struct tt_rank *r, int layer, struct tt_acts *a, 
 	tt_check_cuda(tt_dropout_bwd(r->compute, dy, a->mask1, dattn, th, p,
 	                             pass_cost(v->tokens * v->hidden, 2, 1)),
 	              "tt_dropout_bwd");
-	gemm(r, 1, 0, s->local_hidden, s->hidden, s->tokens, a->merged, dattn, g->proj, 1.0f,
-	     gemm_cost(1, v->local_hidden, v->hidden, v->tokens));
-	float *dmerged = alloc_floats(r, thl);
-	gemm(r, 0, 1, s->tokens, s->local_hidden, s->hidden, dattn, w->proj, dmerged, 0.0f,
-	     gemm_cost(1, v->tokens, v->local_hidden, v->hidden));
+	float *dmerged = linear_backward(r, a->merged, w->proj, g->proj, dattn, s->local_hidden,
+	                                 s->hidden, v->local_hidden, v->hidden);
 	tt_free(r, dattn);
 	float *dctx = alloc_floats(r, thl);
 	tt_check_cuda(tt_split_merged_grad(r->compute, heads, dmerged, dctx, pass_cost(vthl, 1, 1)),
@@ -649,11 +661,8 @@ static void attention_backward(struct tt_rank *r, int layer, struct tt_acts *a, 
 	tt_free(r, dq);
 	tt_free(r, dk);
 	tt_free(r, dv);
-	gemm(r, 1, 0, s->hidden, 3 * s->local_hidden, s->tokens, a->ln1, dqkv, g->qkv, 1.0f,
-	     gemm_cost(1, v->hidden, 3 * v->local_hidden, v->tokens));
-	float *dln1 = alloc_floats(r, th);
-	gemm(r, 0, 1, s->tokens, s->hidden, 3 * s->local_hidden, dqkv, w->qkv, dln1, 0.0f,
-	     gemm_cost(1, v->tokens, v->hidden, 3 * v->local_hidden));
+	float *dln1 = linear_backward(r, a->ln1, w->qkv, g->qkv, dqkv, s->hidden,
+	                              3 * s->local_hidden, v->hidden, 3 * v->local_hidden);
 	tt_free(r, dqkv);
 	tt_tp_allreduce(r, dln1, th, (uint64_t)(v->tokens * v->hidden) * BF16);
 	layernorm_bwd(r, a->x, dln1, w->ln1_gamma, a->ln1_mean, a->ln1_rstd, dy, g->ln1_gamma,
@@ -748,9 +757,7 @@ float *tt_head_forward_backward(struct tt_rank *r, int mb, float *x)
 	      *rstd = alloc_floats(r, s->tokens);
 
 	layernorm_fwd(r, x, ln, r->ew.lnf_gamma, r->ew.lnf_beta, mean, rstd);
-	float *logits = alloc_floats(r, tv);
-	gemm(r, 0, 0, s->tokens, s->vocab, s->hidden, ln, r->ew.head, logits, 0.0f,
-	     gemm_cost(1, v->tokens, v->vocab, v->hidden));
+	float *logits = linear_forward(r, ln, r->ew.head, s->hidden, s->vocab, v->hidden, v->vocab);
 	int *targets = upload_tokens(r, mb, 1);
 	float *losses = alloc_floats(r, s->tokens), *dlogits = alloc_floats(r, tv);
 	tt_check_cuda(tt_cross_entropy(r->compute, logits, targets, losses, dlogits, (int)s->tokens,
@@ -764,11 +771,8 @@ float *tt_head_forward_backward(struct tt_rank *r, int mb, float *x)
 	tt_free(r, losses);
 	tt_free(r, targets);
 
-	gemm(r, 1, 0, s->hidden, s->vocab, s->tokens, ln, dlogits, r->eg.head, 1.0f,
-	     gemm_cost(1, v->hidden, v->vocab, v->tokens));
-	float *dln = alloc_floats(r, th);
-	gemm(r, 0, 1, s->tokens, s->hidden, s->vocab, dlogits, r->ew.head, dln, 0.0f,
-	     gemm_cost(1, v->tokens, v->hidden, v->vocab));
+	float *dln = linear_backward(r, ln, r->ew.head, r->eg.head, dlogits, s->hidden, s->vocab,
+	                             v->hidden, v->vocab);
 	tt_free(r, dlogits);
 	tt_free(r, ln);
 	float *dx = alloc_floats(r, th);
