@@ -193,6 +193,36 @@ static void test_recompute_overheads_match_megatron_measurements(void **state)
 	assert_true(selective > 0 && selective < 0.10);
 }
 
+/* Hazards change how the work is done, not what it computes (dropout aside, which
+ * switched off is no dropout at all): every other one off gives the same bits. */
+static void test_switching_off_a_hazard_keeps_the_results(void **state)
+{
+	const char *base = "--nproc 4 --pp 2 --tp 2 --layers 2 --microbatches 2 --steps 2";
+	const char *hazards[] = {"temp-reuse",       "workspace",      "inplace",
+	                         "param-struct",     "device-pointer", "backward-thread",
+	                         "cross-stream-free"};
+	char args[256];
+	struct run all_on = run_ok(base);
+
+	for (size_t h = 0; h < sizeof(hazards) / sizeof(hazards[0]); h++) {
+		snprintf(args, sizeof(args), "%s --no-hazard %s", base, hazards[h]);
+		struct run off = run_ok(args);
+		assert_int_equal(off.count, all_on.count);
+		for (int i = 0; i < off.count; i++) {
+			if (strcmp(off.lines[i].grad_hash, all_on.lines[i].grad_hash) ||
+			    off.lines[i].loss != all_on.lines[i].loss)
+				fail_msg("--no-hazard %s changed step %d rank %d", hazards[h],
+				         off.lines[i].step, off.lines[i].rank);
+		}
+		free(off.out);
+	}
+	snprintf(args, sizeof(args), "%s --no-hazard dropout", base);
+	struct run no_dropout = run_ok(args);
+	assert_string_not_equal(no_dropout.lines[0].grad_hash, all_on.lines[0].grad_hash);
+	free(no_dropout.out);
+	free(all_on.out);
+}
+
 static void expect_usage_error(const char *args, const char *message)
 {
 	struct run r = run_tinytrain(args, "&1");
@@ -232,6 +262,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_recompute_keeps_results_and_trades_memory_for_time),
 	        cmocka_unit_test(test_parallel_layouts_match_one_rank),
 	        cmocka_unit_test(test_recompute_overheads_match_megatron_measurements),
+	        cmocka_unit_test(test_switching_off_a_hazard_keeps_the_results),
 	        cmocka_unit_test(test_bad_arguments_are_usage_errors),
 	};
 	return cmocka_run_group_tests_name("tinytrain_run", tests, NULL, NULL);
