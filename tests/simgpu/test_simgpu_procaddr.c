@@ -36,7 +36,7 @@ struct driver_row {
 #define ROW_RUNTIME(symbol, procname, version, per_thread)
 #define ROW_NCCL(symbol, procname, version, per_thread)
 static const struct driver_row driver_rows[] = {
-#define SIMGPU_API(layer, symbol, procname, version, variant) \
+#define SIMGPU_API(layer, symbol, procname, version, variant, cost) \
 	ROW_##layer(#symbol, #procname, version, ROW_PER_THREAD_##variant)
 #include "api.def"
 #undef SIMGPU_API

@@ -36,7 +36,7 @@
 /* ---- API ids, counters, fault injection ------------------------------------------ */
 
 enum simgpu_api_id {
-#define SIMGPU_API(layer, symbol, procname, version, variant) SIMGPU_API_##symbol,
+#define SIMGPU_API(layer, symbol, procname, version, variant, cost) SIMGPU_API_##symbol,
 #include "api.def"
 #undef SIMGPU_API
 	SIMGPU_API_COUNT
@@ -51,14 +51,15 @@ struct simgpu_api_info {
 	int version;
 	enum simgpu_layer layer;
 	enum simgpu_variant variant;
+	bool free_in_time; /* a QUERY: counted, no virtual host time */
 };
 /* Indexed by enum simgpu_api_id. */
 extern const struct simgpu_api_info simgpu_api_table[SIMGPU_API_COUNT];
 
 /*
  * The first statement of every API function of every layer. Counts the call, advances
- * the virtual host clock by SIMGPU_API_COST_NS, and returns 0, or the error code that
- * SIMGPU_FAULTS injects into this call (in the layer's own error enum), which the
+ * the virtual host clock by SIMGPU_API_COST_NS (not for QUERY functions), and returns 0, or the
+ * error code that SIMGPU_FAULTS injects into this call (in the layer's own error enum), which the
  * function must return at once. Lock-free.
  */
 int simgpu_api_enter(enum simgpu_api_id id);

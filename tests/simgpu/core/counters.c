@@ -10,10 +10,17 @@
 
 #include "internal.h"
 
+#define SIMGPU_COST_IS_FREE_CALL false
+#define SIMGPU_COST_IS_FREE_QUERY true
+
 const struct simgpu_api_info simgpu_api_table[SIMGPU_API_COUNT] = {
-#define SIMGPU_API(layer, symbol, procname, version, variant)                       \
-	[SIMGPU_API_##symbol] = {#symbol, #procname, version, SIMGPU_LAYER_##layer, \
-	                         SIMGPU_VARIANT_##variant},
+#define SIMGPU_API(layer, symbol, procname, version, variant, cost) \
+	[SIMGPU_API_##symbol] = {#symbol,                           \
+	                         #procname,                         \
+	                         version,                           \
+	                         SIMGPU_LAYER_##layer,              \
+	                         SIMGPU_VARIANT_##variant,          \
+	                         SIMGPU_COST_IS_FREE_##cost},
 #include "api.def"
 #undef SIMGPU_API
 };
@@ -105,8 +112,9 @@ SIMGPU_EXPORT int simgpu_api_enter(enum simgpu_api_id id)
 		return 0; /* the layer reports the failed set-up in its own terms */
 	}
 	nth = atomic_fetch_add_explicit(&counts[id], 1, memory_order_relaxed) + 1;
-	atomic_fetch_add_explicit(&simgpu.host_now, simgpu.config.api_cost_ns,
-	                          memory_order_relaxed);
+	if (!simgpu_api_table[id].free_in_time)
+		atomic_fetch_add_explicit(&simgpu.host_now, simgpu.config.api_cost_ns,
+		                          memory_order_relaxed);
 	if (!has_fault[id])
 		return 0;
 	for (size_t i = 0; i < fault_count; i++)

@@ -37,7 +37,8 @@
 	extern __typeof__(symbol) simgpu_local_##symbol __attribute__((visibility("hidden")));
 #define SIMGPU_DRIVER_DECLARE_RUNTIME(symbol)
 #define SIMGPU_DRIVER_DECLARE_NCCL(symbol)
-#define SIMGPU_API(layer, symbol, procname, version, variant) SIMGPU_DRIVER_DECLARE_##layer(symbol)
+#define SIMGPU_API(layer, symbol, procname, version, variant, cost) \
+	SIMGPU_DRIVER_DECLARE_##layer(symbol)
 #include "api.def"
 #undef SIMGPU_API
 #undef SIMGPU_DRIVER_DECLARE_DRIVER

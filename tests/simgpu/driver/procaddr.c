@@ -17,7 +17,7 @@ struct procaddr_entry {
 #define PROCADDR_ROW_RUNTIME(procname, fn, version, variant)
 #define PROCADDR_ROW_NCCL(procname, fn, version, variant)
 static const struct procaddr_entry procaddr_table[] = {
-#define SIMGPU_API(layer, symbol, procname, version, variant) \
+#define SIMGPU_API(layer, symbol, procname, version, variant, cost) \
 	PROCADDR_ROW_##layer(#procname, simgpu_local_##symbol, version, SIMGPU_VARIANT_##variant)
 #include "api.def"
 #undef SIMGPU_API

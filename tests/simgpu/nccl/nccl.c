@@ -572,6 +572,6 @@ SIMGPU_EXPORT const char *pncclGetLastError(ncclComm_t comm)
 #define SIMNCCL_ALIAS_NCCL(symbol)        \
 	extern __typeof(p##symbol) symbol \
 	        __attribute__((weak, alias("p" #symbol), visibility("default")));
-#define SIMGPU_API(layer, symbol, procname, version, variant) SIMNCCL_ALIAS_##layer(symbol)
+#define SIMGPU_API(layer, symbol, procname, version, variant, cost) SIMNCCL_ALIAS_##layer(symbol)
 #include "api.def"
 #undef SIMGPU_API
