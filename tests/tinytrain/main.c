@@ -92,8 +92,10 @@ int main(int argc, char **argv)
 			perror("tinytrain: fork");
 			return 1;
 		}
+		/* exit, not _exit: a rank ends like a torchrun rank, running its exit
+		 * handlers (those of simgpu and of any preloaded tool). */
 		if (pids[r] == 0)
-			_exit(tt_rank_run(&cfg, r, &id, fileno(outputs[r])));
+			exit(tt_rank_run(&cfg, r, &id, fileno(outputs[r])));
 	}
 	for (int r = 0; r < cfg.nproc; r++) {
 		int status;
