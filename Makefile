@@ -31,8 +31,8 @@ Q := @
 say = @printf '  %-7s %s\n' $(1) $(2)
 endif
 
-.PHONY: all test demo install clean format format-check deps simgpu
-all: simgpu examples tests
+.PHONY: all test demo install clean format format-check deps simgpu lynx examples tests bench
+all: simgpu lynx examples tests
 
 # ---------------------------------------------------------------------------
 # simgpu: libsimgpu.so (the simulated device) under libcuda.so.1, libcudart.so.13
@@ -139,8 +139,91 @@ $(TT_TESTS): $(BUILD)/tests/test_%: $(BUILD)/obj/$(TT_DIR)/test_%.o $(TT_LIB) | 
 	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) $(SIM_PROGRAM_LDFLAGS) -lcmocka -lm
 
 examples: $(TINYTRAIN)
-TESTS := $(SIMGPU_TESTS) $(TT_TESTS)
-tests: $(TESTS)
+
+# ---------------------------------------------------------------------------
+# liblynx.so: the preloaded shim. It never links libcuda, libcudart or libnccl: it
+# finds them at run time. Files that define exported CUDA/NCCL/dlsym symbols are named
+# shim/hooks*.c or shim/interpose*.c; the other shim modules are plain C that unit tests
+# link directly (never a test that defines cudaMalloc itself).
+LIBLYNX := $(BUILD)/liblynx.so
+SHIM_SRC := $(wildcard shim/*.c)
+SHIM_PURE_SRC := $(filter-out shim/hooks%.c shim/interpose%.c,$(SHIM_SRC))
+SHIM_PURE_LIB := $(BUILD)/obj/libshim_pure.a
+# The shim defines deprecated entry points too (cudaGetDriverEntryPoint): it must.
+SHIM_CFLAGS := -D__CUDA_API_VERSION_INTERNAL -Ishim -fvisibility=hidden -Wno-deprecated-declarations
+
+$(BUILD)/obj/shim/%.o: shim/%.c
+	$(call say,CC,$<)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(ALL_CFLAGS) $(SHIM_CFLAGS) -c $< -o $@
+
+$(LIBLYNX): $(call obj,$(SHIM_SRC)) shim/liblynx.map
+	$(call say,LD,$@)
+	$(Q)$(CC) -shared -Wl,-soname,liblynx.so -Wl,--version-script=shim/liblynx.map \
+		-o $@ $(filter %.o,$^) $(ALL_LDFLAGS) -ldl
+
+$(SHIM_PURE_LIB): $(call obj,$(SHIM_PURE_SRC))
+	$(call say,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+# Unit tests of the shim's plain modules: tests/shim/test_<module>.c.
+SHIM_TEST_SRC := $(wildcard tests/shim/test_*.c)
+SHIM_TESTS := $(patsubst tests/shim/%.c,$(BUILD)/tests/%,$(SHIM_TEST_SRC))
+$(BUILD)/obj/tests/shim/%.o: tests/shim/%.c
+	$(call say,CC,$<)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(ALL_CFLAGS) $(SHIM_CFLAGS) -c $< -o $@
+$(SHIM_TESTS): $(BUILD)/tests/test_%: $(BUILD)/obj/tests/shim/test_%.o $(SHIM_PURE_LIB)
+	$(call say,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) -lcmocka -ldl
+
+# ---------------------------------------------------------------------------
+# The lynx command. It links profiler/ and policy/, never the shim; it compiles the
+# shim's configuration parser (shim/config.c, plain C) to show and check LYNX_* settings.
+LYNX := $(BUILD)/bin/lynx
+TOOLS_SRC := $(wildcard tools/*.c)
+TOOLS_CFLAGS := -Ishim -Itools
+$(BUILD)/obj/tools/%.o: tools/%.c
+	$(call say,CC,$<)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(ALL_CFLAGS) $(TOOLS_CFLAGS) -c $< -o $@
+$(BUILD)/obj/tools/shim_config.o: shim/config.c
+	$(call say,CC,$<)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(ALL_CFLAGS) $(TOOLS_CFLAGS) -c $< -o $@
+$(LYNX): $(call obj,$(TOOLS_SRC)) $(BUILD)/obj/tools/shim_config.o
+	$(call say,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) -ldl
+
+TOOLS_TEST_SRC := $(wildcard tests/tools/test_*.c)
+TOOLS_TESTS := $(patsubst tests/tools/%.c,$(BUILD)/tests/%,$(TOOLS_TEST_SRC))
+$(BUILD)/obj/tests/tools/%.o: tests/tools/%.c
+	$(call say,CC,$<)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(ALL_CFLAGS) $(TOOLS_CFLAGS) -c $< -o $@
+$(TOOLS_TESTS): $(BUILD)/tests/test_%: $(BUILD)/obj/tests/tools/test_%.o | $(LYNX) $(LIBLYNX) simgpu
+	$(call say,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) -lcmocka
+
+lynx: $(LIBLYNX) $(LYNX)
+
+# make bench: instructions the shim adds per call, by callgrind (tests/bench/run_bench.sh).
+BENCH_CALLS := $(BUILD)/bin/bench_calls
+$(BENCH_CALLS): $(BUILD)/obj/tests/bench/bench_calls.o | simgpu
+	$(call say,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) -L$(SIMGPU_DIR) -Wl,-rpath,'$$ORIGIN/../simgpu' -lcuda -lsimgpu
+$(BUILD)/obj/tests/bench/%.o: tests/bench/%.c
+	$(call say,CC,$<)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(ALL_CFLAGS) $(SIM_PROGRAM_CFLAGS) -c $< -o $@
+bench: all $(BENCH_CALLS)
+	$(Q)BUILD=$(BUILD) tests/bench/run_bench.sh
+TESTS := $(SIMGPU_TESTS) $(TT_TESTS) $(SHIM_TESTS) $(TOOLS_TESTS)
+tests: $(TESTS) lynx
 
 # simgpu's tests call simgpu's internal core API as well as the public ones.
 $(BUILD)/tests/test_%: $(BUILD)/obj/tests/simgpu/test_%.o | simgpu
@@ -155,6 +238,9 @@ demo: deps all
 	$(Q)BUILD=$(BUILD) tests/demo.sh
 
 install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib
+	install -m 755 $(LYNX) $(DESTDIR)$(PREFIX)/bin/lynx
+	install -m 755 $(LIBLYNX) $(DESTDIR)$(PREFIX)/lib/liblynx.so
 	install -d $(DESTDIR)$(PREFIX)/lib/simgpu $(DESTDIR)$(PREFIX)/include/simgpu
 	cp -a $(SIMGPU_DIR)/lib* $(DESTDIR)$(PREFIX)/lib/simgpu/
 	install -m 644 tests/simgpu/simgpu.h $(DESTDIR)$(PREFIX)/include/simgpu/

@@ -10,5 +10,12 @@ if [ "$declared" != "$documented" ]; then
 	diff <(echo "$declared") <(echo "$documented")
 	status=1
 fi
-[ $status -eq 0 ] && echo "check_docs: settings table matches options.def"
+declared=$(grep -oE '^LYNX_OPTION\(LYNX_[A-Z0-9_]+' shim/options.def | cut -d'(' -f2 | sort)
+documented=$(grep -oE '^\| `LYNX_[A-Z0-9_]+`' README.md | tr -d '|` ' | sort)
+if [ "$declared" != "$documented" ]; then
+	echo "README.md settings table and shim/options.def disagree:"
+	diff <(echo "$declared") <(echo "$documented")
+	status=1
+fi
+[ $status -eq 0 ] && echo "check_docs: settings tables match options.def (simgpu and Lynx)"
 exit $status

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Lynx's configuration: every LYNX_* variable of options.def, parsed once into an
+ * immutable struct. Pure C with no CUDA, shared by liblynx.so and the lynx command (which
+ * shows it with `lynx env`).
+ */
+#ifndef LYNX_CONFIG_H
+#define LYNX_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum lynx_mode { LYNX_MODE_OFF, LYNX_MODE_PROFILE, LYNX_MODE_RECOMPUTE };
+enum lynx_log_level {
+	LYNX_LOG_ERROR,
+	LYNX_LOG_WARN,
+	LYNX_LOG_INFO,
+	LYNX_LOG_DEBUG,
+	LYNX_LOG_TRACE
+};
+
+struct lynx_config {
+#define LYNX_OPTION(name, kind, field, def, values, help) LYNX_OPTION_TYPE_##kind field;
+#define LYNX_OPTION_TYPE_ENUM int
+#define LYNX_OPTION_TYPE_SIZE uint64_t
+#define LYNX_OPTION_TYPE_UINT uint64_t
+#define LYNX_OPTION_TYPE_PATH const char *
+#define LYNX_OPTION_TYPE_TEXT const char *
+#include "options.def"
+#undef LYNX_OPTION
+};
+
+enum lynx_option_id {
+#define LYNX_OPTION(name, kind, field, def, values, help) LYNX_OPT_##name,
+#include "options.def"
+#undef LYNX_OPTION
+	LYNX_OPT_COUNT
+};
+
+struct lynx_option_info {
+	const char *name, *kind, *default_value, *values, *help;
+};
+extern const struct lynx_option_info lynx_options[LYNX_OPT_COUNT];
+
+/*
+ * Fills cfg from lookup (getenv in the library). Each bad value is refused: the default
+ * stays, and warn is called once with a line naming the variable, the value and what is
+ * allowed. Returns the number of refused values. Strings point into lookup's storage.
+ */
+int lynx_config_parse(struct lynx_config *cfg, const char *(*lookup)(const char *name),
+                      void (*warn)(const char *line));
+
+/* Writes the value of option id in cfg as text (for `lynx env`). */
+void lynx_config_format(const struct lynx_config *cfg, enum lynx_option_id id, char *buf,
+                        size_t len);
+
+#endif /* LYNX_CONFIG_H */

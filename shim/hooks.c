@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The exported wrappers, generated from hooks.def: for every hook, the wrapper, the
+ * resolver its real-table entry starts as, and (GENERIC hooks) the active body that
+ * counts, forwards and records.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "hooks.h"
+#include "log.h"
+#include "record.h"
+
+/* ---- Resolving real functions --------------------------------------------------------- */
+
+/* libcuda.so.1 as the process loaded it (the driver is never loaded by Lynx itself unless
+ * a driver hook is called, which means the trainer asked for the driver). */
+static void *libcuda_handle(void)
+{
+	static void *_Atomic handle;
+	void *h = atomic_load_explicit(&handle, memory_order_acquire);
+
+	if (!h) {
+		h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+		if (!h)
+			h = dlopen("libcuda.so.1", RTLD_LAZY);
+		atomic_store_explicit(&handle, h, memory_order_release);
+	}
+	return h;
+}
+
+void *lynx_resolve_real(enum lynx_hook_id id)
+{
+	const struct lynx_hook_info *hook = &lynx_hooks[id];
+	char name[128];
+
+	switch (hook->layer) {
+	case LYNX_LAYER_RUNTIME:
+		return lynx_real_dlsym(RTLD_NEXT, hook->symbol);
+	case LYNX_LAYER_DRIVER:
+		return libcuda_handle() ? lynx_real_dlsym(libcuda_handle(), hook->symbol) : NULL;
+	case LYNX_LAYER_NCCL:
+		/* ncclX in NCCL is a weak alias of the strong pncclX, which Lynx does not
+		 * define: the real function is always reachable under that name. */
+		snprintf(name, sizeof(name), "p%s", hook->symbol);
+		return lynx_real_dlsym(RTLD_NEXT, name);
+	}
+	return NULL;
+}
+
+/* What a hook returns when the real library lacks the function. */
+#define LYNX_MISSING_RUNTIME cudaErrorNotSupported
+#define LYNX_MISSING_DRIVER CUDA_ERROR_NOT_SUPPORTED
+#define LYNX_MISSING_NCCL ncclInternalError
+
+#define LYNX_HOOK(layer, symbol, procname, version, variant, kind, body, ret, params, args, \
+                  record)                                                                   \
+	static ret resolve_##symbol params                                                  \
+	{                                                                                   \
+		void *real = lynx_resolve_real(LYNX_HOOK_##symbol);                         \
+		if (!real) {                                                                \
+			lynx_warn_once("%s: not found in the loaded library", #symbol);     \
+			return LYNX_MISSING_##layer;                                        \
+		}                                                                           \
+		atomic_store_explicit(&lynx_real.symbol, (ret(*) params)real,               \
+		                      memory_order_relaxed);                                \
+		return lynx_real_fn(symbol) args;                                           \
+	}
+#include "hooks.def"
+#undef LYNX_HOOK
+
+struct lynx_real_table lynx_real = {
+#define LYNX_HOOK(layer, symbol, ...) .symbol = resolve_##symbol,
+#include "hooks.def"
+#undef LYNX_HOOK
+};
+
+/* ---- Generic active bodies ------------------------------------------------------------- */
+
+/* Record expressions of hooks.def, over the hook's own parameter names. `result` is the
+ * real function's return value; outputs are read only when it succeeded. */
+#define LYNX_AS_U64(x) ((uint64_t)(uintptr_t)(x))
+#define LYNX_RECORD_NONE()
+#define LYNX_RECORD_ALLOC(out, bytes, stream)                                       \
+	lynx_record_mem(call.event, result == 0 && (out) ? LYNX_AS_U64(*(out)) : 0, \
+	                (uint64_t)(bytes), LYNX_AS_U64(stream))
+#define LYNX_RECORD_FREE(ptr, stream) \
+	lynx_record_mem(call.event, LYNX_AS_U64(ptr), 0, LYNX_AS_U64(stream))
+#define LYNX_RECORD_MEMSET(ptr, bytes, stream) \
+	lynx_record_mem(call.event, LYNX_AS_U64(ptr), (uint64_t)(bytes), LYNX_AS_U64(stream))
+#define LYNX_RECORD_MEM(ptr, bytes) \
+	lynx_record_mem(call.event, LYNX_AS_U64(ptr), (uint64_t)(bytes), 0)
+#define LYNX_RECORD_COPY(dst, src, bytes, direction, stream)                                \
+	lynx_record_copy(call.event, LYNX_AS_U64(dst), LYNX_AS_U64(src), (uint64_t)(bytes), \
+	                 (int)(direction), LYNX_AS_U64(stream))
+#define LYNX_RECORD_NEW_HANDLE(out) \
+	lynx_record_handle(call.event, 0, result == 0 && (out) ? LYNX_AS_U64(*(out)) : 0)
+#define LYNX_RECORD_HANDLE(stream, handle) \
+	lynx_record_handle(call.event, LYNX_AS_U64(stream), LYNX_AS_U64(handle))
+#define LYNX_RECORD_LAUNCH(function, grid, block, shared, stream)                           \
+	lynx_record_launch(call.event, LYNX_AS_U64(function), (grid).x, (grid).y, (grid).z, \
+	                   (block).x, (block).y, (block).z, (uint32_t)(shared),             \
+	                   LYNX_AS_U64(stream))
+#define LYNX_RECORD_LAUNCH_CONFIG(config, function) \
+	lynx_record_launch_config(call.event, (config), LYNX_AS_U64(function))
+#define LYNX_RECORD_NCCL(send, recv, count, type, op, peer, comm, stream)                     \
+	lynx_record_nccl(call.event, LYNX_AS_U64(send), LYNX_AS_U64(recv), (uint64_t)(count), \
+	                 (int)(type), (int)(op), (int)(peer), LYNX_AS_U64(comm),              \
+	                 LYNX_AS_U64(stream))
+#define LYNX_RECORD_GROUP(delta) lynx_record_group(call.event, result == 0 ? (delta) : 0)
+
+#define LYNX_HOOK(layer, symbol, procname, version, variant, kind, body, ret, params, args, \
+                  record)                                                                   \
+	LYNX_ACTIVE_##body(symbol, ret, params, args, record)
+#define LYNX_ACTIVE_CUSTOM(symbol, ret, params, args, record)
+#define LYNX_ACTIVE_GENERIC(symbol, ret, params, args, record) \
+	static ret lynx_active_##symbol params                 \
+	{                                                      \
+		struct lynx_call call;                         \
+		ret result;                                    \
+                                                               \
+		lynx_call_begin(&call, LYNX_HOOK_##symbol, 0); \
+		result = lynx_real_fn(symbol) args;            \
+		LYNX_RECORD_##record;                          \
+		lynx_call_end(&call, (int)result);             \
+		return result;                                 \
+	}
+#include "hooks.def"
+#undef LYNX_HOOK
+#undef LYNX_ACTIVE_CUSTOM
+#undef LYNX_ACTIVE_GENERIC
+
+/* ---- Exported wrappers ------------------------------------------------------------------ */
+
+/*
+ * Each wrapper also gets a hidden alias, lynx_wrap_<symbol>, which the answer table
+ * points to: inside a shared library, the address of an exported name is whatever wins
+ * symbol lookup, and the table must name Lynx's own wrapper.
+ */
+#define LYNX_HOOK(layer, symbol, procname, version, variant, kind, body, ret, params, args, \
+                  record)                                                                   \
+	LYNX_EXPORT ret symbol params                                                       \
+	{                                                                                   \
+		if (!atomic_load_explicit(&lynx_intercepting, memory_order_relaxed))        \
+			return lynx_real_fn(symbol) args;                                   \
+		return lynx_active_##symbol args;                                           \
+	}                                                                                   \
+	extern __typeof__(symbol) lynx_wrap_##symbol                                        \
+	        __attribute__((alias(#symbol), visibility("hidden")));
+#include "hooks.def"
+#undef LYNX_HOOK
+
+const struct lynx_hook_info lynx_hooks[LYNX_HOOK_COUNT] = {
+#define LYNX_HOOK(layer, symbol, procname, version, variant, kind, body, ret, params, args, \
+                  record)                                                                   \
+	[LYNX_HOOK_##symbol] = {#symbol,                                                    \
+	                        LYNX_PROCNAME_##layer(procname),                            \
+	                        version,                                                    \
+	                        LYNX_LAYER_##layer,                                         \
+	                        LYNX_VARIANT_##variant,                                     \
+	                        LYNX_EV_##kind,                                             \
+	                        (void *)lynx_wrap_##symbol},
+#define LYNX_PROCNAME_RUNTIME(procname) NULL
+#define LYNX_PROCNAME_DRIVER(procname) #procname
+#define LYNX_PROCNAME_NCCL(procname) NULL
+#include "hooks.def"
+#undef LYNX_HOOK
+};
+
+/* ---- Answers for cuGetProcAddress and dlsym ------------------------------------------------ */
+
+/*
+ * Linear in the hooks (145); called when a library looks entry points up (start-up,
+ * dlsym), never per CUDA call. The candidate's real function is resolved on the way, so
+ * the comparison is with what the driver would have handed out.
+ */
+void *lynx_wrapper_for(const char *name, void *real)
+{
+	if (!name || !real)
+		return real;
+	for (int id = 0; id < LYNX_HOOK_COUNT; id++) {
+		const struct lynx_hook_info *hook = &lynx_hooks[id];
+		bool named = !strcmp(hook->symbol, name) ||
+		             (hook->procname && !strcmp(hook->procname, name));
+		if (!named || hook->layer == LYNX_LAYER_RUNTIME)
+			continue;
+		if (lynx_resolve_real((enum lynx_hook_id)id) == real)
+			return hook->wrapper;
+	}
+	return real;
+}

@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * What the hooks share: ids, the real-function table, the hook descriptions and the
+ * call bracket every active hook body runs inside.
+ *
+ * Every exported wrapper has the same shape: when Lynx does not intercept (LYNX_MODE=off,
+ * or before the first call decided it), one predictable branch and an indirect call to
+ * the real function; otherwise lynx_active_<symbol>, which counts the call, calls the real
+ * function, and records an event unless the thread is already inside a hook.
+ *
+ * Thread safety: everything here may be used from any thread; no locks on these paths.
+ */
+#ifndef LYNX_HOOKS_H
+#define LYNX_HOOKS_H
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* nccl.h pulls in the fp16/bf16 headers, which trip -Wundef and -Wstrict-prototypes. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wundef"
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <nccl.h>
+#pragma GCC diagnostic pop
+
+#include "recorder.h"
+
+#define LYNX_EXPORT __attribute__((visibility("default")))
+
+/* nccl.h declares these without a prototype. */
+ncclResult_t ncclGroupStart(void);
+ncclResult_t ncclGroupEnd(void);
+
+/* The CUDA 13 headers declare these for C++ only. */
+cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args,
+                               size_t sharedMem, cudaStream_t stream);
+cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args,
+                                    size_t sharedMem, cudaStream_t stream);
+
+enum lynx_hook_id {
+#define LYNX_HOOK(layer, symbol, ...) LYNX_HOOK_##symbol,
+#include "hooks.def"
+#undef LYNX_HOOK
+	LYNX_HOOK_COUNT
+};
+
+enum lynx_layer { LYNX_LAYER_RUNTIME, LYNX_LAYER_DRIVER, LYNX_LAYER_NCCL };
+enum lynx_variant { LYNX_VARIANT_PLAIN, LYNX_VARIANT_PTSZ, LYNX_VARIANT_PTDS };
+
+struct lynx_hook_info {
+	const char *symbol;
+	const char *procname;
+	int version;
+	uint8_t layer;   /* enum lynx_layer */
+	uint8_t variant; /* enum lynx_variant */
+	uint8_t kind;    /* enum lynx_event_kind */
+	void *wrapper;   /* the exported wrapper: what cuGetProcAddress and dlsym hand out */
+};
+extern const struct lynx_hook_info lynx_hooks[LYNX_HOOK_COUNT];
+
+/*
+ * The real functions. Each entry starts as a resolver that looks the real function up
+ * (dlsym) on first use, stores it and calls it, so the wrappers never test for it.
+ * Tests may store fakes here (the SQLite aSyscall[] pattern).
+ */
+struct lynx_real_table {
+#define LYNX_HOOK(layer, symbol, procname, version, variant, kind, body, ret, params, args, \
+                  record)                                                                   \
+	ret(*_Atomic symbol) params;
+#include "hooks.def"
+#undef LYNX_HOOK
+};
+extern struct lynx_real_table lynx_real;
+
+#define lynx_real_fn(symbol) atomic_load_explicit(&lynx_real.symbol, memory_order_relaxed)
+
+/* False in LYNX_MODE=off: the wrappers then only forward. True before the first call,
+ * which decides. */
+extern atomic_bool lynx_intercepting;
+
+/* Calls each hook received while intercepting (the shim's own calls included). */
+extern _Atomic uint64_t lynx_calls[LYNX_HOOK_COUNT];
+
+/* The bracket around one intercepted call. */
+struct lynx_call {
+	struct lynx_event *event; /* NULL: not recorded (nested, ring full, or not profiling) */
+	enum lynx_hook_id id;
+};
+
+/* Counts the call and, outside a nested hook, reserves its event with payload_bytes of
+ * payload. Runs the one-time initialisation on the first call. */
+void lynx_call_begin(struct lynx_call *call, enum lynx_hook_id id, size_t payload_bytes);
+/* Commits the event with the real function's result. */
+void lynx_call_end(struct lynx_call *call, int result);
+/* Around calls a hook makes itself (e.g. parameter layout queries): they are counted,
+ * like any call through a wrapper, but not recorded. */
+void lynx_nested_begin(void);
+void lynx_nested_end(void);
+
+/* The active bodies of CUSTOM hooks (hooks_procaddr.c, hooks_launch.c). */
+#define LYNX_HOOK(layer, symbol, procname, version, variant, kind, body, ret, params, args, \
+                  record)                                                                   \
+	LYNX_DECLARE_ACTIVE_##body(symbol, ret, params)
+#define LYNX_DECLARE_ACTIVE_GENERIC(symbol, ret, params)
+#define LYNX_DECLARE_ACTIVE_CUSTOM(symbol, ret, params) ret lynx_active_##symbol params;
+#include "hooks.def"
+#undef LYNX_HOOK
+#undef LYNX_DECLARE_ACTIVE_GENERIC
+#undef LYNX_DECLARE_ACTIVE_CUSTOM
+
+/*
+ * The wrapper that stands for a real driver or NCCL function pointer, if Lynx hooks it;
+ * else real itself. Used by cuGetProcAddress, cudaGetDriverEntryPoint and dlsym answers.
+ * procname (or symbol) narrows the search; real is compared with each candidate's real
+ * function, so the answer is exactly the ABI the caller was given.
+ */
+void *lynx_wrapper_for(const char *name, void *real);
+
+/* Resolves hook id's real function now (dlsym); NULL if the library lacks it. */
+void *lynx_resolve_real(enum lynx_hook_id id);
+
+/* The real dlsym (interpose_dlsym.c), for the shim's own lookups. */
+void *lynx_real_dlsym(void *handle, const char *name);
+
+#endif /* LYNX_HOOKS_H */

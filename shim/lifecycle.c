@@ -1,0 +1,202 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * liblynx.so's life: lazy initialisation at the first intercepted call (never in a
+ * process that makes none, never inside dlsym), the call bracket every active hook runs
+ * in, fork, and the flush at exit.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "hooks.h"
+#include "lifecycle.h"
+#include "log.h"
+
+atomic_bool lynx_intercepting = true;
+_Atomic uint64_t lynx_calls[LYNX_HOOK_COUNT];
+/* initial-exec: liblynx.so is preloaded, so its thread-locals can live in the static TLS
+ * block, read without a call to __tls_get_addr on every hook. */
+__thread int lynx_group_depth __attribute__((tls_model("initial-exec")));
+
+/* READY once initialised in this process; a forked child goes back to FORKED until its
+ * first call restarts what did not survive the fork (the drainer thread). */
+enum { STATE_NEW, STATE_READY, STATE_FORKED };
+static atomic_int state = STATE_NEW;
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct lynx_config config;
+static bool recording; /* profile or recompute, with a working recorder */
+static bool output_ok; /* LYNX_OUT is a writable directory */
+/* > 0 inside a hook: nested calls are counted, not recorded. */
+static __thread int hook_depth __attribute__((tls_model("initial-exec")));
+
+const struct lynx_config *lynx_config(void)
+{
+	return &config;
+}
+
+static const char *lookup_env(const char *name)
+{
+	return getenv(name);
+}
+
+static void warn_setting(const char *line)
+{
+	lynx_warn("%s", line);
+}
+
+/* mkdir -p; returns 0 if dir exists and is writable afterwards. */
+static int prepare_output_dir(const char *dir)
+{
+	char path[PATH_MAX];
+	size_t len = strlen(dir);
+
+	if (!len || len >= sizeof(path))
+		return -ENAMETOOLONG;
+	memcpy(path, dir, len + 1);
+	for (char *p = path + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		mkdir(path, 0755);
+		*p = '/';
+	}
+	if (mkdir(path, 0755) && errno != EEXIST)
+		return -errno;
+	return access(path, W_OK) ? -errno : 0;
+}
+
+/* Writes LYNX_OUT/calls.<pid>.json: the calls each hook received. Plain JSON by hand:
+ * the names are C identifiers and need no escaping. */
+static void write_call_counts(void)
+{
+	char path[PATH_MAX];
+	struct lynx_recorder_stats stats;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/calls.%d.json", config.out_dir, (int)getpid());
+	f = fopen(path, "w");
+	if (!f) {
+		lynx_warn("cannot write %s: %s", path, strerror(errno));
+		return;
+	}
+	lynx_recorder_stats(&stats);
+	fprintf(f,
+	        "{\"format\":\"lynx-calls\",\"version\":1,\"pid\":%d,\"recorder\":{\"recorded\":%"
+	        "llu,"
+	        "\"dropped\":%llu},\"calls\":{",
+	        (int)getpid(), (unsigned long long)stats.recorded,
+	        (unsigned long long)stats.dropped);
+	const char *sep = "";
+	for (int id = 0; id < LYNX_HOOK_COUNT; id++) {
+		uint64_t n = atomic_load(&lynx_calls[id]);
+		if (!n)
+			continue;
+		fprintf(f, "%s\"%s\":%llu", sep, lynx_hooks[id].symbol, (unsigned long long)n);
+		sep = ",";
+	}
+	fprintf(f, "}}\n");
+	if (fclose(f))
+		lynx_warn("cannot write %s: %s", path, strerror(errno));
+}
+
+static void at_exit(void)
+{
+	if (!recording)
+		return;
+	atomic_store(&lynx_intercepting, false);
+	lynx_recorder_stop();
+	if (output_ok)
+		write_call_counts();
+}
+
+/* The child of a fork has only the forking thread: the drainer must start again. */
+static void after_fork_in_child(void)
+{
+	if (atomic_load(&state) == STATE_READY) {
+		lynx_recorder_after_fork();
+		atomic_store(&state, STATE_FORKED);
+	}
+}
+
+static void init_locked(void)
+{
+	int refused = lynx_config_parse(&config, lookup_env, warn_setting);
+
+	if (lynx_log_open((enum lynx_log_level)config.log_level, config.log_file))
+		lynx_warn("LYNX_LOG_FILE='%s' cannot be opened: logging to stderr",
+		          config.log_file);
+	if (refused)
+		lynx_info("%d setting(s) refused, see above; defaults kept", refused);
+	if (config.mode == LYNX_MODE_OFF) {
+		atomic_store(&lynx_intercepting, false);
+		return;
+	}
+	if (config.mode == LYNX_MODE_RECOMPUTE)
+		lynx_warn_once("LYNX_MODE=recompute is not available yet: profiling only");
+	int err = prepare_output_dir(config.out_dir);
+	output_ok = !err;
+	if (err)
+		lynx_warn("LYNX_OUT='%s' is not a writable directory (%s): observing without "
+		          "writing output",
+		          config.out_dir, strerror(-err));
+	lynx_recorder_configure(config.ring_bytes, config.recorder_budget);
+	recording = !lynx_recorder_start_drainer(100);
+	if (!recording)
+		lynx_warn("cannot start the recorder: counting calls only");
+	atexit(at_exit);
+	pthread_atfork(NULL, NULL, after_fork_in_child);
+}
+
+/* The slow path of lynx_call_begin: first call, or first call after a fork. */
+static void initialise(void)
+{
+	pthread_mutex_lock(&init_lock);
+	if (atomic_load(&state) == STATE_NEW)
+		init_locked();
+	else if (atomic_load(&state) == STATE_FORKED && recording)
+		recording = !lynx_recorder_start_drainer(100);
+	atomic_store(&state, STATE_READY);
+	pthread_mutex_unlock(&init_lock);
+}
+
+void lynx_call_begin(struct lynx_call *call, enum lynx_hook_id id, size_t payload_bytes)
+{
+	if (__builtin_expect(atomic_load_explicit(&state, memory_order_acquire) != STATE_READY, 0))
+		initialise();
+	atomic_fetch_add_explicit(&lynx_calls[id], 1, memory_order_relaxed);
+	call->id = id;
+	call->event = NULL;
+	if (hook_depth++ || !recording)
+		return;
+	call->event = lynx_recorder_reserve(payload_bytes);
+	if (call->event) {
+		call->event->hook = (uint16_t)id;
+		call->event->kind = lynx_hooks[id].kind;
+	}
+}
+
+void lynx_call_end(struct lynx_call *call, int result)
+{
+	if (call->event) {
+		call->event->result = result;
+		lynx_recorder_commit(call->event);
+	}
+	hook_depth--;
+}
+
+void lynx_nested_begin(void)
+{
+	hook_depth++;
+}
+
+void lynx_nested_end(void)
+{
+	hook_depth--;
+}

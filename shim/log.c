@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Lynx's levelled log: one write(2) per line, formatted in a stack buffer. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "log.h"
+
+atomic_int lynx_log_level = LYNX_LOG_WARN;
+static atomic_int log_fd = STDERR_FILENO;
+
+static const char *const level_names[] = {"ERROR", "WARN", "INFO", "DEBUG", "TRACE"};
+
+int lynx_log_open(enum lynx_log_level level, const char *path)
+{
+	atomic_store(&lynx_log_level, level);
+	if (!path || !*path)
+		return 0;
+	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	atomic_store(&log_fd, fd);
+	return 0;
+}
+
+void lynx_log_line(enum lynx_log_level level, const char *file, int line, const char *fmt, ...)
+{
+	char buf[1024];
+	const char *base = strrchr(file, '/');
+	int n = snprintf(buf, sizeof(buf), "[lynx %d:%ld %s %s:%d] ", (int)getpid(),
+	                 (long)syscall(SYS_gettid), level_names[level], base ? base + 1 : file,
+	                 line);
+	va_list ap;
+
+	va_start(ap, fmt);
+	if (n > 0 && (size_t)n < sizeof(buf))
+		n += vsnprintf(buf + n, sizeof(buf) - (size_t)n, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t)n >= sizeof(buf) - 1)
+		n = sizeof(buf) - 2; /* truncated: still one line */
+	buf[n++] = '\n';
+	if (write(atomic_load(&log_fd), buf, (size_t)n) < 0)
+		return; /* nowhere left to say it */
+}
