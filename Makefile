@@ -157,6 +157,11 @@ $(BUILD)/obj/shim/%.o: shim/%.c
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(ALL_CFLAGS) $(SHIM_CFLAGS) -c $< -o $@
 
+# The dlsym trampoline must stay a plain jump for RTLD_NEXT lookups (glibc finds the caller
+# from the return address), and sanitizers resolve their own interceptors through it at
+# start-up, before they are ready: it is never instrumented.
+$(BUILD)/obj/shim/interpose_dlsym.o: ALL_CFLAGS := $(filter-out -fsanitize=%,$(ALL_CFLAGS))
+
 $(LIBLYNX): $(call obj,$(SHIM_SRC)) shim/liblynx.map
 	$(call say,LD,$@)
 	$(Q)$(CC) -shared -Wl,-soname,liblynx.so -Wl,--version-script=shim/liblynx.map \
@@ -173,7 +178,17 @@ $(BUILD)/obj/tests/shim/%.o: tests/shim/%.c
 	$(call say,CC,$<)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(ALL_CFLAGS) $(SHIM_CFLAGS) -c $< -o $@
-$(SHIM_TESTS): $(BUILD)/tests/test_%: $(BUILD)/obj/tests/shim/test_%.o $(SHIM_PURE_LIB)
+# The probe: a CUDA program the interposition tests run under the shim.
+PROBE := $(BUILD)/bin/probe
+$(PROBE): $(BUILD)/obj/tests/shim/probe.o | simgpu
+	$(call say,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) $(SIM_PROGRAM_LDFLAGS)
+$(BUILD)/obj/tests/shim/probe.o: tests/shim/probe.c
+	$(call say,CC,$<)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(ALL_CFLAGS) $(SIM_PROGRAM_CFLAGS) -c $< -o $@
+$(SHIM_TESTS): $(BUILD)/tests/test_%: $(BUILD)/obj/tests/shim/test_%.o $(SHIM_PURE_LIB) | $(PROBE)
 	$(call say,LD,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) -lcmocka -ldl
@@ -208,6 +223,31 @@ $(TOOLS_TESTS): $(BUILD)/tests/test_%: $(BUILD)/obj/tests/tools/test_%.o | $(LYN
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) -lcmocka
 
+# ---------------------------------------------------------------------------
+# policy/: cost model, planners and pipeline simulator; plain C with no CUDA. A static
+# library shared by the lynx command and the policy tests (tests/policy/test_<module>.c).
+POLICY_SRC := $(wildcard policy/*.c)
+POLICY_LIB := $(BUILD)/obj/libpolicy.a
+POLICY_CFLAGS := -Ipolicy
+$(BUILD)/obj/policy/%.o: policy/%.c
+	$(call say,CC,$<)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(ALL_CFLAGS) $(POLICY_CFLAGS) -c $< -o $@
+$(POLICY_LIB): $(call obj,$(POLICY_SRC))
+	$(call say,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+POLICY_TEST_SRC := $(wildcard tests/policy/test_*.c)
+POLICY_TESTS := $(patsubst tests/policy/%.c,$(BUILD)/tests/%,$(POLICY_TEST_SRC))
+$(BUILD)/obj/tests/policy/%.o: tests/policy/%.c
+	$(call say,CC,$<)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(ALL_CFLAGS) $(POLICY_CFLAGS) -c $< -o $@
+$(POLICY_TESTS): $(BUILD)/tests/test_%: $(BUILD)/obj/tests/policy/test_%.o $(POLICY_LIB)
+	$(call say,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) -lcmocka -lm
+
 lynx: $(LIBLYNX) $(LYNX)
 
 # make bench: instructions the shim adds per call, by callgrind (tests/bench/run_bench.sh).
@@ -222,7 +262,7 @@ $(BUILD)/obj/tests/bench/%.o: tests/bench/%.c
 	$(Q)$(CC) $(ALL_CFLAGS) $(SIM_PROGRAM_CFLAGS) -c $< -o $@
 bench: all $(BENCH_CALLS)
 	$(Q)BUILD=$(BUILD) tests/bench/run_bench.sh
-TESTS := $(SIMGPU_TESTS) $(TT_TESTS) $(SHIM_TESTS) $(TOOLS_TESTS)
+TESTS := $(SIMGPU_TESTS) $(TT_TESTS) $(SHIM_TESTS) $(TOOLS_TESTS) $(POLICY_TESTS)
 tests: $(TESTS) lynx
 
 # simgpu's tests call simgpu's internal core API as well as the public ones.

@@ -121,8 +121,9 @@ struct lynx_real_table lynx_real = {
 		struct lynx_call call;                         \
 		ret result;                                    \
                                                                \
-		lynx_call_begin(&call, LYNX_HOOK_##symbol, 0); \
+		lynx_call_begin(&call, LYNX_HOOK_##symbol);    \
 		result = lynx_real_fn(symbol) args;            \
+		lynx_call_reserve(&call, 0);                   \
 		LYNX_RECORD_##record;                          \
 		lynx_call_end(&call, (int)result);             \
 		return result;                                 \

@@ -6,7 +6,7 @@
  * Every exported wrapper has the same shape: when Lynx does not intercept (LYNX_MODE=off,
  * or before the first call decided it), one predictable branch and an indirect call to
  * the real function; otherwise lynx_active_<symbol>, which counts the call, calls the real
- * function, and records an event unless the thread is already inside a hook.
+ * function, and records an event unless the shim itself is the caller.
  *
  * Thread safety: everything here may be used from any thread; no locks on these paths.
  */
@@ -87,16 +87,22 @@ extern _Atomic uint64_t lynx_calls[LYNX_HOOK_COUNT];
 
 /* The bracket around one intercepted call. */
 struct lynx_call {
-	struct lynx_event *event; /* NULL: not recorded (nested, ring full, or not profiling) */
+	struct lynx_event *event; /* NULL: not recorded (the shim's own call, ring full, or not
+	                             profiling) */
 	enum lynx_hook_id id;
 };
 
-/* Counts the call and, outside a nested hook, reserves its event with payload_bytes of
- * payload. Runs the one-time initialisation on the first call. */
-void lynx_call_begin(struct lynx_call *call, enum lynx_hook_id id, size_t payload_bytes);
+/* Before the real call: counts it, notes that the thread is inside a hook, and runs the
+ * one-time initialisation on the first call. */
+void lynx_call_begin(struct lynx_call *call, enum lynx_hook_id id);
+/* After the real call: reserves the call's event with payload_bytes of payload, unless
+ * the shim itself is the caller (lynx_nested_begin) or Lynx is not recording; calls the
+ * library made inside another hook carry LYNX_EVENT_NESTED (they are committed before
+ * the outer call's event). Returns the event, also in call->event, or NULL. */
+struct lynx_event *lynx_call_reserve(struct lynx_call *call, size_t payload_bytes);
 /* Commits the event with the real function's result. */
 void lynx_call_end(struct lynx_call *call, int result);
-/* Around calls a hook makes itself (e.g. parameter layout queries): they are counted,
+/* Around calls the shim makes itself (e.g. parameter layout queries): they are counted,
  * like any call through a wrapper, but not recorded. */
 void lynx_nested_begin(void);
 void lynx_nested_end(void);

@@ -153,8 +153,7 @@ launch_begin(struct lynx_call *call, enum lynx_hook_id id, CUfunction f)
 	struct func_info *info;
 
 	info = layout_of((uint64_t)(uintptr_t)f);
-	lynx_call_begin(call, id,
-	                info ? (info->bytes < MAX_PARAM_BYTES ? info->bytes : MAX_PARAM_BYTES) : 0);
+	lynx_call_begin(call, id);
 	return info;
 }
 
@@ -164,7 +163,10 @@ launch_end(struct lynx_call *call, const struct func_info *info, CUfunction f,
            const uint32_t grid[3], const uint32_t block[3], uint32_t shared, CUstream stream,
            void **params, void **extra, CUresult result)
 {
-	if (call->event) {
+	uint32_t payload =
+	        info ? (info->bytes < MAX_PARAM_BYTES ? info->bytes : MAX_PARAM_BYTES) : 0;
+
+	if (lynx_call_reserve(call, payload)) {
 		lynx_record_launch(call->event, (uint64_t)(uintptr_t)f, grid[0], grid[1], grid[2],
 		                   block[0], block[1], block[2], shared,
 		                   (uint64_t)(uintptr_t)stream);

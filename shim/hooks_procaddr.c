@@ -20,9 +20,10 @@ CUresult lynx_active_cuGetProcAddress_v2(const char *symbol, void **pfn, int cud
 	struct lynx_call call;
 	CUresult result;
 
-	lynx_call_begin(&call, LYNX_HOOK_cuGetProcAddress_v2, 0);
+	lynx_call_begin(&call, LYNX_HOOK_cuGetProcAddress_v2);
 	result = lynx_real_fn(cuGetProcAddress_v2)(symbol, pfn, cudaVersion, flags, status);
 	answer_with_wrapper(result, symbol, pfn);
+	lynx_call_reserve(&call, 0);
 	lynx_call_end(&call, result);
 	return result;
 }
@@ -33,9 +34,10 @@ CUresult lynx_active_cuGetProcAddress(const char *symbol, void **pfn, int cudaVe
 	struct lynx_call call;
 	CUresult result;
 
-	lynx_call_begin(&call, LYNX_HOOK_cuGetProcAddress, 0);
+	lynx_call_begin(&call, LYNX_HOOK_cuGetProcAddress);
 	result = lynx_real_fn(cuGetProcAddress)(symbol, pfn, cudaVersion, flags);
 	answer_with_wrapper(result, symbol, pfn);
+	lynx_call_reserve(&call, 0);
 	lynx_call_end(&call, result);
 	return result;
 }
@@ -48,11 +50,12 @@ static cudaError_t entry_point(enum lynx_hook_id id, const char *symbol, void **
 	struct lynx_call call;
 	cudaError_t result;
 
-	lynx_call_begin(&call, id, 0);
+	lynx_call_begin(&call, id);
 	result = id == LYNX_HOOK_cudaGetDriverEntryPoint
 	                 ? lynx_real_fn(cudaGetDriverEntryPoint)(symbol, fn, flags, status)
 	                 : lynx_real_fn(cudaGetDriverEntryPoint_ptsz)(symbol, fn, flags, status);
 	answer_with_wrapper(result, symbol, fn);
+	lynx_call_reserve(&call, 0);
 	lynx_call_end(&call, result);
 	return result;
 }
@@ -64,13 +67,14 @@ static cudaError_t entry_point_by_version(enum lynx_hook_id id, const char *symb
 	struct lynx_call call;
 	cudaError_t result;
 
-	lynx_call_begin(&call, id, 0);
+	lynx_call_begin(&call, id);
 	result = id == LYNX_HOOK_cudaGetDriverEntryPointByVersion
 	                 ? lynx_real_fn(cudaGetDriverEntryPointByVersion)(symbol, fn, version,
 	                                                                  flags, status)
 	                 : lynx_real_fn(cudaGetDriverEntryPointByVersion_ptsz)(symbol, fn, version,
 	                                                                       flags, status);
 	answer_with_wrapper(result, symbol, fn);
+	lynx_call_reserve(&call, 0);
 	lynx_call_end(&call, result);
 	return result;
 }

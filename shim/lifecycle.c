@@ -33,8 +33,11 @@ static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct lynx_config config;
 static bool recording; /* profile or recompute, with a working recorder */
 static bool output_ok; /* LYNX_OUT is a writable directory */
-/* > 0 inside a hook: nested calls are counted, not recorded. */
+/* Intercepted calls in progress on this thread: > 1 means the library we forward to
+ * called back into a hook (the runtime calling the driver). */
 static __thread int hook_depth __attribute__((tls_model("initial-exec")));
+/* > 0 while the shim itself calls CUDA: those calls are counted, never recorded. */
+static __thread int internal_depth __attribute__((tls_model("initial-exec")));
 
 const struct lynx_config *lynx_config(void)
 {
@@ -116,7 +119,23 @@ static void at_exit(void)
 		write_call_counts();
 }
 
-/* The child of a fork has only the forking thread: the drainer must start again. */
+/*
+ * Around fork: the drainer stops (and drains) before it, so that no Lynx thread exists at
+ * the fork; the parent restarts it at once, the child at its first intercepted call.
+ * Forking with the drainer running would leave the child a thread that does not exist.
+ */
+static void before_fork(void)
+{
+	if (recording && atomic_load(&state) == STATE_READY)
+		lynx_recorder_stop();
+}
+
+static void after_fork_in_parent(void)
+{
+	if (recording && atomic_load(&state) == STATE_READY && lynx_recorder_start_drainer(100))
+		lynx_warn_once("cannot restart the recorder's drainer after fork");
+}
+
 static void after_fork_in_child(void)
 {
 	if (atomic_load(&state) == STATE_READY) {
@@ -151,7 +170,7 @@ static void init_locked(void)
 	if (!recording)
 		lynx_warn("cannot start the recorder: counting calls only");
 	atexit(at_exit);
-	pthread_atfork(NULL, NULL, after_fork_in_child);
+	pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
 }
 
 /* The slow path of lynx_call_begin: first call, or first call after a fork. */
@@ -166,20 +185,32 @@ static void initialise(void)
 	pthread_mutex_unlock(&init_lock);
 }
 
-void lynx_call_begin(struct lynx_call *call, enum lynx_hook_id id, size_t payload_bytes)
+void lynx_call_begin(struct lynx_call *call, enum lynx_hook_id id)
 {
 	if (__builtin_expect(atomic_load_explicit(&state, memory_order_acquire) != STATE_READY, 0))
 		initialise();
 	atomic_fetch_add_explicit(&lynx_calls[id], 1, memory_order_relaxed);
 	call->id = id;
 	call->event = NULL;
-	if (hook_depth++ || !recording)
-		return;
+	hook_depth++;
+}
+
+/*
+ * After the real call: a thread may hold one reservation at a time, and the library may
+ * have called other hooks meanwhile (the runtime calling the driver), which recorded and
+ * committed their own events first.
+ */
+struct lynx_event *lynx_call_reserve(struct lynx_call *call, size_t payload_bytes)
+{
+	if (internal_depth > 0 || !recording)
+		return NULL;
 	call->event = lynx_recorder_reserve(payload_bytes);
 	if (call->event) {
-		call->event->hook = (uint16_t)id;
-		call->event->kind = lynx_hooks[id].kind;
+		call->event->hook = (uint16_t)call->id;
+		call->event->kind = lynx_hooks[call->id].kind;
+		call->event->flags = hook_depth > 1 ? LYNX_EVENT_NESTED : 0;
 	}
+	return call->event;
 }
 
 void lynx_call_end(struct lynx_call *call, int result)
@@ -193,10 +224,10 @@ void lynx_call_end(struct lynx_call *call, int result)
 
 void lynx_nested_begin(void)
 {
-	hook_depth++;
+	internal_depth++;
 }
 
 void lynx_nested_end(void)
 {
-	hook_depth--;
+	internal_depth--;
 }

@@ -23,6 +23,10 @@ enum lynx_event_kind {
 	LYNX_EV_COUNT
 };
 
+/* The call was made inside another intercepted call on the same thread: a driver call
+ * the CUDA runtime made while serving the trainer's runtime call. */
+#define LYNX_EVENT_NESTED 0x80
+
 /*
  * One event. Records are variable-length: `size` bytes in all, a multiple of 8, of which
  * the bytes after the struct are the payload (a launch's parameter bytes).
