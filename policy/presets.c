@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The preset tables (presets.def) and their lookups by name. */
+#include <string.h>
+
+#include "presets.h"
+
+const struct lynx_gpu lynx_preset_gpus[LYNX_GPU_COUNT] = {
+#define LYNX_GPU(id, gpu_name, peak, mem, bw, g_eff, m_eff) \
+	[LYNX_GPU_##id] = {                                 \
+	        .name = gpu_name,                           \
+	        .peak_flops = peak,                         \
+	        .mem_bytes = mem,                           \
+	        .mem_bw = bw,                               \
+	        .gemm_eff = g_eff,                          \
+	        .mem_eff = m_eff,                           \
+	},
+#include "presets.def"
+};
+
+const struct lynx_cluster lynx_preset_clusters[LYNX_CLUSTER_COUNT] = {
+#define LYNX_CLUSTER(id, cluster_name, gpu_id, per_node, intra_bw, intra_l, inter_bw, inter_l) \
+	[LYNX_CLUSTER_##id] = {                                                                \
+	        .name = cluster_name,                                                          \
+	        .gpu = &lynx_preset_gpus[LYNX_GPU_##gpu_id],                                   \
+	        .gpus_per_node = per_node,                                                     \
+	        .intra = {.busbw = intra_bw, .latency_s = intra_l},                            \
+	        .inter = {.busbw = inter_bw, .latency_s = inter_l},                            \
+	},
+#include "presets.def"
+};
+
+const struct lynx_gpt lynx_preset_gpts[LYNX_GPT_COUNT] = {
+#define LYNX_GPT(id, gpt_name, l, h, a, s, v, sweep) \
+	[LYNX_GPT_##id] = {                          \
+	        .name = gpt_name,                    \
+	        .layers = l,                         \
+	        .hidden = h,                         \
+	        .heads = a,                          \
+	        .seq = s,                            \
+	        .vocab = v,                          \
+	        .in_sweep = sweep,                   \
+	},
+#include "presets.def"
+};
+
+const struct lynx_gpu *lynx_preset_find_gpu(const char *name)
+{
+	for (int i = 0; i < LYNX_GPU_COUNT; i++)
+		if (!strcmp(lynx_preset_gpus[i].name, name))
+			return &lynx_preset_gpus[i];
+	return NULL;
+}
+
+const struct lynx_cluster *lynx_preset_find_cluster(const char *name)
+{
+	for (int i = 0; i < LYNX_CLUSTER_COUNT; i++)
+		if (!strcmp(lynx_preset_clusters[i].name, name))
+			return &lynx_preset_clusters[i];
+	return NULL;
+}
+
+const struct lynx_gpt *lynx_preset_find_gpt(const char *name)
+{
+	for (int i = 0; i < LYNX_GPT_COUNT; i++)
+		if (!strcmp(lynx_preset_gpts[i].name, name))
+			return &lynx_preset_gpts[i];
+	return NULL;
+}
+
+void lynx_preset_fill_model(const struct lynx_gpt *gpt, struct lynx_model_desc *m)
+{
+	*m = (struct lynx_model_desc){
+	        .layers = gpt->layers,
+	        .hidden = gpt->hidden,
+	        .heads = gpt->heads,
+	        .seq = gpt->seq,
+	        .vocab = gpt->vocab,
+	        .micro_batch = 1,
+	        .global_batch = 1,
+	        .tp = 1,
+	        .pp = 1,
+	        .dp = 1,
+	        .sp = false,
+	};
+}

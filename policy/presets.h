@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Named hardware and model presets (presets.def): GPUs, clusters and GPT shapes, as constant
+ * tables and lookups by name. Pure data: no state, safe from any thread.
+ */
+#ifndef LYNX_POLICY_PRESETS_H
+#define LYNX_POLICY_PRESETS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model.h"
+
+struct lynx_gpu {
+	const char *name;
+	double peak_flops; /* dense bf16 tensor-core FLOP/s */
+	uint64_t mem_bytes;
+	double mem_bw;   /* HBM bytes/s */
+	double gemm_eff; /* sustained share of peak_flops in GEMMs */
+	double mem_eff;  /* sustained share of mem_bw in element-wise kernels */
+};
+
+/* One kind of link, as NCCL sees it: bus bandwidth per GPU and per-collective latency. */
+struct lynx_link {
+	double busbw; /* bytes/s */
+	double latency_s;
+};
+
+struct lynx_cluster {
+	const char *name;
+	const struct lynx_gpu *gpu;
+	uint32_t gpus_per_node;
+	struct lynx_link intra; /* within a node (NVLink or PCIe) */
+	struct lynx_link inter; /* across nodes, per GPU (its NIC) */
+};
+
+/* A GPT shape: the model's part of a struct lynx_model_desc. */
+struct lynx_gpt {
+	const char *name;
+	uint32_t layers, hidden, heads, seq, vocab;
+	bool in_sweep; /* in the Lynx paper's 1.3B-23B range */
+};
+
+enum lynx_gpu_id {
+#define LYNX_GPU(id, ...) LYNX_GPU_##id,
+#include "presets.def"
+	LYNX_GPU_COUNT
+};
+
+enum lynx_cluster_id {
+#define LYNX_CLUSTER(id, ...) LYNX_CLUSTER_##id,
+#include "presets.def"
+	LYNX_CLUSTER_COUNT
+};
+
+enum lynx_gpt_id {
+#define LYNX_GPT(id, ...) LYNX_GPT_##id,
+#include "presets.def"
+	LYNX_GPT_COUNT
+};
+
+extern const struct lynx_gpu lynx_preset_gpus[LYNX_GPU_COUNT];
+extern const struct lynx_cluster lynx_preset_clusters[LYNX_CLUSTER_COUNT];
+extern const struct lynx_gpt lynx_preset_gpts[LYNX_GPT_COUNT];
+
+/* The preset called name (exact, case-sensitive), or NULL. */
+const struct lynx_gpu *lynx_preset_find_gpu(const char *name);
+const struct lynx_cluster *lynx_preset_find_cluster(const char *name);
+const struct lynx_gpt *lynx_preset_find_gpt(const char *name);
+
+/*
+ * Sets m's shape (L, h, a, s, v) from gpt and its run settings to the smallest job: b = B = 1,
+ * t = p = d = 1, no sequence parallelism. Callers then set the parallelism they want.
+ */
+void lynx_preset_fill_model(const struct lynx_gpt *gpt, struct lynx_model_desc *m);
+
+#endif /* LYNX_POLICY_PRESETS_H */
