@@ -178,50 +178,20 @@ $(BUILD)/obj/tests/shim/%.o: tests/shim/%.c
 	$(call say,CC,$<)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(ALL_CFLAGS) $(SHIM_CFLAGS) -c $< -o $@
-# The probe: a CUDA program the interposition tests run under the shim.
-PROBE := $(BUILD)/bin/probe
-$(PROBE): $(BUILD)/obj/tests/shim/probe.o | simgpu
+# Probes: CUDA programs (tests/shim/probe*.c) the shim's tests run under LD_PRELOAD.
+PROBES := $(patsubst tests/shim/%.c,$(BUILD)/bin/%,$(wildcard tests/shim/probe*.c))
+$(PROBES): $(BUILD)/bin/%: $(BUILD)/obj/tests/shim/%.o | simgpu
 	$(call say,LD,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) $(SIM_PROGRAM_LDFLAGS)
-$(BUILD)/obj/tests/shim/probe.o: tests/shim/probe.c
+$(BUILD)/obj/tests/shim/probe%.o: tests/shim/probe%.c
 	$(call say,CC,$<)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(ALL_CFLAGS) $(SIM_PROGRAM_CFLAGS) -c $< -o $@
-$(SHIM_TESTS): $(BUILD)/tests/test_%: $(BUILD)/obj/tests/shim/test_%.o $(SHIM_PURE_LIB) | $(PROBE)
+$(SHIM_TESTS): $(BUILD)/tests/test_%: $(BUILD)/obj/tests/shim/test_%.o $(SHIM_PURE_LIB) | $(PROBES) $(LIBLYNX)
 	$(call say,LD,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) -lcmocka -ldl
-
-# ---------------------------------------------------------------------------
-# The lynx command. It links profiler/ and policy/, never the shim; it compiles the
-# shim's configuration parser (shim/config.c, plain C) to show and check LYNX_* settings.
-LYNX := $(BUILD)/bin/lynx
-TOOLS_SRC := $(wildcard tools/*.c)
-TOOLS_CFLAGS := -Ishim -Itools
-$(BUILD)/obj/tools/%.o: tools/%.c
-	$(call say,CC,$<)
-	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(ALL_CFLAGS) $(TOOLS_CFLAGS) -c $< -o $@
-$(BUILD)/obj/tools/shim_config.o: shim/config.c
-	$(call say,CC,$<)
-	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(ALL_CFLAGS) $(TOOLS_CFLAGS) -c $< -o $@
-$(LYNX): $(call obj,$(TOOLS_SRC)) $(BUILD)/obj/tools/shim_config.o
-	$(call say,LD,$@)
-	@mkdir -p $(dir $@)
-	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) -ldl
-
-TOOLS_TEST_SRC := $(wildcard tests/tools/test_*.c)
-TOOLS_TESTS := $(patsubst tests/tools/%.c,$(BUILD)/tests/%,$(TOOLS_TEST_SRC))
-$(BUILD)/obj/tests/tools/%.o: tests/tools/%.c
-	$(call say,CC,$<)
-	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(ALL_CFLAGS) $(TOOLS_CFLAGS) -c $< -o $@
-$(TOOLS_TESTS): $(BUILD)/tests/test_%: $(BUILD)/obj/tests/tools/test_%.o | $(LYNX) $(LIBLYNX) simgpu
-	$(call say,LD,$@)
-	@mkdir -p $(dir $@)
-	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) -lcmocka
 
 # ---------------------------------------------------------------------------
 # policy/: cost model, planners and pipeline simulator; plain C with no CUDA. A static
@@ -247,6 +217,36 @@ $(POLICY_TESTS): $(BUILD)/tests/test_%: $(BUILD)/obj/tests/policy/test_%.o $(POL
 	$(call say,LD,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) -lcmocka -lm
+
+# ---------------------------------------------------------------------------
+# The lynx command. It links profiler/ and policy/, never the shim; it compiles the
+# shim's configuration parser (shim/config.c, plain C) to show and check LYNX_* settings.
+LYNX := $(BUILD)/bin/lynx
+TOOLS_SRC := $(wildcard tools/*.c)
+TOOLS_CFLAGS := -Ishim -Itools -Ipolicy
+$(BUILD)/obj/tools/%.o: tools/%.c
+	$(call say,CC,$<)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(ALL_CFLAGS) $(TOOLS_CFLAGS) -c $< -o $@
+$(BUILD)/obj/tools/shim_config.o: shim/config.c
+	$(call say,CC,$<)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(ALL_CFLAGS) $(TOOLS_CFLAGS) -c $< -o $@
+$(LYNX): $(call obj,$(TOOLS_SRC)) $(BUILD)/obj/tools/shim_config.o $(POLICY_LIB)
+	$(call say,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) -ldl -lcjson -lm
+
+TOOLS_TEST_SRC := $(wildcard tests/tools/test_*.c)
+TOOLS_TESTS := $(patsubst tests/tools/%.c,$(BUILD)/tests/%,$(TOOLS_TEST_SRC))
+$(BUILD)/obj/tests/tools/%.o: tests/tools/%.c
+	$(call say,CC,$<)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(ALL_CFLAGS) $(TOOLS_CFLAGS) -c $< -o $@
+$(TOOLS_TESTS): $(BUILD)/tests/test_%: $(BUILD)/obj/tests/tools/test_%.o | $(LYNX) $(LIBLYNX) simgpu
+	$(call say,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) -lcmocka
 
 lynx: $(LIBLYNX) $(LYNX)
 

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,48 +76,131 @@ static int prepare_output_dir(const char *dir)
 	return access(path, W_OK) ? -errno : 0;
 }
 
-/* Writes LYNX_OUT/calls.<pid>.json: the calls each hook received. Plain JSON by hand:
- * the names are C identifiers and need no escaping. */
+/* ---- Writing what was counted, async-signal-safely ------------------------------------ */
+
+/* A growing line in a fixed buffer: only memcpy and arithmetic, so a signal handler may
+ * use it. Text beyond the buffer is cut (the buffer holds every hook name many times). */
+struct text {
+	char buf[16384];
+	size_t len;
+};
+
+static void put(struct text *t, const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n > sizeof(t->buf) - t->len)
+		n = sizeof(t->buf) - t->len;
+	memcpy(t->buf + t->len, s, n);
+	t->len += n;
+}
+
+static void put_u64(struct text *t, uint64_t v)
+{
+	char digits[21];
+	int i = sizeof(digits) - 1;
+
+	digits[i] = 0;
+	do {
+		digits[--i] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	put(t, digits + i);
+}
+
+/*
+ * Writes LYNX_OUT/calls.<pid>.json: the calls each hook received, and the recorder's
+ * totals. With open/write and no stdio, so that the SIGTERM/SIGINT handler can call it.
+ */
 static void write_call_counts(void)
 {
-	char path[PATH_MAX];
+	struct text path = {.len = 0}, json = {.len = 0};
 	struct lynx_recorder_stats stats;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/calls.%d.json", config.out_dir, (int)getpid());
-	f = fopen(path, "w");
-	if (!f) {
-		lynx_warn("cannot write %s: %s", path, strerror(errno));
-		return;
-	}
-	lynx_recorder_stats(&stats);
-	fprintf(f,
-	        "{\"format\":\"lynx-calls\",\"version\":1,\"pid\":%d,\"recorder\":{\"recorded\":%"
-	        "llu,"
-	        "\"dropped\":%llu},\"calls\":{",
-	        (int)getpid(), (unsigned long long)stats.recorded,
-	        (unsigned long long)stats.dropped);
 	const char *sep = "";
+	int fd;
+
+	put(&path, config.out_dir);
+	put(&path, "/calls.");
+	put_u64(&path, (uint64_t)getpid());
+	put(&path, ".json");
+	path.buf[path.len < sizeof(path.buf) ? path.len : sizeof(path.buf) - 1] = 0;
+
+	lynx_recorder_stats(&stats);
+	put(&json, "{\"format\":\"lynx-calls\",\"version\":1,\"pid\":");
+	put_u64(&json, (uint64_t)getpid());
+	put(&json, ",\"recorder\":{\"recorded\":");
+	put_u64(&json, stats.recorded);
+	put(&json, ",\"dropped\":");
+	put_u64(&json, stats.dropped);
+	put(&json, "},\"calls\":{");
 	for (int id = 0; id < LYNX_HOOK_COUNT; id++) {
 		uint64_t n = atomic_load(&lynx_calls[id]);
 		if (!n)
 			continue;
-		fprintf(f, "%s\"%s\":%llu", sep, lynx_hooks[id].symbol, (unsigned long long)n);
+		put(&json, sep);
+		put(&json, "\"");
+		put(&json, lynx_hooks[id].symbol);
+		put(&json, "\":");
+		put_u64(&json, n);
 		sep = ",";
 	}
-	fprintf(f, "}}\n");
-	if (fclose(f))
-		lynx_warn("cannot write %s: %s", path, strerror(errno));
+	put(&json, "}}\n");
+
+	fd = open(path.buf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		lynx_warn("cannot write %s: %s", path.buf, strerror(errno));
+		return;
+	}
+	if (write(fd, json.buf, json.len) != (ssize_t)json.len)
+		lynx_warn("cannot write %s: %s", path.buf, strerror(errno));
+	close(fd);
 }
+
+/* Once per process, whichever comes first: exit or a terminating signal. */
+static atomic_bool flushed;
 
 static void at_exit(void)
 {
-	if (!recording)
+	if (!recording || atomic_exchange(&flushed, true))
 		return;
 	atomic_store(&lynx_intercepting, false);
 	lynx_recorder_stop();
 	if (output_ok)
 		write_call_counts();
+}
+
+/*
+ * SIGTERM/SIGINT where the trainer left the default (termination): write what was counted,
+ * then restore the default and re-raise, so the process ends as it would have. Only
+ * async-signal-safe work: the recorder is not drained here (its lock may be held by the
+ * interrupted thread); its totals are read from atomics.
+ */
+static void on_terminating_signal(int sig)
+{
+	int saved_errno = errno;
+
+	if (!atomic_exchange(&flushed, true)) {
+		atomic_store(&lynx_intercepting, false);
+		if (output_ok)
+			write_call_counts();
+	}
+	signal(sig, SIG_DFL);
+	raise(sig);
+	errno = saved_errno;
+}
+
+/* A trainer's own handler (or an ignored signal) is never replaced. */
+static void catch_terminating_signals(void)
+{
+	const int signals[] = {SIGTERM, SIGINT};
+
+	for (size_t i = 0; i < sizeof(signals) / sizeof(signals[0]); i++) {
+		struct sigaction current, ours = {.sa_handler = on_terminating_signal};
+		if (sigaction(signals[i], NULL, &current) || current.sa_handler != SIG_DFL)
+			continue;
+		sigemptyset(&ours.sa_mask);
+		sigaction(signals[i], &ours, NULL);
+	}
 }
 
 /*
@@ -170,6 +254,7 @@ static void init_locked(void)
 	if (!recording)
 		lynx_warn("cannot start the recorder: counting calls only");
 	atexit(at_exit);
+	catch_terminating_signals();
 	pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
 }
 
