@@ -184,7 +184,8 @@ $(PROBES): $(BUILD)/bin/%: $(BUILD)/obj/tests/shim/%.o | simgpu
 	$(call say,LD,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) $(SIM_PROGRAM_LDFLAGS)
-$(BUILD)/obj/tests/shim/probe%.o: tests/shim/probe%.c
+# A static pattern: "probe%.o" would not match probe.o (a pattern's stem is never empty).
+$(call obj,$(wildcard tests/shim/probe*.c)): $(BUILD)/obj/tests/shim/%.o: tests/shim/%.c
 	$(call say,CC,$<)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(ALL_CFLAGS) $(SIM_PROGRAM_CFLAGS) -c $< -o $@
@@ -216,7 +217,7 @@ $(BUILD)/obj/tests/policy/%.o: tests/policy/%.c
 $(POLICY_TESTS): $(BUILD)/tests/test_%: $(BUILD)/obj/tests/policy/test_%.o $(POLICY_LIB)
 	$(call say,LD,$@)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) -lcmocka -lm
+	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) -lcmocka -lcjson -lm
 
 # ---------------------------------------------------------------------------
 # The lynx command. It links profiler/ and policy/, never the shim; it compiles the

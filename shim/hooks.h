@@ -107,7 +107,30 @@ void lynx_call_end(struct lynx_call *call, int result);
 void lynx_nested_begin(void);
 void lynx_nested_end(void);
 
-/* The active bodies of CUSTOM hooks (hooks_procaddr.c, hooks_launch.c). */
+/*
+ * Stream capture (hooks_graph.c). The begin-capture hooks count a capture when the real
+ * call succeeds; the end-capture hooks uncount it when the capture ended, whether it
+ * succeeded or failed with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED or _UNJOINED (the other
+ * errors leave it open). A runtime call and the driver call it makes change the count
+ * once. Streams that joined a capture (by waiting on an event recorded in it) are not
+ * counted: they leave it with the stream where it began.
+ *
+ * DESIGN.md: "while any stream captures, Lynx observes only". lynx_capture_active() is
+ * what the executor checks before it issues any CUDA call of its own (an eviction, a
+ * restore, a replay, a synchronisation): while it is true, the executor does nothing and
+ * the hooks only forward and record, since under CUDA's Global capture mode an unsafe call
+ * on any thread (cudaMalloc, a blocking copy, a synchronisation) would invalidate the
+ * trainer's capture. A relaxed load: a capture that another thread begins just after the
+ * check is not seen, so the executor must also treat a capture error from its own call as
+ * "back off", never as a failure to report to the trainer. Lock-free, callable anywhere.
+ */
+extern _Atomic int lynx_capturing_streams;
+static inline bool lynx_capture_active(void)
+{
+	return atomic_load_explicit(&lynx_capturing_streams, memory_order_relaxed) > 0;
+}
+
+/* The active bodies of CUSTOM hooks (hooks_procaddr.c, hooks_launch.c, hooks_graph.c). */
 #define LYNX_HOOK(layer, symbol, procname, version, variant, kind, body, ret, params, args, \
                   record)                                                                   \
 	LYNX_DECLARE_ACTIVE_##body(symbol, ret, params)

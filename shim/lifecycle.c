@@ -39,6 +39,8 @@ static bool output_ok; /* LYNX_OUT is a writable directory */
 static __thread int hook_depth __attribute__((tls_model("initial-exec")));
 /* > 0 while the shim itself calls CUDA: those calls are counted, never recorded. */
 static __thread int internal_depth __attribute__((tls_model("initial-exec")));
+/* Events recorded with LYNX_EVENT_CAPTURED: touched only while a capture is open. */
+static _Atomic uint64_t captured_events;
 
 const struct lynx_config *lynx_config(void)
 {
@@ -110,7 +112,8 @@ static void put_u64(struct text *t, uint64_t v)
 
 /*
  * Writes LYNX_OUT/calls.<pid>.json: the calls each hook received, and the recorder's
- * totals. With open/write and no stdio, so that the SIGTERM/SIGINT handler can call it.
+ * totals (events recorded, dropped, and recorded while a graph capture was open). With
+ * open/write and no stdio, so that the SIGTERM/SIGINT handler can call it.
  */
 static void write_call_counts(void)
 {
@@ -132,6 +135,8 @@ static void write_call_counts(void)
 	put_u64(&json, stats.recorded);
 	put(&json, ",\"dropped\":");
 	put_u64(&json, stats.dropped);
+	put(&json, ",\"captured\":");
+	put_u64(&json, atomic_load(&captured_events));
 	put(&json, "},\"calls\":{");
 	for (int id = 0; id < LYNX_HOOK_COUNT; id++) {
 		uint64_t n = atomic_load(&lynx_calls[id]);
@@ -294,6 +299,10 @@ struct lynx_event *lynx_call_reserve(struct lynx_call *call, size_t payload_byte
 		call->event->hook = (uint16_t)call->id;
 		call->event->kind = lynx_hooks[call->id].kind;
 		call->event->flags = hook_depth > 1 ? LYNX_EVENT_NESTED : 0;
+		if (lynx_capture_active()) {
+			call->event->flags |= LYNX_EVENT_CAPTURED;
+			atomic_fetch_add_explicit(&captured_events, 1, memory_order_relaxed);
+		}
 	}
 	return call->event;
 }

@@ -26,6 +26,12 @@ enum lynx_event_kind {
 /* The call was made inside another intercepted call on the same thread: a driver call
  * the CUDA runtime made while serving the trainer's runtime call. */
 #define LYNX_EVENT_NESTED 0x80
+/* The call returned while a stream was capturing a CUDA graph (lynx_capture_active(), on
+ * any stream of the process, not necessarily this call's). Stream-ordered work issued to a
+ * capturing stream is recorded like any call, but did not run: it runs at each launch of
+ * the graph (cudaGraphLaunch). A successful begin-capture call carries the flag; the
+ * end-capture call that closes the last capture does not. */
+#define LYNX_EVENT_CAPTURED 0x40
 
 /*
  * One event. Records are variable-length: `size` bytes in all, a multiple of 8, of which

@@ -4,7 +4,9 @@
  *   probe threads N   8 threads each launch N kernels and make N stream-ordered
  *                     allocations on their own streams, at the same time
  *   probe fork        uses CUDA, forks a child that never does, and goes on using CUDA
- * Exits 0 when every call succeeded.
+ *   probe graph N     captures GRAPH_KERNELS launches into a CUDA graph and launches it
+ *                     N times; prints the sum they computed
+ * Exits 0 when every call succeeded (and the sum is right).
  */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -17,6 +19,7 @@
 #include "simgpu.h"
 
 #define THREADS 8
+#define GRAPH_KERNELS 3
 
 static const void *kernel;
 static long per_thread;
@@ -98,6 +101,63 @@ static int run_fork(void)
 	return failed(cudaFree(p), "cudaFree") | failed(cudaDeviceSynchronize(), "sync");
 }
 
+static int expect_capture_status(cudaStream_t stream, enum cudaStreamCaptureStatus want)
+{
+	enum cudaStreamCaptureStatus status;
+
+	if (failed(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing"))
+		return 1;
+	if (status == want)
+		return 0;
+	fprintf(stderr, "probe: capture status %d, want %d\n", (int)status, (int)want);
+	return 1;
+}
+
+/* One capture of GRAPH_KERNELS additions of 1 to x, replayed `launches` times. */
+static int run_graph(long launches)
+{
+	cudaStream_t stream;
+	cudaGraph_t graph = NULL;
+	cudaGraphExec_t exec = NULL;
+	float *x, one = 1.0f, sum = 0;
+	int bad = failed(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+
+	bad |= failed(cudaMalloc((void **)&x, sizeof(float)), "cudaMalloc");
+	bad |= failed(cudaMemsetAsync(x, 0, sizeof(float), stream), "cudaMemsetAsync");
+	bad |= expect_capture_status(stream, cudaStreamCaptureStatusNone);
+	bad |= failed(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal),
+	              "cudaStreamBeginCapture");
+	bad |= expect_capture_status(stream, cudaStreamCaptureStatusActive);
+	for (int i = 0; i < GRAPH_KERNELS && !bad; i++) {
+		void *args[] = {&x, &one};
+		bad |= failed(cudaLaunchKernel(kernel, (dim3){1, 1, 1}, (dim3){32, 1, 1}, args, 0,
+		                               stream),
+		              "cudaLaunchKernel");
+	}
+	bad |= failed(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+	if (bad)
+		return 1;
+	bad |= failed(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+	for (long i = 0; i < launches && !bad; i++)
+		bad |= failed(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+	bad |= failed(cudaMemcpyAsync(&sum, x, sizeof(float), cudaMemcpyDeviceToHost, stream),
+	              "cudaMemcpyAsync");
+	bad |= failed(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+	if (!bad && sum != (float)(GRAPH_KERNELS * launches)) {
+		fprintf(stderr, "probe: the graph summed %g, want %ld\n", sum,
+		        GRAPH_KERNELS * launches);
+		bad = 1;
+	}
+	bad |= failed(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
+	bad |= failed(cudaGraphDestroy(graph), "cudaGraphDestroy");
+	bad |= failed(cudaFree(x), "cudaFree");
+	bad |= failed(cudaStreamDestroy(stream), "cudaStreamDestroy");
+	if (!bad)
+		printf("probe graph: %d kernels x %ld launches = %g\n", GRAPH_KERNELS, launches,
+		       sum);
+	return bad;
+}
+
 int main(int argc, char **argv)
 {
 	struct simgpu_kernel_desc desc = {
@@ -114,6 +174,8 @@ int main(int argc, char **argv)
 	}
 	if (argc == 2 && !strcmp(argv[1], "fork"))
 		return run_fork();
-	fprintf(stderr, "usage: probe threads N | probe fork\n");
+	if (argc == 3 && !strcmp(argv[1], "graph"))
+		return run_graph(atol(argv[2]));
+	fprintf(stderr, "usage: probe threads N | probe fork | probe graph N\n");
 	return 2;
 }

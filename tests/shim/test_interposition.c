@@ -315,6 +315,61 @@ static void test_eight_threads_calling_at_once_are_all_accounted_for(void **stat
 	free(calls);
 }
 
+/* A CUDA graph captured once and launched many times: each call counted once by Lynx and
+ * by simgpu alike, and the calls made while the capture was open flagged as captured. */
+static void test_graph_capture_and_replay_are_counted_exactly(void **state)
+{
+	char env[4096], cmd[2048], dir[1200], calls_path[1600] = "", dump_path[1600];
+	const long launches = 7;
+	int pid = 0;
+
+	snprintf(dir, sizeof(dir), "%s/graph", scratch);
+	mkdir(dir, 0755);
+	snprintf(env, sizeof(env),
+	         "LD_PRELOAD=%s/liblynx.so LYNX_MODE=profile LYNX_OUT=%s SIMGPU_COUNTERS=%s/simgpu",
+	         build_dir, dir, dir);
+	snprintf(cmd, sizeof(cmd), "%s/bin/probe graph %ld", build_dir, launches);
+	struct output o = run(env, cmd);
+	assert_int_equal(o.exit_code, 0);
+	assert_string_equal(o.out, "probe graph: 3 kernels x 7 launches = 21\n");
+	assert_string_equal(o.err, "");
+	release(&o);
+
+	DIR *d = opendir(dir);
+	struct dirent *entry;
+	assert_non_null(d);
+	while ((entry = readdir(d)))
+		if (sscanf(entry->d_name, "calls.%d.json", &pid) == 1)
+			snprintf(calls_path, sizeof(calls_path), "%s/%s", dir, entry->d_name);
+	closedir(d);
+	assert_true(pid > 0);
+	snprintf(dump_path, sizeof(dump_path), "%s/simgpu.%d", dir, pid);
+	assert_true(compare_counts(calls_path, dump_path) > 20);
+
+	char *calls = slurp(calls_path);
+	static const struct {
+		const char *symbol;
+		long count;
+	} want[] = {
+	        {"cudaStreamBeginCapture", 1}, {"cuStreamBeginCapture_v2", 1},
+	        {"cudaStreamEndCapture", 1},   {"cuStreamEndCapture", 1},
+	        {"cudaStreamIsCapturing", 2},  {"cuStreamIsCapturing", 2},
+	        {"cudaLaunchKernel", 3},       {"cuLaunchKernel", 3},
+	        {"cudaGraphInstantiate", 1},   {"cuGraphInstantiateWithFlags", 1},
+	        {"cudaGraphLaunch", 7},        {"cuGraphLaunch", 7},
+	        {"cudaGraphExecDestroy", 1},   {"cuGraphExecDestroy", 1},
+	        {"cudaGraphDestroy", 1},       {"cuGraphDestroy", 1},
+	};
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		if (calls_value(calls, want[i].symbol) != want[i].count)
+			fail_msg("%s: %ld calls, want %ld", want[i].symbol,
+			         calls_value(calls, want[i].symbol), want[i].count);
+	/* Inside the capture: both begin-capture calls, one status query and the three
+	 * launches, each as a runtime call and the driver call it made. */
+	assert_int_equal(calls_value(calls, "captured"), 2 * (1 + 1 + 3));
+	free(calls);
+}
+
 static void test_a_forked_child_that_never_uses_cuda_works(void **state)
 {
 	char env[4096], cmd[2048];
@@ -359,6 +414,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_injected_errors_reach_the_trainer_unchanged),
 	        cmocka_unit_test(test_bad_settings_warn_once_and_the_run_goes_on),
 	        cmocka_unit_test(test_eight_threads_calling_at_once_are_all_accounted_for),
+	        cmocka_unit_test(test_graph_capture_and_replay_are_counted_exactly),
 	        cmocka_unit_test(test_a_forked_child_that_never_uses_cuda_works),
 	        cmocka_unit_test(test_processes_without_cuda_see_nothing),
 	};

@@ -343,6 +343,8 @@ struct forward_env {
 	unsigned int flags;
 	size_t free_bytes, total_bytes;
 	enum cudaStreamCaptureStatus capture;
+	cudaGraph_t graph, graph_ptsz;
+	cudaGraphExec_t exec;
 	void *entry;
 };
 
@@ -413,6 +415,23 @@ struct forward_env {
 	X(cudaStreamWaitEvent, "cuStreamWaitEvent", cudaStreamWaitEvent(e->made_flags, e->end, 0)) \
 	X(cudaStreamWaitEvent_ptsz, "cuStreamWaitEvent_ptsz",                                      \
 	  cudaStreamWaitEvent_ptsz(0, e->end, 0))                                                  \
+	X(cudaStreamBeginCapture, "cuStreamBeginCapture_v2",                                       \
+	  cudaStreamBeginCapture(e->stream, cudaStreamCaptureModeRelaxed))                         \
+	X(cudaStreamGetCaptureInfo, "cuStreamGetCaptureInfo_v3",                                   \
+	  cudaStreamGetCaptureInfo(e->stream, &e->capture, NULL, NULL, NULL, NULL, NULL))          \
+	X(cudaStreamEndCapture, "cuStreamEndCapture", cudaStreamEndCapture(e->stream, &e->graph))  \
+	X(cudaGraphInstantiate, "cuGraphInstantiateWithFlags",                                     \
+	  cudaGraphInstantiate(&e->exec, e->graph, 0))                                             \
+	X(cudaGraphLaunch, "cuGraphLaunch", cudaGraphLaunch(e->exec, e->stream))                   \
+	X(cudaStreamBeginCapture_ptsz, "cuStreamBeginCapture_v2_ptsz",                             \
+	  cudaStreamBeginCapture_ptsz(0, cudaStreamCaptureModeRelaxed))                            \
+	X(cudaStreamGetCaptureInfo_ptsz, "cuStreamGetCaptureInfo_v3_ptsz",                         \
+	  cudaStreamGetCaptureInfo_ptsz(0, &e->capture, NULL, NULL, NULL, NULL, NULL))             \
+	X(cudaStreamEndCapture_ptsz, "cuStreamEndCapture_ptsz",                                    \
+	  cudaStreamEndCapture_ptsz(0, &e->graph_ptsz))                                            \
+	X(cudaGraphLaunch_ptsz, "cuGraphLaunch_ptsz", cudaGraphLaunch_ptsz(e->exec, 0))            \
+	X(cudaGraphExecDestroy, "cuGraphExecDestroy", cudaGraphExecDestroy(e->exec))               \
+	X(cudaGraphDestroy, "cuGraphDestroy", cudaGraphDestroy(e->graph))                          \
 	X(cudaStreamSynchronize, "cuStreamSynchronize", cudaStreamSynchronize(e->stream))          \
 	X(cudaStreamSynchronize_ptsz, "cuStreamSynchronize_ptsz", cudaStreamSynchronize_ptsz(0))   \
 	X(cudaStreamQuery, "cuStreamQuery", cudaStreamQuery(e->stream))                            \
@@ -485,6 +504,7 @@ static void test_every_runtime_call_forwards_exactly_one_driver_call(void **stat
 		assert_int_equal(driver_calls_all, 1);
 	}
 	assert_int_equal(e->host_func_ran, 2);
+	assert_int_equal(cudaGraphDestroy(e->graph_ptsz), cudaSuccess);
 
 	assert_int_equal(cudaEventDestroy(e->made_event_flags), cudaSuccess);
 	assert_int_equal(cudaStreamDestroy(e->made_flags), cudaSuccess);

@@ -223,6 +223,85 @@ CUresult simgpu_memcpy(void *dst, const void *src, size_t bytes, struct CUstream
 CUresult simgpu_memset(CUdeviceptr dst, unsigned int value, unsigned int elem_size, size_t count,
                        struct CUstream_st *stream, bool async);
 
+/* ---- Graphs: stream capture, instantiation, launch (graph.c) ------------------------ */
+
+/*
+ * While a stream captures, the launches, copies, memsets, host functions, event records
+ * and event waits issued to it are recorded into a graph instead of being queued: nothing
+ * runs, no effect is queued, no time passes on the device. A stream that waits on an event
+ * recorded in a capture joins that capture, as in CUDA; it must be joined back (the origin
+ * stream waits on an event recorded in it) before the capture ends. Launching an
+ * instantiated graph books every recorded op again, in capture order, each after the ops
+ * it depends on, with the cost it had at capture, and queues copies of their effects
+ * (kernel parameter bytes were copied at capture).
+ *
+ * What a capture cannot hold fails, as in CUDA, and invalidates the capture (work recorded
+ * afterwards fails with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED until it is ended):
+ * - CUDA's potentially unsafe calls (simgpu_mem_alloc, simgpu_mem_free,
+ *   simgpu_mem_host_alloc/free, blocking simgpu_memcpy and simgpu_memset,
+ *   simgpu_ctx_synchronize): CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED while a capture this
+ *   thread began in Global or ThreadLocal mode, or one any thread began in Global mode,
+ *   is open; those captures are invalidated. A thread's own mode is always Global.
+ * - On a capturing stream: synchronize, query, destroy, stream-ordered allocation and free
+ *   (no graph memory nodes), copies from or to pageable memory, graph launch (no child
+ *   graphs): CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED.
+ * - Work on, or a wait by, the legacy stream while a blocking stream captures:
+ *   CUDA_ERROR_STREAM_CAPTURE_IMPLICIT (those captures are invalidated).
+ * - A capturing stream waiting on an event recorded outside any capture:
+ *   CUDA_ERROR_STREAM_CAPTURE_ISOLATION; in another capture: _MERGE (both invalidated).
+ * - Querying, synchronising or timing an event last recorded in an open capture:
+ *   CUDA_ERROR_CAPTURED_EVENT; the capture goes on.
+ * NCCL operations are not captured: on a capturing stream they still run when issued.
+ */
+
+/* mode: CU_STREAM_CAPTURE_MODE_GLOBAL, _THREAD_LOCAL or _RELAXED. CUDA_ERROR_ILLEGAL_STATE
+ * if the stream already captures; CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED for the legacy
+ * stream. */
+CUresult simgpu_capture_begin(struct CUstream_st *stream, CUstreamCaptureMode mode);
+/*
+ * Ends the capture begun on `stream`, on every stream that joined it, and writes the
+ * graph (NULL on failure). CUDA_ERROR_ILLEGAL_STATE if the stream does not capture,
+ * _STREAM_CAPTURE_UNMATCHED if it joined a capture begun elsewhere,
+ * _STREAM_CAPTURE_WRONG_THREAD from another thread unless the mode was Relaxed (the
+ * capture stays open after these three); _STREAM_CAPTURE_INVALIDATED or
+ * _STREAM_CAPTURE_UNJOINED (a joined stream's work does not lead back to the origin):
+ * the capture ends and its graph is destroyed.
+ */
+CUresult simgpu_capture_end(struct CUstream_st *stream, struct CUgraph_st **graph);
+
+struct simgpu_capture_info {
+	CUstreamCaptureStatus status;
+	uint64_t id;                  /* unique per capture sequence in the process */
+	struct CUgraph_st *graph;     /* the graph being captured into */
+	const CUgraphNode *deps;      /* the next captured op's dependencies */
+	const CUgraphEdgeData *edges; /* parallel to deps, all default (zero); NULL if out
+	                                 of memory */
+	size_t count;
+};
+/* The stream's capture state; fields beyond status are set only when it captures. The
+ * deps and edges arrays stay valid until the next call on the stream.
+ * CUDA_ERROR_STREAM_CAPTURE_IMPLICIT for the legacy stream while a blocking stream
+ * captures (nothing is invalidated). */
+CUresult simgpu_capture_info(struct CUstream_st *stream, struct simgpu_capture_info *out);
+
+/* Live handles, or NULL. */
+struct CUgraph_st *simgpu_graph_get(CUgraph handle);
+struct CUgraphExec_st *simgpu_graph_exec_get(CUgraphExec handle);
+/* An executable copy of the graph, independent of it afterwards. flags: CUDA's
+ * CUDA_GRAPH_INSTANTIATE_FLAG_* (accepted, no effect). CUDA_ERROR_ILLEGAL_STATE while
+ * the graph is still being captured into. */
+CUresult simgpu_graph_instantiate(struct CUgraphExec_st **out, struct CUgraph_st *graph,
+                                  unsigned long long flags);
+/* Books the graph's ops on `stream` after its earlier work and after the previous launch
+ * of the same executable graph; later work on the stream waits for all of them.
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED into a capturing stream (simgpu does not capture
+ * graph launches as child graphs). */
+CUresult simgpu_graph_launch(struct CUgraphExec_st *exec, struct CUstream_st *stream);
+/* Work already launched is not affected. */
+CUresult simgpu_graph_exec_destroy(struct CUgraphExec_st *exec);
+/* CUDA_ERROR_ILLEGAL_STATE while the graph is being captured into. */
+CUresult simgpu_graph_destroy(struct CUgraph_st *graph);
+
 /* ---- Communication (used by the NCCL layer, under the core lock) ---------------------- */
 
 /*

@@ -278,7 +278,9 @@ SIMGPU_EXPORT CUresult simgpu_mem_alloc(CUdeviceptr *out, size_t bytes)
 	if (!out || !bytes)
 		return CUDA_ERROR_INVALID_VALUE;
 	simgpu_core_lock();
-	CUresult status = alloc_immediate_locked(out, bytes, SIMGPU_PAGE, BLOCK_PLAIN, true);
+	CUresult status = capture_check_unsafe_locked();
+	if (status == CUDA_SUCCESS)
+		status = alloc_immediate_locked(out, bytes, SIMGPU_PAGE, BLOCK_PLAIN, true);
 	simgpu_core_unlock();
 	return status;
 }
@@ -302,11 +304,12 @@ SIMGPU_EXPORT CUresult simgpu_mem_free(CUdeviceptr ptr)
 	simgpu_core_lock();
 	ssize_t i = block_find(ptr);
 	if (i >= 0 && mem.blocks.items[i].start == ptr &&
-	    mem.blocks.items[i].kind != BLOCK_RESERVED) {
+	    mem.blocks.items[i].kind != BLOCK_RESERVED)
+		status = capture_check_unsafe_locked();
+	if (status == CUDA_SUCCESS) {
 		/* cudaFree synchronises the device before it releases. */
 		sched_host_wait_locked(sched_device_tail_locked());
 		block_release_locked((size_t)block_find(ptr));
-		status = CUDA_SUCCESS;
 	}
 	simgpu_core_unlock();
 	return status;
@@ -369,6 +372,11 @@ SIMGPU_EXPORT CUresult simgpu_mem_alloc_async(CUdeviceptr *out, size_t bytes,
 	if (!out || !bytes)
 		return CUDA_ERROR_INVALID_VALUE;
 	simgpu_core_lock();
+	/* simgpu has no graph memory nodes: a capturing stream cannot allocate. */
+	status = capture_admit_locked(stream, CAPTURE_REFUSE);
+	if (status != CUDA_SUCCESS)
+		goto out_unlock;
+	status = CUDA_ERROR_OUT_OF_MEMORY;
 	if (!charge(size))
 		goto out_unlock;
 	start = va_take(1, size, SIMGPU_PAGE);
@@ -395,6 +403,9 @@ SIMGPU_EXPORT CUresult simgpu_mem_free_async(CUdeviceptr ptr, struct CUstream_st
 	ssize_t i = block_find(ptr);
 	if (i < 0 || mem.blocks.items[i].start != ptr || mem.blocks.items[i].kind != BLOCK_POOL)
 		goto out_unlock;
+	status = capture_admit_locked(stream, CAPTURE_REFUSE);
+	if (status != CUDA_SUCCESS)
+		goto out_unlock;
 	struct block b = mem.blocks.items[i];
 	protect_in_stream_locked(stream, "cudaFreeAsync", b.start, b.size, PROT_NONE);
 	if (ARRAY_RESERVE(mem.pending_frees))
@@ -420,10 +431,13 @@ SIMGPU_EXPORT CUresult simgpu_mem_host_alloc(void **out, size_t bytes)
 	if (posix_memalign(&p, SIMGPU_PAGE, bytes))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	simgpu_core_lock();
-	if (!ARRAY_RESERVE(mem.pinned)) {
+	CUresult status = capture_check_unsafe_locked();
+	if (status == CUDA_SUCCESS && !ARRAY_RESERVE(mem.pinned))
+		status = CUDA_ERROR_OUT_OF_MEMORY;
+	if (status != CUDA_SUCCESS) {
 		simgpu_core_unlock();
 		free(p);
-		return CUDA_ERROR_OUT_OF_MEMORY;
+		return status;
 	}
 	mem.pinned.items[mem.pinned.count++] = (struct range){(uint64_t)(uintptr_t)p, bytes};
 	simgpu_core_unlock();
@@ -439,6 +453,9 @@ SIMGPU_EXPORT CUresult simgpu_mem_host_free(void *ptr)
 	for (size_t i = 0; i < mem.pinned.count; i++) {
 		if (mem.pinned.items[i].start != (uint64_t)(uintptr_t)ptr)
 			continue;
+		status = capture_check_unsafe_locked();
+		if (status != CUDA_SUCCESS)
+			break;
 		/* Queued copies may still read or write it: let them finish first. */
 		sched_host_wait_locked(sched_device_tail_locked());
 		array_remove(mem.pinned.items, &mem.pinned.count, sizeof(struct range), i);

@@ -130,7 +130,8 @@ SIMGPU_EXPORT CUresult simgpu_stream_create(struct CUstream_st **out, unsigned i
 	return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-/* As in CUDA, destroying a stream with work queued lets that work finish. */
+/* As in CUDA, destroying a stream with work queued lets that work finish. A capturing
+ * stream is not destroyed: its capture is invalidated (it must still be ended). */
 SIMGPU_EXPORT CUresult simgpu_stream_destroy(struct CUstream_st *stream)
 {
 	CUresult status = CUDA_ERROR_INVALID_HANDLE;
@@ -139,6 +140,11 @@ SIMGPU_EXPORT CUresult simgpu_stream_destroy(struct CUstream_st *stream)
 	for (struct CUstream_st **link = &simgpu.streams; *link; link = &(*link)->next) {
 		if (*link != stream || stream->legacy || stream == thread_default_stream)
 			continue;
+		if (stream->capture) {
+			capture_invalidate_locked(stream->capture);
+			status = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+			break;
+		}
 		*link = stream->next;
 		stream->magic = 0;
 		free(stream);
@@ -158,9 +164,11 @@ void sched_host_wait_locked(uint64_t t)
 SIMGPU_EXPORT CUresult simgpu_stream_synchronize(struct CUstream_st *stream)
 {
 	simgpu_core_lock();
-	sched_host_wait_locked(stream->tail);
+	CUresult status = capture_admit_locked(stream, CAPTURE_REFUSE);
+	if (status == CUDA_SUCCESS)
+		sched_host_wait_locked(stream->tail);
 	simgpu_core_unlock();
-	return CUDA_SUCCESS;
+	return status;
 }
 
 /* Applies what has completed by the host clock; the answer is about the stream alone. */
@@ -175,7 +183,9 @@ static CUresult query_locked(uint64_t done_at)
 SIMGPU_EXPORT CUresult simgpu_stream_query(struct CUstream_st *stream)
 {
 	simgpu_core_lock();
-	CUresult status = query_locked(stream->tail);
+	CUresult status = capture_admit_locked(stream, CAPTURE_REFUSE);
+	if (status == CUDA_SUCCESS)
+		status = query_locked(stream->tail);
 	simgpu_core_unlock();
 	return status;
 }
@@ -190,11 +200,13 @@ SIMGPU_EXPORT CUresult simgpu_stream_wait_event(struct CUstream_st *stream,
                                                 struct CUevent_st *event)
 {
 	simgpu_core_lock();
+	CUresult status = capture_admit_locked(stream, CAPTURE_RECORD);
 	/* A never-recorded event is complete: waiting on it is a no-op, as in CUDA. */
-	if (event->recorded)
+	if (status == CUDA_SUCCESS && !capture_stream_wait_locked(stream, event, &status) &&
+	    event->recorded)
 		sched_stream_wait_locked(stream, event->time);
 	simgpu_core_unlock();
-	return CUDA_SUCCESS;
+	return status;
 }
 
 SIMGPU_EXPORT int simgpu_stream_priority(const struct CUstream_st *stream)
@@ -220,9 +232,11 @@ uint64_t sched_device_tail_locked(void)
 SIMGPU_EXPORT CUresult simgpu_ctx_synchronize(void)
 {
 	simgpu_core_lock();
-	sched_host_wait_locked(sched_device_tail_locked());
+	CUresult status = capture_check_unsafe_locked();
+	if (status == CUDA_SUCCESS)
+		sched_host_wait_locked(sched_device_tail_locked());
 	simgpu_core_unlock();
-	return CUDA_SUCCESS;
+	return status;
 }
 
 /* ---- Events --------------------------------------------------------------------------- */
@@ -268,6 +282,7 @@ SIMGPU_EXPORT CUresult simgpu_event_destroy(struct CUevent_st *event)
 		if (*link != event)
 			continue;
 		*link = event->next;
+		capture_event_forget_locked(event);
 		event->magic = 0;
 		free(event);
 		status = CUDA_SUCCESS;
@@ -278,10 +293,19 @@ SIMGPU_EXPORT CUresult simgpu_event_destroy(struct CUevent_st *event)
 }
 
 /* The event completes when the stream reaches it: after the work queued before it, and
- * not before the host recorded it. */
+ * not before the host recorded it. On a capturing stream it stands for the stream's
+ * captured work instead, and nothing is queued. */
 SIMGPU_EXPORT CUresult simgpu_event_record(struct CUevent_st *event, struct CUstream_st *stream)
 {
 	simgpu_core_lock();
+	CUresult status = capture_admit_locked(stream, CAPTURE_RECORD);
+	if (status != CUDA_SUCCESS || stream->capture) {
+		if (status == CUDA_SUCCESS)
+			status = capture_event_record_locked(event, stream);
+		simgpu_core_unlock();
+		return status;
+	}
+	capture_event_forget_locked(event);
 	uint64_t t = sched_ready_locked(stream);
 	uint64_t now = atomic_load(&simgpu.host_now);
 	if (now > t)
@@ -293,21 +317,31 @@ SIMGPU_EXPORT CUresult simgpu_event_record(struct CUevent_st *event, struct CUst
 	return CUDA_SUCCESS;
 }
 
+/* An event last recorded in an open capture stands for work that never runs: querying,
+ * waiting for or timing it fails with CUDA_ERROR_CAPTURED_EVENT (the capture goes on). */
 SIMGPU_EXPORT CUresult simgpu_event_query(struct CUevent_st *event)
 {
+	CUresult status = CUDA_ERROR_CAPTURED_EVENT;
+
 	simgpu_core_lock();
-	CUresult status = query_locked(event->recorded ? event->time : 0);
+	if (!event->capture)
+		status = query_locked(event->recorded ? event->time : 0);
 	simgpu_core_unlock();
 	return status;
 }
 
 SIMGPU_EXPORT CUresult simgpu_event_synchronize(struct CUevent_st *event)
 {
+	CUresult status = CUDA_ERROR_CAPTURED_EVENT;
+
 	simgpu_core_lock();
-	if (event->recorded)
-		sched_host_wait_locked(event->time);
+	if (!event->capture) {
+		status = CUDA_SUCCESS;
+		if (event->recorded)
+			sched_host_wait_locked(event->time);
+	}
 	simgpu_core_unlock();
-	return CUDA_SUCCESS;
+	return status;
 }
 
 SIMGPU_EXPORT CUresult simgpu_event_elapsed(float *ms, struct CUevent_st *start,
@@ -321,7 +355,9 @@ SIMGPU_EXPORT CUresult simgpu_event_elapsed(float *ms, struct CUevent_st *start,
 		return CUDA_ERROR_INVALID_HANDLE;
 	simgpu_core_lock();
 	uint64_t now = atomic_load(&simgpu.host_now);
-	if (!start->recorded || !end->recorded || start->time > now || end->time > now)
+	if (start->capture || end->capture)
+		status = CUDA_ERROR_CAPTURED_EVENT;
+	else if (!start->recorded || !end->recorded || start->time > now || end->time > now)
 		status = CUDA_ERROR_NOT_READY;
 	else
 		*ms = (float)((double)((int64_t)(end->time - start->time)) / 1e6);

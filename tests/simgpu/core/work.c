@@ -95,6 +95,15 @@ static void run_kernel(void *arg)
 	l->kernel->desc.body(&l->dims, l->args);
 }
 
+/* A byte copy of a launch (a graph replay's): its args point into the copy's bytes. */
+static void relocate_launch(void *copy)
+{
+	struct launch_effect *l = copy;
+
+	for (unsigned int i = 0; i < l->kernel->desc.num_params; i++)
+		l->args[i] = l->bytes + l->kernel->offsets[i];
+}
+
 /* Finds the packed buffer of an `extra` array; returns NULL if it is malformed. */
 static const void *extra_buffer(void **extra, size_t *size)
 {
@@ -120,7 +129,8 @@ SIMGPU_EXPORT CUresult simgpu_launch(struct simgpu_kernel *kernel,
 {
 	const struct simgpu_kernel_desc *d = &kernel->desc;
 	struct launch_effect *l;
-	uint64_t cost, end;
+	struct simgpu_op op;
+	CUresult status;
 
 	for (int i = 0; i < 3; i++)
 		if (!dims->grid[i] || !dims->block[i])
@@ -148,12 +158,20 @@ SIMGPU_EXPORT CUresult simgpu_launch(struct simgpu_kernel *kernel,
 		if (params)
 			memcpy(l->args[i], params[i], d->param_sizes[i]);
 	}
-	cost = d->cost_ns ? d->cost_ns(&l->dims, l->args) : simgpu.config.kernel_cost_ns;
+	op = (struct simgpu_op){
+	        .res = SIMGPU_RES_COMPUTE,
+	        .work_ns =
+	                d->cost_ns ? d->cost_ns(&l->dims, l->args) : simgpu.config.kernel_cost_ns,
+	        .name = d->name,
+	        .effect = run_kernel,
+	        .arg = l,
+	        .arg_bytes = sizeof(*l) + kernel->param_bytes,
+	        .relocate = relocate_launch,
+	};
 	simgpu_core_lock();
-	end = sched_book_locked(stream, SIMGPU_RES_COMPUTE, cost, d->name, NULL);
-	effects_push_locked(end, run_kernel, l);
+	status = work_issue_locked(stream, &op, NULL);
 	simgpu_core_unlock();
-	return CUDA_SUCCESS;
+	return status;
 }
 
 struct host_func_effect {
@@ -179,17 +197,24 @@ SIMGPU_EXPORT CUresult simgpu_launch_host_func(struct CUstream_st *stream, CUhos
 	if (!h)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*h = (struct host_func_effect){fn, user_data};
+	struct simgpu_op op = {
+	        .res = SIMGPU_RES_NONE,
+	        .name = "host function",
+	        .effect = run_host_func,
+	        .arg = h,
+	        .arg_bytes = sizeof(*h),
+	};
 	simgpu_core_lock();
-	uint64_t end = sched_book_locked(stream, SIMGPU_RES_NONE, 0, "host function", NULL);
-	effects_push_locked(end, run_host_func, h);
+	CUresult status = work_issue_locked(stream, &op, NULL);
 	simgpu_core_unlock();
-	return CUDA_SUCCESS;
+	return status;
 }
 
 /* ---- Copies and memsets ------------------------------------------------------------------ */
 
 /* A queued copy. Sources that may change before the copy runs (pageable host memory)
- * are captured into `staged` at issue time, as CUDA stages them. */
+ * are captured into `staged` at issue time, as CUDA stages them. Only copies without
+ * staging can be captured into a graph, so a byte copy of the struct is a replay's. */
 struct copy_effect {
 	void *dst;
 	const void *src;
@@ -244,13 +269,24 @@ SIMGPU_EXPORT CUresult simgpu_memcpy(void *dst, const void *src, size_t bytes,
 		memcpy(e->staged, src, bytes);
 		e->src = e->staged;
 	}
+	struct simgpu_op op = {res, cost, name, run_copy, e, sizeof(*e), NULL};
+	uint64_t end;
+	CUresult status = CUDA_SUCCESS;
 	simgpu_core_lock();
-	uint64_t end = sched_book_locked(stream, res, cost, name, NULL);
-	effects_push_locked(end, run_copy, e);
-	if (blocking)
+	/* A blocking copy is one of CUDA's unsafe calls; a copy from or to pageable memory
+	 * cannot be captured (the host takes part in it). */
+	if (!async)
+		status = capture_check_unsafe_locked();
+	if (status == CUDA_SUCCESS && (blocking || stage))
+		status = capture_admit_locked(stream, CAPTURE_REFUSE);
+	if (status == CUDA_SUCCESS)
+		status = work_issue_locked(stream, &op, &end);
+	else
+		free(e);
+	if (status == CUDA_SUCCESS && blocking)
 		sched_host_wait_locked(end);
 	simgpu_core_unlock();
-	return CUDA_SUCCESS;
+	return status;
 }
 
 struct memset_effect {
@@ -283,12 +319,28 @@ SIMGPU_EXPORT CUresult simgpu_memset(CUdeviceptr dst, unsigned int value, unsign
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	/* Little-endian: the low elem_size bytes of value are the pattern. */
 	*m = (struct memset_effect){(unsigned char *)(uintptr_t)dst, value, elem_size, count};
+	struct simgpu_op op = {
+	        .res = SIMGPU_RES_COMPUTE,
+	        .work_ns = transfer_ns((uint64_t)count * elem_size, simgpu.config.hbm_bytes_per_s),
+	        .name = "memset",
+	        .effect = run_memset,
+	        .arg = m,
+	        .arg_bytes = sizeof(*m),
+	};
+	uint64_t end;
+	CUresult status = CUDA_SUCCESS;
 	simgpu_core_lock();
-	uint64_t cost = transfer_ns((uint64_t)count * elem_size, simgpu.config.hbm_bytes_per_s);
-	uint64_t end = sched_book_locked(stream, SIMGPU_RES_COMPUTE, cost, "memset", NULL);
-	effects_push_locked(end, run_memset, m);
+	/* A blocking memset is unsafe during capture and cannot be captured itself. */
 	if (!async)
+		status = capture_check_unsafe_locked();
+	if (status == CUDA_SUCCESS && !async)
+		status = capture_admit_locked(stream, CAPTURE_REFUSE);
+	if (status == CUDA_SUCCESS)
+		status = work_issue_locked(stream, &op, &end);
+	else
+		free(m);
+	if (status == CUDA_SUCCESS && !async)
 		sched_host_wait_locked(end);
 	simgpu_core_unlock();
-	return CUDA_SUCCESS;
+	return status;
 }

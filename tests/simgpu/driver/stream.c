@@ -50,7 +50,8 @@ static CUresult stream_query(CUstream hStream, bool per_thread)
 	return simgpu_stream_query(stream);
 }
 
-/* CU_EVENT_WAIT_EXTERNAL only matters under graph capture, which simgpu lacks. */
+/* CU_EVENT_WAIT_EXTERNAL asks for an external event node under capture; simgpu has none,
+ * so a capturing stream waiting on an event from outside its capture fails either way. */
 static CUresult stream_wait_event(CUstream hStream, CUevent hEvent, unsigned int flags,
                                   bool per_thread)
 {
@@ -88,16 +89,23 @@ static CUresult stream_get_flags(CUstream hStream, unsigned int *flags, bool per
 	return CUDA_SUCCESS;
 }
 
-/* simgpu has no graphs, so no stream is ever capturing. */
+/* CUDA_ERROR_STREAM_CAPTURE_IMPLICIT for the legacy stream while a blocking stream
+ * captures. */
 static CUresult stream_is_capturing(CUstream hStream, CUstreamCaptureStatus *status,
                                     bool per_thread)
 {
+	struct CUstream_st *stream = simgpu_stream_get(hStream, per_thread);
+	struct simgpu_capture_info info;
+	CUresult res;
+
 	if (!status)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!simgpu_stream_get(hStream, per_thread))
+	if (!stream)
 		return CUDA_ERROR_INVALID_HANDLE;
-	*status = CU_STREAM_CAPTURE_STATUS_NONE;
-	return CUDA_SUCCESS;
+	res = simgpu_capture_info(stream, &info);
+	if (res == CUDA_SUCCESS)
+		*status = info.status;
+	return res;
 }
 
 static CUresult event_destroy(CUevent hEvent)
@@ -109,7 +117,7 @@ static CUresult event_destroy(CUevent hEvent)
 	return simgpu_event_destroy(event);
 }
 
-/* CU_EVENT_RECORD_EXTERNAL only matters under graph capture: refused. */
+/* CU_EVENT_RECORD_EXTERNAL asks for an external event node under capture: refused. */
 static CUresult event_record(CUevent hEvent, CUstream hStream, unsigned int flags, bool per_thread)
 {
 	struct CUevent_st *event = simgpu_event_get(hEvent);

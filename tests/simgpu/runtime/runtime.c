@@ -22,29 +22,37 @@
  * Anything not listed becomes cudaErrorUnknown. Launches translate
  * CUDA_ERROR_INVALID_HANDLE themselves (see runtime_exec.c).
  */
-#define SIMGPU_RUNTIME_RESULTS(X)                                                   \
-	X(CUDA_SUCCESS, cudaSuccess)                                                \
-	X(CUDA_ERROR_INVALID_VALUE, cudaErrorInvalidValue)                          \
-	X(CUDA_ERROR_OUT_OF_MEMORY, cudaErrorMemoryAllocation)                      \
-	X(CUDA_ERROR_NOT_INITIALIZED, cudaErrorInitializationError)                 \
-	X(CUDA_ERROR_DEINITIALIZED, cudaErrorCudartUnloading)                       \
-	X(CUDA_ERROR_NO_DEVICE, cudaErrorNoDevice)                                  \
-	X(CUDA_ERROR_INVALID_DEVICE, cudaErrorInvalidDevice)                        \
-	X(CUDA_ERROR_INVALID_CONTEXT, cudaErrorDeviceUninitialized)                 \
-	X(CUDA_ERROR_CONTEXT_IS_DESTROYED, cudaErrorContextIsDestroyed)             \
-	X(CUDA_ERROR_INVALID_HANDLE, cudaErrorInvalidResourceHandle)                \
-	X(CUDA_ERROR_ILLEGAL_STATE, cudaErrorIllegalState)                          \
-	X(CUDA_ERROR_NOT_FOUND, cudaErrorSymbolNotFound)                            \
-	X(CUDA_ERROR_NOT_READY, cudaErrorNotReady)                                  \
-	X(CUDA_ERROR_ILLEGAL_ADDRESS, cudaErrorIllegalAddress)                      \
-	X(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, cudaErrorLaunchOutOfResources)        \
-	X(CUDA_ERROR_LAUNCH_FAILED, cudaErrorLaunchFailure)                         \
-	X(CUDA_ERROR_OPERATING_SYSTEM, cudaErrorOperatingSystem)                    \
-	X(CUDA_ERROR_NOT_PERMITTED, cudaErrorNotPermitted)                          \
-	X(CUDA_ERROR_NOT_SUPPORTED, cudaErrorNotSupported)                          \
-	X(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, cudaErrorSystemDriverMismatch)         \
-	X(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cudaErrorStreamCaptureUnsupported) \
-	X(CUDA_ERROR_TIMEOUT, cudaErrorTimeout)                                     \
+#define SIMGPU_RUNTIME_RESULTS(X)                                                    \
+	X(CUDA_SUCCESS, cudaSuccess)                                                 \
+	X(CUDA_ERROR_INVALID_VALUE, cudaErrorInvalidValue)                           \
+	X(CUDA_ERROR_OUT_OF_MEMORY, cudaErrorMemoryAllocation)                       \
+	X(CUDA_ERROR_NOT_INITIALIZED, cudaErrorInitializationError)                  \
+	X(CUDA_ERROR_DEINITIALIZED, cudaErrorCudartUnloading)                        \
+	X(CUDA_ERROR_NO_DEVICE, cudaErrorNoDevice)                                   \
+	X(CUDA_ERROR_INVALID_DEVICE, cudaErrorInvalidDevice)                         \
+	X(CUDA_ERROR_INVALID_CONTEXT, cudaErrorDeviceUninitialized)                  \
+	X(CUDA_ERROR_CONTEXT_IS_DESTROYED, cudaErrorContextIsDestroyed)              \
+	X(CUDA_ERROR_INVALID_HANDLE, cudaErrorInvalidResourceHandle)                 \
+	X(CUDA_ERROR_ILLEGAL_STATE, cudaErrorIllegalState)                           \
+	X(CUDA_ERROR_NOT_FOUND, cudaErrorSymbolNotFound)                             \
+	X(CUDA_ERROR_NOT_READY, cudaErrorNotReady)                                   \
+	X(CUDA_ERROR_ILLEGAL_ADDRESS, cudaErrorIllegalAddress)                       \
+	X(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, cudaErrorLaunchOutOfResources)         \
+	X(CUDA_ERROR_LAUNCH_FAILED, cudaErrorLaunchFailure)                          \
+	X(CUDA_ERROR_OPERATING_SYSTEM, cudaErrorOperatingSystem)                     \
+	X(CUDA_ERROR_NOT_PERMITTED, cudaErrorNotPermitted)                           \
+	X(CUDA_ERROR_NOT_SUPPORTED, cudaErrorNotSupported)                           \
+	X(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, cudaErrorSystemDriverMismatch)          \
+	X(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cudaErrorStreamCaptureUnsupported)  \
+	X(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cudaErrorStreamCaptureInvalidated)  \
+	X(CUDA_ERROR_STREAM_CAPTURE_MERGE, cudaErrorStreamCaptureMerge)              \
+	X(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, cudaErrorStreamCaptureUnmatched)      \
+	X(CUDA_ERROR_STREAM_CAPTURE_UNJOINED, cudaErrorStreamCaptureUnjoined)        \
+	X(CUDA_ERROR_STREAM_CAPTURE_ISOLATION, cudaErrorStreamCaptureIsolation)      \
+	X(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, cudaErrorStreamCaptureImplicit)        \
+	X(CUDA_ERROR_CAPTURED_EVENT, cudaErrorCapturedEvent)                         \
+	X(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, cudaErrorStreamCaptureWrongThread) \
+	X(CUDA_ERROR_TIMEOUT, cudaErrorTimeout)                                      \
 	X(CUDA_ERROR_UNKNOWN, cudaErrorUnknown)
 
 /* Every error this runtime can return, with the real runtime's description. */
@@ -75,6 +83,21 @@
 	X(cudaErrorSystemDriverMismatch, "system has unsupported display driver / cuda driver "  \
 	                                 "combination")                                          \
 	X(cudaErrorStreamCaptureUnsupported, "operation not permitted when stream is capturing") \
+	X(cudaErrorStreamCaptureInvalidated, "operation failed due to a previous error during "  \
+	                                     "capture")                                          \
+	X(cudaErrorStreamCaptureMerge, "operation would result in a merge of separate capture "  \
+	                               "sequences")                                              \
+	X(cudaErrorStreamCaptureUnmatched, "capture was not ended in the same stream as it "     \
+	                                   "began")                                              \
+	X(cudaErrorStreamCaptureUnjoined, "capturing stream has unjoined work")                  \
+	X(cudaErrorStreamCaptureIsolation, "dependency created on uncaptured work in another "   \
+	                                   "stream")                                             \
+	X(cudaErrorStreamCaptureImplicit, "operation would make the legacy stream depend on a "  \
+	                                  "capturing blocking stream")                           \
+	X(cudaErrorCapturedEvent, "operation not permitted on an event last recorded in a "      \
+	                          "capturing stream")                                            \
+	X(cudaErrorStreamCaptureWrongThread, "attempt to terminate a thread-local capture "      \
+	                                     "sequence from another thread")                     \
 	X(cudaErrorTimeout, "timeout expired")                                                   \
 	X(cudaErrorUnknown, "unknown error")
 

@@ -38,53 +38,61 @@
  * cuCtxSynchronize at 13000 is cuCtxSynchronize_v2, which takes the context to
  * synchronise (NULL: the current one).
  */
-#define SIMGPU_RUNTIME_DRIVER_CALLS(X)                                                  \
-	X(cuGetProcAddress_v2, "cuGetProcAddress", PFN_cuGetProcAddress_v12000)         \
-	X(cuGetErrorName, "cuGetErrorName", PFN_cuGetErrorName_v6000)                   \
-	X(cuInit, "cuInit", PFN_cuInit_v2000)                                           \
-	X(cuDriverGetVersion, "cuDriverGetVersion", PFN_cuDriverGetVersion_v2020)       \
-	X(cuDeviceGet, "cuDeviceGet", PFN_cuDeviceGet_v2000)                            \
-	X(cuDeviceGetCount, "cuDeviceGetCount", PFN_cuDeviceGetCount_v2000)             \
-	X(cuDeviceGetName, "cuDeviceGetName", PFN_cuDeviceGetName_v2000)                \
-	X(cuDeviceGetAttribute, "cuDeviceGetAttribute", PFN_cuDeviceGetAttribute_v2000) \
-	X(cuDeviceTotalMem_v2, "cuDeviceTotalMem", PFN_cuDeviceTotalMem_v3020)          \
-	X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain",                         \
-	  PFN_cuDevicePrimaryCtxRetain_v7000)                                           \
-	X(cuCtxSetCurrent, "cuCtxSetCurrent", PFN_cuCtxSetCurrent_v4000)                \
-	X(cuCtxSynchronize_v2, "cuCtxSynchronize", PFN_cuCtxSynchronize_v13000)         \
-	X(cuCtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange",                   \
-	  PFN_cuCtxGetStreamPriorityRange_v5050)                                        \
-	X(cuMemAlloc_v2, "cuMemAlloc", PFN_cuMemAlloc_v3020)                            \
-	X(cuMemFree_v2, "cuMemFree", PFN_cuMemFree_v3020)                               \
-	X(cuMemAllocHost_v2, "cuMemAllocHost", PFN_cuMemAllocHost_v3020)                \
-	X(cuMemFreeHost, "cuMemFreeHost", PFN_cuMemFreeHost_v2000)                      \
-	X(cuMemGetInfo_v2, "cuMemGetInfo", PFN_cuMemGetInfo_v3020)                      \
-	X(cuMemAllocAsync, "cuMemAllocAsync", PFN_cuMemAllocAsync_v11020)               \
-	X(cuMemFreeAsync, "cuMemFreeAsync", PFN_cuMemFreeAsync_v11020)                  \
-	X(cuMemcpy, "cuMemcpy", PFN_cuMemcpy_v4000)                                     \
-	X(cuMemcpyAsync, "cuMemcpyAsync", PFN_cuMemcpyAsync_v4000)                      \
-	X(cuMemsetD8_v2, "cuMemsetD8", PFN_cuMemsetD8_v3020)                            \
-	X(cuMemsetD8Async, "cuMemsetD8Async", PFN_cuMemsetD8Async_v3020)                \
-	X(cuStreamCreate, "cuStreamCreate", PFN_cuStreamCreate_v2000)                   \
-	X(cuStreamCreateWithPriority, "cuStreamCreateWithPriority",                     \
-	  PFN_cuStreamCreateWithPriority_v5050)                                         \
-	X(cuStreamDestroy_v2, "cuStreamDestroy", PFN_cuStreamDestroy_v4000)             \
-	X(cuStreamSynchronize, "cuStreamSynchronize", PFN_cuStreamSynchronize_v2000)    \
-	X(cuStreamQuery, "cuStreamQuery", PFN_cuStreamQuery_v2000)                      \
-	X(cuStreamWaitEvent, "cuStreamWaitEvent", PFN_cuStreamWaitEvent_v3020)          \
-	X(cuStreamGetPriority, "cuStreamGetPriority", PFN_cuStreamGetPriority_v5050)    \
-	X(cuStreamGetFlags, "cuStreamGetFlags", PFN_cuStreamGetFlags_v5050)             \
-	X(cuStreamIsCapturing, "cuStreamIsCapturing", PFN_cuStreamIsCapturing_v10000)   \
-	X(cuEventCreate, "cuEventCreate", PFN_cuEventCreate_v2000)                      \
-	X(cuEventDestroy_v2, "cuEventDestroy", PFN_cuEventDestroy_v4000)                \
-	X(cuEventRecord, "cuEventRecord", PFN_cuEventRecord_v2000)                      \
-	X(cuEventQuery, "cuEventQuery", PFN_cuEventQuery_v2000)                         \
-	X(cuEventSynchronize, "cuEventSynchronize", PFN_cuEventSynchronize_v2000)       \
-	X(cuEventElapsedTime_v2, "cuEventElapsedTime", PFN_cuEventElapsedTime_v12080)   \
-	X(cuLaunchKernel, "cuLaunchKernel", PFN_cuLaunchKernel_v4000)                   \
-	X(cuLaunchKernelEx, "cuLaunchKernelEx", PFN_cuLaunchKernelEx_v11060)            \
-	X(cuLaunchHostFunc, "cuLaunchHostFunc", PFN_cuLaunchHostFunc_v10000)            \
-	X(cuKernelGetFunction, "cuKernelGetFunction", PFN_cuKernelGetFunction_v12000)
+#define SIMGPU_RUNTIME_DRIVER_CALLS(X)                                                            \
+	X(cuGetProcAddress_v2, "cuGetProcAddress", PFN_cuGetProcAddress_v12000)                   \
+	X(cuGetErrorName, "cuGetErrorName", PFN_cuGetErrorName_v6000)                             \
+	X(cuInit, "cuInit", PFN_cuInit_v2000)                                                     \
+	X(cuDriverGetVersion, "cuDriverGetVersion", PFN_cuDriverGetVersion_v2020)                 \
+	X(cuDeviceGet, "cuDeviceGet", PFN_cuDeviceGet_v2000)                                      \
+	X(cuDeviceGetCount, "cuDeviceGetCount", PFN_cuDeviceGetCount_v2000)                       \
+	X(cuDeviceGetName, "cuDeviceGetName", PFN_cuDeviceGetName_v2000)                          \
+	X(cuDeviceGetAttribute, "cuDeviceGetAttribute", PFN_cuDeviceGetAttribute_v2000)           \
+	X(cuDeviceTotalMem_v2, "cuDeviceTotalMem", PFN_cuDeviceTotalMem_v3020)                    \
+	X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain",                                   \
+	  PFN_cuDevicePrimaryCtxRetain_v7000)                                                     \
+	X(cuCtxSetCurrent, "cuCtxSetCurrent", PFN_cuCtxSetCurrent_v4000)                          \
+	X(cuCtxSynchronize_v2, "cuCtxSynchronize", PFN_cuCtxSynchronize_v13000)                   \
+	X(cuCtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange",                             \
+	  PFN_cuCtxGetStreamPriorityRange_v5050)                                                  \
+	X(cuMemAlloc_v2, "cuMemAlloc", PFN_cuMemAlloc_v3020)                                      \
+	X(cuMemFree_v2, "cuMemFree", PFN_cuMemFree_v3020)                                         \
+	X(cuMemAllocHost_v2, "cuMemAllocHost", PFN_cuMemAllocHost_v3020)                          \
+	X(cuMemFreeHost, "cuMemFreeHost", PFN_cuMemFreeHost_v2000)                                \
+	X(cuMemGetInfo_v2, "cuMemGetInfo", PFN_cuMemGetInfo_v3020)                                \
+	X(cuMemAllocAsync, "cuMemAllocAsync", PFN_cuMemAllocAsync_v11020)                         \
+	X(cuMemFreeAsync, "cuMemFreeAsync", PFN_cuMemFreeAsync_v11020)                            \
+	X(cuMemcpy, "cuMemcpy", PFN_cuMemcpy_v4000)                                               \
+	X(cuMemcpyAsync, "cuMemcpyAsync", PFN_cuMemcpyAsync_v4000)                                \
+	X(cuMemsetD8_v2, "cuMemsetD8", PFN_cuMemsetD8_v3020)                                      \
+	X(cuMemsetD8Async, "cuMemsetD8Async", PFN_cuMemsetD8Async_v3020)                          \
+	X(cuStreamCreate, "cuStreamCreate", PFN_cuStreamCreate_v2000)                             \
+	X(cuStreamCreateWithPriority, "cuStreamCreateWithPriority",                               \
+	  PFN_cuStreamCreateWithPriority_v5050)                                                   \
+	X(cuStreamDestroy_v2, "cuStreamDestroy", PFN_cuStreamDestroy_v4000)                       \
+	X(cuStreamSynchronize, "cuStreamSynchronize", PFN_cuStreamSynchronize_v2000)              \
+	X(cuStreamQuery, "cuStreamQuery", PFN_cuStreamQuery_v2000)                                \
+	X(cuStreamWaitEvent, "cuStreamWaitEvent", PFN_cuStreamWaitEvent_v3020)                    \
+	X(cuStreamGetPriority, "cuStreamGetPriority", PFN_cuStreamGetPriority_v5050)              \
+	X(cuStreamGetFlags, "cuStreamGetFlags", PFN_cuStreamGetFlags_v5050)                       \
+	X(cuStreamIsCapturing, "cuStreamIsCapturing", PFN_cuStreamIsCapturing_v10000)             \
+	X(cuEventCreate, "cuEventCreate", PFN_cuEventCreate_v2000)                                \
+	X(cuEventDestroy_v2, "cuEventDestroy", PFN_cuEventDestroy_v4000)                          \
+	X(cuEventRecord, "cuEventRecord", PFN_cuEventRecord_v2000)                                \
+	X(cuEventQuery, "cuEventQuery", PFN_cuEventQuery_v2000)                                   \
+	X(cuEventSynchronize, "cuEventSynchronize", PFN_cuEventSynchronize_v2000)                 \
+	X(cuEventElapsedTime_v2, "cuEventElapsedTime", PFN_cuEventElapsedTime_v12080)             \
+	X(cuLaunchKernel, "cuLaunchKernel", PFN_cuLaunchKernel_v4000)                             \
+	X(cuLaunchKernelEx, "cuLaunchKernelEx", PFN_cuLaunchKernelEx_v11060)                      \
+	X(cuLaunchHostFunc, "cuLaunchHostFunc", PFN_cuLaunchHostFunc_v10000)                      \
+	X(cuKernelGetFunction, "cuKernelGetFunction", PFN_cuKernelGetFunction_v12000)             \
+	X(cuStreamBeginCapture_v2, "cuStreamBeginCapture", PFN_cuStreamBeginCapture_v10010)       \
+	X(cuStreamEndCapture, "cuStreamEndCapture", PFN_cuStreamEndCapture_v10000)                \
+	X(cuStreamGetCaptureInfo_v3, "cuStreamGetCaptureInfo", PFN_cuStreamGetCaptureInfo_v12030) \
+	X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags",                             \
+	  PFN_cuGraphInstantiateWithFlags_v11040)                                                 \
+	X(cuGraphLaunch, "cuGraphLaunch", PFN_cuGraphLaunch_v10000)                               \
+	X(cuGraphExecDestroy, "cuGraphExecDestroy", PFN_cuGraphExecDestroy_v10000)                \
+	X(cuGraphDestroy, "cuGraphDestroy", PFN_cuGraphDestroy_v10000)
 
 /* One table of driver entry points; the field names are the ABI names above. */
 struct simgpu_runtime_driver {
