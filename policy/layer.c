@@ -46,7 +46,7 @@ const struct lynx_layer_comm_info lynx_layer_comms[LYNX_COMM_COUNT] = {
 
 const struct lynx_layer_group_info lynx_layer_groups[LYNX_GROUP_COUNT] = {
 #define LYNX_LAYER_GROUP(id, group_name, group_block, c_sbh, c_as2b, split, op_mask, comm_mask, \
-                         dep_mask)                                                              \
+                         dep_mask, consumer_op)                                                 \
 	[LYNX_GROUP_##id] = {                                                                   \
 	        .name = group_name,                                                             \
 	        .block = LYNX_BLOCK_##group_block,                                              \
@@ -56,6 +56,7 @@ const struct lynx_layer_group_info lynx_layer_groups[LYNX_GROUP_COUNT] = {
 	        .ops = op_mask,                                                                 \
 	        .comms = comm_mask,                                                             \
 	        .deps = dep_mask,                                                               \
+	        .consumer = LYNX_OP_##consumer_op,                                              \
 	},
 #include "layer.def"
 };

@@ -100,6 +100,8 @@ struct lynx_layer_group_info {
 	uint32_t ops;   /* LYNX_OPS() mask rerun to rebuild it; 0: the layer's input */
 	uint32_t comms; /* LYNX_COMMS() mask of collectives that rerun needs */
 	uint32_t deps;  /* LYNX_GROUPS() mask that must be resident to rebuild it */
+	/* The op whose backward first reads it; autograd frees it after that op. */
+	enum lynx_op consumer;
 };
 
 extern const struct lynx_layer_op_info lynx_layer_ops[LYNX_OP_COUNT];

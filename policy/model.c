@@ -4,22 +4,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "refuse.h"
 #include "model.h"
-
-static int refuse(char *why, size_t len, const char *fmt, ...)
-        __attribute__((format(printf, 3, 4)));
-
-static int refuse(char *why, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (why && len) {
-		va_start(ap, fmt);
-		vsnprintf(why, len, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
 
 /* a·b·c, or false if it does not fit 64 bits. */
 static bool mul3(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
@@ -64,38 +50,43 @@ int lynx_model_validate(const struct lynx_model_desc *m, char *why, size_t len)
 
 	for (size_t i = 0; i < sizeof(positive) / sizeof(positive[0]); i++)
 		if (!positive[i].value)
-			return refuse(why, len, "%s must be positive", positive[i].what);
+			return lynx_policy_refuse(why, len, "%s must be positive",
+			                          positive[i].what);
 	if (m->hidden % m->heads)
-		return refuse(why, len,
-		              "hidden size h=%u is not divisible by the number of heads a=%u",
-		              m->hidden, m->heads);
+		return lynx_policy_refuse(
+		        why, len, "hidden size h=%u is not divisible by the number of heads a=%u",
+		        m->hidden, m->heads);
 	if (m->heads % m->tp)
-		return refuse(why, len,
-		              "heads a=%u are not divisible by the tensor-parallel size t=%u",
-		              m->heads, m->tp);
+		return lynx_policy_refuse(
+		        why, len, "heads a=%u are not divisible by the tensor-parallel size t=%u",
+		        m->heads, m->tp);
 	if (m->pp > m->layers)
-		return refuse(why, len, "pipeline size p=%u exceeds the number of layers L=%u",
-		              m->pp, m->layers);
+		return lynx_policy_refuse(why, len,
+		                          "pipeline size p=%u exceeds the number of layers L=%u",
+		                          m->pp, m->layers);
 	if (m->layers % m->pp)
-		return refuse(why, len,
-		              "L=%u layers do not split evenly over p=%u pipeline stages "
-		              "(uneven splits come from the partitioner)",
-		              m->layers, m->pp);
+		return lynx_policy_refuse(
+		        why, len,
+		        "L=%u layers do not split evenly over p=%u pipeline stages "
+		        "(uneven splits come from the partitioner)",
+		        m->layers, m->pp);
 	if ((uint64_t)m->global_batch % ((uint64_t)m->micro_batch * m->dp))
-		return refuse(why, len,
-		              "global batch B=%u is not a multiple of micro-batch b=%u times "
-		              "data-parallel size d=%u",
-		              m->global_batch, m->micro_batch, m->dp);
+		return lynx_policy_refuse(
+		        why, len,
+		        "global batch B=%u is not a multiple of micro-batch b=%u times "
+		        "data-parallel size d=%u",
+		        m->global_batch, m->micro_batch, m->dp);
 	if (m->sp && m->seq % m->tp)
-		return refuse(
+		return lynx_policy_refuse(
 		        why, len,
 		        "sequence parallelism splits the sequence: s=%u is not divisible by t=%u",
 		        m->seq, m->tp);
 	if (!fits_64_bits(m))
-		return refuse(why, len,
-		              "shape too large: per-layer byte, FLOP or parameter counts overflow "
-		              "64 bits (L=%u, h=%u, a=%u, s=%u, v=%u, b=%u)",
-		              m->layers, m->hidden, m->heads, m->seq, m->vocab, m->micro_batch);
+		return lynx_policy_refuse(
+		        why, len,
+		        "shape too large: per-layer byte, FLOP or parameter counts overflow "
+		        "64 bits (L=%u, h=%u, a=%u, s=%u, v=%u, b=%u)",
+		        m->layers, m->hidden, m->heads, m->seq, m->vocab, m->micro_batch);
 	return 0;
 }
 

@@ -8,6 +8,7 @@
 #include "env.h"
 #include "lynx.h"
 #include "run.h"
+#include "sim.h"
 
 static int help_main(int argc, char **argv);
 
@@ -28,6 +29,10 @@ static const struct lynx_command commands[] = {
          lynx_env_help},
         {"doctor", lynx_doctor_main, "[--verbose] [--require-nccl]",
          "check that CUDA, NCCL and every hooked symbol can be found here", lynx_doctor_help},
+        {"sim", lynx_sim_main,
+         "--model NAME|--sweep --cluster NAME [--tp T] [--pp P] [--dp D] [--microbatches M] "
+         "[--micro-batch B] [--budget BYTES] [--sp] [--json|--csv]",
+         "compare every planner on a GPT job built from presets", lynx_sim_help},
         {"help", help_main, "[COMMAND]", "show this help, or a command's", NULL},
 };
 

@@ -1,0 +1,561 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The independent checker: each stage walks its 1F1B action sequence op by op, twice. The
+ * first walk, untimed, numbers every event and assigns each window decision to the latest
+ * valid occurrence of its window. The second, timed, runs all stages together (a stage's
+ * forward waits for the previous stage's, its backward for the next stage's), rebuilding on
+ * demand and in windows, and counts memory after every allocation.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "refuse.h"
+#include "checker.h"
+
+/* The state of one group of one layer and micro-batch. */
+enum { RESIDENT = 1, CONSUMED = 2 };
+
+/* A window decision of group g of layer l, micro-batch j, bound to occurrence `occ`. */
+struct target {
+	uint64_t occ;
+	uint32_t j, l, g;
+};
+
+struct stage_sim {
+	const struct lynx_problem *p;
+	const struct lynx_problem_layer *L;
+	const struct lynx_problem_stage *st;
+	const struct lynx_plan *plan;
+	uint32_t s, n, m;
+	bool timed;    /* false: the numbering walk */
+	uint32_t next; /* next action of the 1F1B sequence, 0 .. 2m - 1 */
+
+	double now; /* when the compute stream is next free */
+	uint64_t mem, peak;
+	uint8_t *state; /* [j][l][g] */
+
+	int *tp_fwd, *tp_bwd; /* [l][op]: window index, or -1 */
+	int pp_fwd, pp_bwd, dp;
+
+	uint64_t seq;          /* events so far */
+	uint64_t *drop_seq;    /* [j][l]: the event that dropped the layer's groups */
+	uint64_t prev_bwd_seq; /* the end of the last backward */
+	uint64_t *win_last;    /* [window]: its latest occurrence */
+	struct target *targets;
+	size_t n_targets, cap, cursor;
+
+	double window_work, window_overflow, on_demand;
+	uint64_t fallbacks;
+	int err;
+	char *why;
+	size_t len;
+};
+
+static uint8_t *state_of(struct stage_sim *ss, uint32_t j, uint32_t l)
+{
+	return &ss->state[((size_t)j * ss->n + l) * ss->L->n_groups];
+}
+
+static enum lynx_action action_of(const struct stage_sim *ss, uint32_t l, uint32_t g)
+{
+	return lynx_plan_get(ss->plan, ss->s, l, g)->action;
+}
+
+static void take(struct stage_sim *ss, uint64_t bytes)
+{
+	ss->mem += bytes;
+	if (ss->mem > ss->peak)
+		ss->peak = ss->mem;
+}
+
+static void give(struct stage_sim *ss, uint64_t bytes)
+{
+	ss->mem -= bytes;
+}
+
+static double max2(double a, double b)
+{
+	return a > b ? a : b;
+}
+
+/*
+ * Rebuilds the groups `want` of layer l, micro-batch j, that are not resident, with their
+ * missing dependencies and dropped siblings (same ops). Returns the time it takes: each op
+ * rerun once.
+ */
+static double rebuild(struct stage_sim *ss, uint32_t j, uint32_t l, uint32_t want)
+{
+	const struct lynx_problem_layer *L = ss->L;
+	uint8_t *st = state_of(ss, j, l);
+	uint32_t resident = 0, consumed = 0, set, prev = 0, ops = 0;
+	double t = 0;
+
+	for (uint32_t g = 0; g < L->n_groups; g++) {
+		resident |= (st[g] & RESIDENT) ? 1u << g : 0;
+		consumed |= (st[g] & CONSUMED) ? 1u << g : 0;
+	}
+	set = want & ~resident;
+	while (set != prev) {
+		prev = set;
+		for (uint32_t g = 0; g < L->n_groups; g++) {
+			if (!(set & (1u << g)))
+				continue;
+			set |= L->groups[g].deps & ~resident;
+			for (uint32_t h = 0; h < L->n_groups; h++)
+				if (L->groups[h].ops == L->groups[g].ops &&
+				    !((resident | consumed) & (1u << h)) &&
+				    action_of(ss, l, h) != LYNX_ACTION_KEEP)
+					set |= 1u << h;
+		}
+	}
+	for (uint32_t g = 0; g < L->n_groups; g++) {
+		if (!(set & (1u << g)))
+			continue;
+		if (!L->groups[g].ops && !ss->err)
+			ss->err = lynx_policy_refuse(
+			        ss->why, ss->len,
+			        "stage %u layer %u micro-batch %u: group %s is needed but "
+			        "is not resident and cannot be rebuilt",
+			        ss->s, l, j, L->groups[g].name);
+		ops |= L->groups[g].ops;
+		take(ss, L->groups[g].bytes);
+		st[g] |= RESIDENT;
+	}
+	/* A dependency rebuilt after its own consumer is needed only for this rebuild. */
+	for (uint32_t g = 0; g < L->n_groups; g++)
+		if ((set & consumed) & (1u << g)) {
+			give(ss, L->groups[g].bytes);
+			st[g] &= ~RESIDENT;
+		}
+	for (uint32_t op = 0; op < L->n_ops; op++)
+		if (ops & (1u << op))
+			t += L->ops[op].rerun_s;
+	return t;
+}
+
+/*
+ * An occurrence of window w (-1: none) as the next event. Numbering walk: remember it.
+ * Timed walk: rebuild what was assigned to it; returns that work in seconds.
+ */
+static double occur(struct stage_sim *ss, int w)
+{
+	uint64_t seq = ++ss->seq;
+	double work = 0;
+
+	if (w < 0)
+		return 0;
+	if (!ss->timed) {
+		ss->win_last[w] = seq;
+		return 0;
+	}
+	while (ss->cursor < ss->n_targets && ss->targets[ss->cursor].occ == seq) {
+		uint32_t j = ss->targets[ss->cursor].j, l = ss->targets[ss->cursor].l, mask = 0;
+
+		while (ss->cursor < ss->n_targets && ss->targets[ss->cursor].occ == seq &&
+		       ss->targets[ss->cursor].j == j && ss->targets[ss->cursor].l == l)
+			mask |= 1u << ss->targets[ss->cursor++].g;
+		work += rebuild(ss, j, l, mask);
+	}
+	return work;
+}
+
+/* A window occurrence of fixed idle time (TP): the stream is busy max(idle, work). */
+static void occur_fixed(struct stage_sim *ss, int w, double idle)
+{
+	double work = occur(ss, w);
+
+	if (!ss->timed)
+		return;
+	ss->now += max2(idle, work);
+	ss->window_work += work;
+	ss->window_overflow += max2(0, work - idle);
+}
+
+/* Waiting for a transfer that arrives at `ready` (PP), with window w open meanwhile. */
+static void occur_until(struct stage_sim *ss, int w, double ready)
+{
+	double work = occur(ss, w), idle;
+
+	if (!ss->timed)
+		return;
+	idle = max2(0, ready - ss->now);
+	ss->window_work += work;
+	ss->window_overflow += max2(0, work - idle);
+	ss->now = max2(ready, ss->now + work);
+}
+
+static void push_target(struct stage_sim *ss, uint64_t occ, uint32_t j, uint32_t l, uint32_t g)
+{
+	if (ss->n_targets == ss->cap) {
+		size_t cap = ss->cap ? 2 * ss->cap : 1024;
+		struct target *t = realloc(ss->targets, cap * sizeof(*t));
+
+		if (!t) {
+			ss->err = -ENOMEM;
+			return;
+		}
+		ss->targets = t;
+		ss->cap = cap;
+	}
+	ss->targets[ss->n_targets++] = (struct target){.occ = occ, .j = j, .l = l, .g = g};
+}
+
+/* The groups of layer l produced by the forward of op (-1: the layer's input). */
+static void produce(struct stage_sim *ss, uint32_t j, uint32_t l, int32_t op)
+{
+	uint8_t *st = state_of(ss, j, l);
+
+	for (uint32_t g = 0; g < ss->L->n_groups; g++)
+		if (ss->L->groups[g].producer == op) {
+			take(ss, ss->L->groups[g].bytes);
+			st[g] = RESIDENT;
+		}
+}
+
+static void forward(struct stage_sim *ss, uint32_t j, double ready)
+{
+	const struct lynx_problem_layer *L = ss->L;
+	const struct lynx_problem_stage *st = ss->st;
+
+	occur_until(ss, ss->pp_fwd, ready);
+	if (ss->timed && st->embedding.present) {
+		take(ss, st->embedding.act_bytes);
+		ss->now += st->embedding.fwd_s;
+	}
+	for (uint32_t l = 0; l < ss->n; l++) {
+		if (ss->timed)
+			produce(ss, j, l, -1);
+		for (uint32_t op = 0; op < L->n_ops; op++) {
+			int w = ss->tp_fwd[l * L->n_ops + op];
+
+			if (w >= 0)
+				occur_fixed(ss, w, L->ops[op].wait_fwd_s);
+			else if (ss->timed)
+				ss->now += L->ops[op].wait_fwd_s;
+			ss->seq++;
+			if (ss->timed) {
+				ss->now += L->ops[op].fwd_s;
+				produce(ss, j, l, (int32_t)op);
+			}
+		}
+		if (ss->timed) {
+			uint8_t *gs = state_of(ss, j, l);
+
+			for (uint32_t g = 0; g < L->n_groups; g++)
+				if (action_of(ss, l, g) != LYNX_ACTION_KEEP && (gs[g] & RESIDENT)) {
+					give(ss, L->groups[g].bytes);
+					gs[g] &= ~RESIDENT;
+				}
+		}
+		ss->drop_seq[(size_t)j * ss->n + l] = ++ss->seq;
+	}
+	if (ss->timed && st->head.present) {
+		take(ss, st->head.act_bytes);
+		ss->now += st->head.fwd_s;
+	}
+}
+
+/* Before the backward of op in layer l: bind window decisions, or rebuild what is missing. */
+static void consume(struct stage_sim *ss, uint32_t j, uint32_t l, uint32_t op)
+{
+	const struct lynx_problem_layer *L = ss->L;
+	uint8_t *gs = state_of(ss, j, l);
+	uint32_t missing = 0;
+
+	for (uint32_t g = 0; g < L->n_groups; g++) {
+		const struct lynx_decision *d = lynx_plan_get(ss->plan, ss->s, l, g);
+
+		if (L->groups[g].consumer != (int32_t)op)
+			continue;
+		if (!ss->timed && d->action == LYNX_ACTION_RECOMPUTE_IN_WINDOW) {
+			uint64_t occ = ss->win_last[d->window];
+
+			if (occ && occ > ss->drop_seq[(size_t)j * ss->n + l] &&
+			    occ > ss->prev_bwd_seq)
+				push_target(ss, occ, j, l, g);
+			else
+				ss->fallbacks++;
+		}
+		if (ss->timed && !(gs[g] & RESIDENT))
+			missing |= 1u << g;
+	}
+	if (missing) {
+		double t = rebuild(ss, j, l, missing);
+
+		ss->now += t;
+		ss->on_demand += t;
+	}
+}
+
+static void backward(struct stage_sim *ss, uint32_t j, double ready)
+{
+	const struct lynx_problem_layer *L = ss->L;
+	const struct lynx_problem_stage *st = ss->st;
+
+	occur_until(ss, ss->pp_bwd, ready);
+	if (ss->timed && st->head.present) {
+		ss->now += st->head.bwd_s;
+		give(ss, st->head.act_bytes);
+	}
+	for (uint32_t l = ss->n; l-- > 0;) {
+		for (uint32_t op = L->n_ops; op-- > 0;) {
+			int w = ss->tp_bwd[l * L->n_ops + op];
+
+			consume(ss, j, l, op);
+			ss->seq++;
+			if (ss->timed) {
+				uint8_t *gs = state_of(ss, j, l);
+
+				ss->now += L->ops[op].bwd_s;
+				for (uint32_t g = 0; g < L->n_groups; g++) {
+					if (L->groups[g].consumer != (int32_t)op)
+						continue;
+					if (gs[g] & RESIDENT)
+						give(ss, L->groups[g].bytes);
+					gs[g] = CONSUMED;
+				}
+			}
+			if (w >= 0)
+				occur_fixed(ss, w, L->ops[op].wait_bwd_s);
+			else if (ss->timed)
+				ss->now += L->ops[op].wait_bwd_s;
+		}
+	}
+	if (ss->timed && st->embedding.present) {
+		ss->now += st->embedding.bwd_s;
+		give(ss, st->embedding.act_bytes);
+	}
+	ss->prev_bwd_seq = ++ss->seq;
+}
+
+/* Action a of stage's 1F1B sequence: warm-up forwards, one-forward-one-backward, cool-down. */
+static bool action(const struct stage_sim *ss, uint32_t a, uint32_t *j)
+{
+	uint32_t w = ss->st->warmup, steady = ss->m - w, k;
+
+	if (a < w) {
+		*j = a;
+		return true;
+	}
+	k = a - w;
+	if (k < 2 * steady) {
+		*j = k % 2 ? k / 2 : w + k / 2;
+		return k % 2 == 0;
+	}
+	*j = steady + (k - 2 * steady);
+	return false;
+}
+
+static int by_occurrence(const void *a, const void *b)
+{
+	const struct target *x = a, *y = b;
+
+	if (x->occ != y->occ)
+		return x->occ < y->occ ? -1 : 1;
+	if (x->j != y->j)
+		return x->j < y->j ? -1 : 1;
+	if (x->l != y->l)
+		return x->l < y->l ? -1 : 1;
+	return x->g < y->g ? -1 : x->g > y->g;
+}
+
+static int sim_init(struct stage_sim *ss, const struct lynx_problem *p,
+                    const struct lynx_plan *plan, uint32_t s, char *why, size_t len)
+{
+	const struct lynx_problem_stage *st = &p->stages[s];
+	size_t cells = (size_t)p->micro_batches * st->layers;
+	size_t slots = (size_t)st->layers * p->layer.n_ops;
+
+	*ss = (struct stage_sim){
+	        .p = p,
+	        .L = &p->layer,
+	        .st = st,
+	        .plan = plan,
+	        .s = s,
+	        .n = st->layers,
+	        .m = p->micro_batches,
+	        .pp_fwd = lynx_problem_find_window(st, LYNX_WINDOW_PP_RECV_FWD, -1, -1),
+	        .pp_bwd = lynx_problem_find_window(st, LYNX_WINDOW_PP_RECV_BWD, -1, -1),
+	        .dp = lynx_problem_find_window(st, LYNX_WINDOW_DP_GRAD, -1, -1),
+	        .why = why,
+	        .len = len,
+	};
+	ss->state = calloc(cells * p->layer.n_groups + 1, 1);
+	ss->drop_seq = calloc(cells + 1, sizeof(*ss->drop_seq));
+	ss->win_last = calloc(st->n_windows + 1, sizeof(*ss->win_last));
+	ss->tp_fwd = malloc((slots + 1) * sizeof(int));
+	ss->tp_bwd = malloc((slots + 1) * sizeof(int));
+	if (!ss->state || !ss->drop_seq || !ss->win_last || !ss->tp_fwd || !ss->tp_bwd)
+		return -ENOMEM;
+	for (size_t i = 0; i < slots; i++)
+		ss->tp_fwd[i] = ss->tp_bwd[i] = -1;
+	for (uint32_t w = 0; w < st->n_windows; w++) {
+		const struct lynx_window *win = &st->windows[w];
+		size_t slot = (size_t)win->layer * p->layer.n_ops + win->op;
+
+		if (win->kind == LYNX_WINDOW_TP_FWD)
+			ss->tp_fwd[slot] = (int)w;
+		else if (win->kind == LYNX_WINDOW_TP_BWD)
+			ss->tp_bwd[slot] = (int)w;
+	}
+	return 0;
+}
+
+static void sim_free(struct stage_sim *ss)
+{
+	free(ss->state);
+	free(ss->drop_seq);
+	free(ss->win_last);
+	free(ss->tp_fwd);
+	free(ss->tp_bwd);
+	free(ss->targets);
+}
+
+/* The numbering walk of one stage: every action in order, no time, no memory. */
+static void number(struct stage_sim *ss)
+{
+	for (uint32_t a = 0; a < 2 * ss->m; a++) {
+		uint32_t j;
+
+		if (action(ss, a, &j))
+			forward(ss, j, 0);
+		else
+			backward(ss, j, 0);
+	}
+	occur(ss, ss->dp);
+	if (ss->n_targets)
+		qsort(ss->targets, ss->n_targets, sizeof(*ss->targets), by_occurrence);
+	ss->timed = true;
+	ss->seq = 0;
+	ss->prev_bwd_seq = 0;
+	ss->mem = ss->peak = ss->st->static_bytes;
+}
+
+/*
+ * The timed walk of all stages together. A forward of stage s needs the same micro-batch's
+ * forward on s - 1 (plus the transfer); a backward needs it on s + 1. 1F1B never deadlocks,
+ * so sweeping the stages until every action ran terminates.
+ */
+static int run_pipeline(struct stage_sim *ss, uint32_t p, uint32_t m, double *end_f, double *end_b)
+{
+	uint32_t done = 0;
+
+	while (done < p) {
+		bool progress = false;
+
+		done = 0;
+		for (uint32_t s = 0; s < p; s++) {
+			while (ss[s].next < 2 * m && !ss[s].err) {
+				uint32_t j;
+				bool fwd = action(&ss[s], ss[s].next, &j);
+				double ready = ss[s].now;
+
+				if (fwd && s > 0) {
+					if (end_f[(s - 1) * m + j] < 0)
+						break;
+					ready = end_f[(s - 1) * m + j] + ss[s].st->recv_fwd_s;
+				} else if (!fwd && s < p - 1) {
+					if (end_b[(s + 1) * m + j] < 0)
+						break;
+					ready = end_b[(s + 1) * m + j] + ss[s].st->recv_bwd_s;
+				}
+				if (fwd) {
+					forward(&ss[s], j, ready);
+					end_f[s * m + j] = ss[s].now;
+				} else {
+					backward(&ss[s], j, ready);
+					end_b[s * m + j] = ss[s].now;
+				}
+				ss[s].next++;
+				progress = true;
+			}
+			if (ss[s].err)
+				return ss[s].err;
+			done += ss[s].next == 2 * m;
+		}
+		if (!progress && done < p)
+			return -EDEADLK;
+	}
+	return 0;
+}
+
+int lynx_checker_replay(const struct lynx_problem *p, const struct lynx_plan *plan,
+                        struct lynx_checker_result *out, char *why, size_t len)
+{
+	uint32_t n = p->n_stages, m = p->micro_batches;
+	struct stage_sim *ss = calloc(n, sizeof(*ss));
+	double *end_f = malloc((size_t)n * m * sizeof(double));
+	double *end_b = malloc((size_t)n * m * sizeof(double));
+	int err = lynx_plan_validate(plan, p, why, len);
+
+	*out = (struct lynx_checker_result){.n_stages = n, .fits = true};
+	out->peak_bytes = calloc(n, sizeof(*out->peak_bytes));
+	out->end_s = calloc(n, sizeof(*out->end_s));
+	if (!err && (!ss || !end_f || !end_b || !out->peak_bytes || !out->end_s))
+		err = -ENOMEM;
+	for (uint32_t s = 0; !err && s < n; s++)
+		for (uint32_t l = 0;
+		     !err && l < (plan->stages[s].uniform ? 1 : p->stages[s].layers); l++)
+			for (uint32_t g = 0; !err && g < p->layer.n_groups; g++)
+				if (lynx_plan_get(plan, s, l, g)->action == LYNX_ACTION_OFFLOAD)
+					err = lynx_policy_refuse(
+					        why, len,
+					        "stage %u layer %u group %s: offload is not "
+					        "modelled by the checker yet",
+					        s, l, p->layer.groups[g].name);
+	for (uint32_t s = 0; !err && s < n; s++) {
+		err = sim_init(&ss[s], p, plan, s, why, len);
+		if (!err) {
+			number(&ss[s]);
+			err = ss[s].err;
+		}
+	}
+	if (!err) {
+		for (size_t i = 0; i < (size_t)n * m; i++)
+			end_f[i] = end_b[i] = -1;
+		err = run_pipeline(ss, n, m, end_f, end_b);
+		if (err == -EDEADLK)
+			err = lynx_policy_refuse(why, len,
+			                         "internal error: the 1F1B schedule deadlocked");
+	}
+	for (uint32_t s = 0; !err && s < n; s++) {
+		occur_fixed(&ss[s], ss[s].dp, ss[s].st->grad_reduce_s);
+		if (ss[s].dp < 0)
+			ss[s].now += ss[s].st->grad_reduce_s;
+		ss[s].now += ss[s].st->optimizer_s;
+		if (ss[s].mem != ss[s].st->static_bytes)
+			err = lynx_policy_refuse(
+			        why, len,
+			        "internal error: stage %u ends holding %llu bytes, not its "
+			        "static %llu",
+			        s, (unsigned long long)ss[s].mem,
+			        (unsigned long long)ss[s].st->static_bytes);
+		out->peak_bytes[s] = ss[s].peak;
+		out->end_s[s] = ss[s].now;
+		out->fits = out->fits && ss[s].peak <= p->budget_bytes;
+		out->step_time_s = max2(out->step_time_s, ss[s].now);
+		out->window_work_s += ss[s].window_work;
+		out->window_overflow_s += ss[s].window_overflow;
+		out->on_demand_s += ss[s].on_demand;
+		out->fallbacks += ss[s].fallbacks;
+	}
+	for (uint32_t s = 0; ss && s < n; s++)
+		sim_free(&ss[s]);
+	free(ss);
+	free(end_f);
+	free(end_b);
+	if (err)
+		lynx_checker_free(out);
+	return err;
+}
+
+void lynx_checker_free(struct lynx_checker_result *c)
+{
+	free(c->peak_bytes);
+	free(c->end_s);
+	c->peak_bytes = NULL;
+	c->end_s = NULL;
+}

@@ -1,0 +1,379 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The planners that rebuild on demand only (none, full, selective, dtr) and their own
+ * accounting of such plans, in closed form:
+ *
+ * - Time. A layer's backward grows by rebuilding its dropped groups: every op of their
+ *   union, once. That holds because the groups of a layer either rerun the same ops or
+ *   disjoint ones (layer.def's siblings: Q/K and V, the dropout mask and output, the
+ *   attention mask and LayerNorm input), a rebuilt dependency stays until its consumer, and
+ *   dependencies are consumed after their dependents. A stage's forward and backward of one
+ *   micro-batch then have fixed durations, and the iteration is the 1F1B recurrence over
+ *   them: a forward starts when the stage is free and the previous stage's forward has
+ *   arrived, a backward when the next stage's backward has; then gradient reduction and the
+ *   optimizer step.
+ * - Memory. With no window rebuilds, a stage peaks in the forward that fills its last
+ *   in-flight slot: its k - 1 other micro-batches hold their kept groups and embedding
+ *   activations; the new one holds its embedding activations, the kept groups of the layers
+ *   done so far, and, at the end of some layer l, that layer's dropped groups too; or, on the
+ *   last stage, all kept groups and the head's activations. A backward never exceeds it: it
+ *   rebuilds at most one layer's dropped groups, after freeing at least the head.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "planner.h"
+
+const struct lynx_planner lynx_planners[LYNX_PLANNER_COUNT] = {
+#define LYNX_PLANNER(id, planner_name, fn, text) \
+	[LYNX_PLANNER_##id] = {.name = planner_name, .plan = fn, .summary = text},
+#include "planners.def"
+};
+
+const struct lynx_planner *lynx_planner_find(const char *name)
+{
+	for (int i = 0; i < LYNX_PLANNER_COUNT; i++)
+		if (!strcmp(lynx_planners[i].name, name))
+			return &lynx_planners[i];
+	return NULL;
+}
+
+static double seconds_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int lynx_planner_run(const struct lynx_planner *pl, const struct lynx_problem *p,
+                     struct lynx_plan *plan, char *why, size_t len)
+{
+	double start = seconds_now();
+	int err = pl->plan(p, plan, why, len);
+
+	if (err)
+		return err;
+	snprintf(plan->planner, sizeof(plan->planner), "%s", pl->name);
+	plan->search_time_s = seconds_now() - start;
+	return 0;
+}
+
+/* ---- Accounting of on-demand plans ---- */
+
+/* Layer l of stage s under plan: kept bytes, dropped bytes, and the backward's extra time. */
+struct layer_terms {
+	uint64_t kept, dropped;
+	double extra_s;
+};
+
+static struct layer_terms terms(const struct lynx_problem *p, const struct lynx_plan *plan,
+                                uint32_t s, uint32_t l)
+{
+	const struct lynx_problem_layer *L = &p->layer;
+	struct layer_terms t = {0};
+	uint32_t ops = 0;
+
+	for (uint32_t g = 0; g < L->n_groups; g++) {
+		if (lynx_plan_get(plan, s, l, g)->action == LYNX_ACTION_KEEP) {
+			t.kept += L->groups[g].bytes;
+		} else {
+			t.dropped += L->groups[g].bytes;
+			ops |= L->groups[g].ops;
+		}
+	}
+	for (uint32_t op = 0; op < L->n_ops; op++)
+		if (ops & (1u << op))
+			t.extra_s += L->ops[op].rerun_s;
+	return t;
+}
+
+static uint64_t stage_peak(const struct lynx_problem *p, const struct lynx_plan *plan, uint32_t s)
+{
+	const struct lynx_problem_stage *st = &p->stages[s];
+	uint64_t emb = st->embedding.present ? st->embedding.act_bytes : 0;
+	uint64_t head = st->head.present ? st->head.act_bytes : 0;
+	uint64_t kept = 0, prefix = 0, worst;
+
+	for (uint32_t l = 0; l < st->layers; l++)
+		kept += terms(p, plan, s, l).kept;
+	worst = kept + head;
+	for (uint32_t l = 0; l < st->layers; l++) {
+		struct layer_terms t = terms(p, plan, s, l);
+
+		prefix += t.kept;
+		if (prefix + t.dropped > worst)
+			worst = prefix + t.dropped;
+	}
+	return st->static_bytes + (uint64_t)(st->inflight - 1) * (kept + emb) + emb + worst;
+}
+
+/* Action a of a stage's 1F1B order: true for a forward; *j its micro-batch. */
+static bool one_f_one_b(uint32_t warmup, uint32_t m, uint32_t a, uint32_t *j)
+{
+	uint32_t pairs = 2 * (m - warmup);
+
+	if (a < warmup) {
+		*j = a;
+		return true;
+	}
+	if (a - warmup < pairs) {
+		uint32_t k = a - warmup;
+
+		*j = k & 1 ? k / 2 : warmup + k / 2;
+		return !(k & 1);
+	}
+	*j = m - warmup + (a - warmup - pairs);
+	return false;
+}
+
+/*
+ * The 1F1B iteration over per-stage forward and backward durations fwd[s], bwd[s]. Returns
+ * the step time, or a negative value on allocation failure.
+ */
+static double iteration_s(const struct lynx_problem *p, const double *fwd, const double *bwd)
+{
+	uint32_t n = p->n_stages, m = p->micro_batches;
+	double *f_end = malloc((size_t)n * m * sizeof(double));
+	double *b_end = malloc((size_t)n * m * sizeof(double));
+	double *free_at = calloc(n, sizeof(double));
+	uint32_t *next = calloc(n, sizeof(uint32_t));
+	double step = -1;
+	bool moved = true;
+
+	if (!f_end || !b_end || !free_at || !next)
+		goto out;
+	for (size_t i = 0; i < (size_t)n * m; i++)
+		f_end[i] = b_end[i] = NAN;
+	while (moved) {
+		moved = false;
+		for (uint32_t s = 0; s < n; s++) {
+			const struct lynx_problem_stage *st = &p->stages[s];
+
+			for (; next[s] < 2 * m; next[s]++, moved = true) {
+				uint32_t j;
+				double start = free_at[s], dep;
+
+				if (one_f_one_b(st->warmup, m, next[s], &j)) {
+					dep = s ? f_end[(s - 1) * m + j] + st->recv_fwd_s : 0;
+					if (isnan(dep))
+						break;
+					start = start > dep ? start : dep;
+					free_at[s] = f_end[s * m + j] = start + fwd[s];
+				} else {
+					dep = s + 1 < n ? b_end[(s + 1) * m + j] + st->recv_bwd_s
+					                : 0;
+					if (isnan(dep))
+						break;
+					start = start > dep ? start : dep;
+					free_at[s] = b_end[s * m + j] = start + bwd[s];
+				}
+			}
+		}
+	}
+	step = 0;
+	for (uint32_t s = 0; s < n; s++) {
+		double end = free_at[s] + p->stages[s].grad_reduce_s + p->stages[s].optimizer_s;
+
+		step = end > step ? end : step;
+	}
+out:
+	free(f_end);
+	free(b_end);
+	free(free_at);
+	free(next);
+	return step;
+}
+
+/* Fills plan's predictions: per-stage peaks, fits, step time. 0 or -ENOMEM. */
+static int predict(const struct lynx_problem *p, struct lynx_plan *plan)
+{
+	double *fwd = calloc(p->n_stages, sizeof(double));
+	double *bwd = calloc(p->n_stages, sizeof(double));
+	int err = 0;
+
+	if (!fwd || !bwd) {
+		err = -ENOMEM;
+		goto out;
+	}
+	plan->fits = true;
+	for (uint32_t s = 0; s < p->n_stages; s++) {
+		const struct lynx_problem_stage *st = &p->stages[s];
+
+		fwd[s] = st->layers * p->layer.fwd_s + st->embedding.fwd_s + st->head.fwd_s;
+		bwd[s] = st->layers * p->layer.bwd_s + st->embedding.bwd_s + st->head.bwd_s;
+		for (uint32_t l = 0; l < st->layers; l++)
+			bwd[s] += terms(p, plan, s, l).extra_s;
+		plan->stages[s].peak_bytes = stage_peak(p, plan, s);
+		plan->fits = plan->fits && plan->stages[s].peak_bytes <= p->budget_bytes;
+	}
+	plan->step_time_s = iteration_s(p, fwd, bwd);
+	if (plan->step_time_s < 0)
+		err = -ENOMEM;
+out:
+	free(fwd);
+	free(bwd);
+	return err;
+}
+
+/* ---- Megatron-LM's baselines: one row of decisions for every layer ---- */
+
+/* A uniform plan that rebuilds the groups in `drop` (bit g) on demand. */
+static int uniform_plan(const struct lynx_problem *p, struct lynx_plan *plan, uint32_t drop)
+{
+	int err = lynx_plan_init(plan, p, "", true);
+
+	if (err)
+		return err;
+	for (uint32_t s = 0; s < p->n_stages; s++)
+		for (uint32_t g = 0; g < p->layer.n_groups; g++)
+			if (drop & (1u << g))
+				lynx_plan_decision(plan, s, 0, g)->action =
+				        LYNX_ACTION_RECOMPUTE_ON_DEMAND;
+	err = predict(p, plan);
+	if (err)
+		lynx_plan_free(plan);
+	return err;
+}
+
+int lynx_planner_none(const struct lynx_problem *p, struct lynx_plan *plan, char *why, size_t len)
+{
+	return uniform_plan(p, plan, 0);
+}
+
+/* Everything the layer can rebuild: all but its input. */
+int lynx_planner_full(const struct lynx_problem *p, struct lynx_plan *plan, char *why, size_t len)
+{
+	uint32_t drop = 0;
+
+	for (uint32_t g = 0; g < p->layer.n_groups; g++)
+		if (p->layer.groups[g].ops)
+			drop |= 1u << g;
+	return uniform_plan(p, plan, drop);
+}
+
+/*
+ * Megatron's selective recomputation drops what its checkpointed core attention produces and
+ * the projection does not keep: the groups rebuilt by the scores, softmax and attention
+ * dropout ops alone (the softmax output, the dropout's mask and output), from Q and K.
+ * Megatron's checkpoint also reruns P·V, whose output the projection keeps anyway; rebuilding
+ * exactly the dropped groups skips it, so this baseline is slightly faster than Megatron's
+ * (by P·V's forward: 0.17 ms of 20.9 per 22B layer on A100).
+ */
+int lynx_planner_selective(const struct lynx_problem *p, struct lynx_plan *plan, char *why,
+                           size_t len)
+{
+	static const enum lynx_op core_ops[] = {LYNX_OP_SCORES, LYNX_OP_SOFTMAX,
+	                                        LYNX_OP_ATTN_DROPOUT};
+	uint32_t core = 0, drop = 0;
+
+	for (size_t i = 0; i < sizeof(core_ops) / sizeof(core_ops[0]); i++) {
+		int op = lynx_problem_find_op(&p->layer, lynx_layer_ops[core_ops[i]].name);
+
+		if (op < 0) {
+			snprintf(why, len, "selective: the layer has no '%s' op to recompute",
+			         lynx_layer_ops[core_ops[i]].name);
+			return -EINVAL;
+		}
+		core |= 1u << op;
+	}
+	for (uint32_t g = 0; g < p->layer.n_groups; g++)
+		if (p->layer.groups[g].ops && !(p->layer.groups[g].ops & ~core))
+			drop |= 1u << g;
+	return uniform_plan(p, plan, drop);
+}
+
+/* ---- DTR (Kirisame et al., ICLR 2021) as a static, budget-driven plan ---- */
+
+/*
+ * DTR's cost of evicting group g of layer l: its rebuild together with its evicted
+ * neighbourhood (the dropped dependencies it would rebuild first), over its size and its
+ * staleness. Staleness, the time between its last use in the forward and its use in the
+ * backward, is (n - l) layer forwards and backwards: the same for every group of a layer, and
+ * longer for earlier layers, which 1F1B's interleaving stretches alike.
+ */
+static double dtr_score(const struct lynx_problem *p, const struct lynx_plan *plan, uint32_t s,
+                        uint32_t l, uint32_t g)
+{
+	const struct lynx_problem_layer *L = &p->layer;
+	uint32_t set = 1u << g, prev = 0, ops = 0;
+	double c = 0, stale = (p->stages[s].layers - l) * (L->fwd_s + L->bwd_s);
+
+	while (set != prev) {
+		prev = set;
+		for (uint32_t h = 0; h < L->n_groups; h++)
+			if (set & (1u << h))
+				for (uint32_t d = 0; d < L->n_groups; d++)
+					if ((L->groups[h].deps & (1u << d)) &&
+					    lynx_plan_get(plan, s, l, d)->action !=
+					            LYNX_ACTION_KEEP)
+						set |= 1u << d;
+	}
+	for (uint32_t h = 0; h < L->n_groups; h++)
+		if (set & (1u << h))
+			ops |= L->groups[h].ops;
+	for (uint32_t op = 0; op < L->n_ops; op++)
+		if (ops & (1u << op))
+			c += L->ops[op].rerun_s;
+	return c / ((double)L->groups[g].bytes * stale);
+}
+
+/*
+ * Greedy, per stage: while the stage's predicted peak exceeds the budget, drop the group with
+ * the smallest score. A drop changes only its own layer's scores, so those are cached:
+ * O((n · groups)²) per stage, a few milliseconds for 48 layers.
+ */
+int lynx_planner_dtr(const struct lynx_problem *p, struct lynx_plan *plan, char *why, size_t len)
+{
+	const struct lynx_problem_layer *L = &p->layer;
+	double *score = NULL;
+	int err = lynx_plan_init(plan, p, "", false);
+
+	for (uint32_t s = 0; !err && s < p->n_stages; s++) {
+		uint32_t n = p->stages[s].layers;
+
+		free(score);
+		score = malloc(((size_t)n * L->n_groups + 1) * sizeof(double));
+		if (!score) {
+			err = -ENOMEM;
+			break;
+		}
+		for (uint32_t l = 0; l < n; l++)
+			for (uint32_t g = 0; g < L->n_groups; g++)
+				score[l * L->n_groups + g] = L->groups[g].ops && L->groups[g].bytes
+				                                     ? dtr_score(p, plan, s, l, g)
+				                                     : INFINITY;
+		while (stage_peak(p, plan, s) > p->budget_bytes) {
+			size_t best = SIZE_MAX;
+			uint32_t l;
+
+			for (size_t i = 0; i < (size_t)n * L->n_groups; i++)
+				if (score[i] < INFINITY &&
+				    (best == SIZE_MAX || score[i] < score[best]))
+					best = i;
+			if (best == SIZE_MAX)
+				break; /* nothing left to drop: predict() reports fits = false */
+			l = best / L->n_groups;
+			lynx_plan_decision(plan, s, l, best % L->n_groups)->action =
+			        LYNX_ACTION_RECOMPUTE_ON_DEMAND;
+			for (uint32_t g = 0; g < L->n_groups; g++)
+				if (score[l * L->n_groups + g] < INFINITY)
+					score[l * L->n_groups + g] =
+					        lynx_plan_get(plan, s, l, g)->action ==
+					                        LYNX_ACTION_KEEP
+					                ? dtr_score(p, plan, s, l, g)
+					                : INFINITY;
+		}
+	}
+	free(score);
+	if (!err)
+		err = predict(p, plan);
+	if (err && plan->stages)
+		lynx_plan_free(plan);
+	return err;
+}

@@ -1,0 +1,355 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The planning problem of a GPT job on a named cluster: the layer from layer.def and cost.c,
+ * the embedding and head, static memory, pipeline and data-parallel communication.
+ *
+ * What is assumed beyond cost.c (each an estimate; none is calibrated):
+ * - Static memory follows Megatron-LM's mixed-precision accounting: per parameter, the bf16
+ *   weight (2 bytes) and fp32 gradient buffer (4), plus the fp32 master weight and Adam's two
+ *   moments (12), divided by d under the distributed optimizer: 18 bytes, or 6 + 12/d. The
+ *   CUDA context, NCCL buffers, allocator fragmentation and activation-gradient buffers are
+ *   not counted: lower the budget to leave room for them.
+ * - Parameters per rank: the stage's layers (model.c), the vocabulary-parallel word embedding
+ *   (v·h/t) and position embedding (s·h) on the first stage, the final LayerNorm (2h) on the
+ *   last, which also holds its own copy of the word embedding when p > 1 (tied weights).
+ * - Pipeline: Megatron's scatter-gather send/recv moves 2sbh/t bytes per rank between
+ *   neighbour stages (t·d ranks apart); the all-gather that follows is not counted. Sends do
+ *   not stall the sender.
+ * - After the last backward: the fp32 gradients are all-reduced over d ranks (reduce-scatter
+ *   plus a bf16 all-gather of the weights under the distributed optimizer), not overlapped
+ *   with the backward; with p > 1 the first and last stages also all-reduce the word
+ *   embedding's gradient. Adam then reads and writes 28 bytes per parameter it owns (fp32
+ *   gradient, master weight and moments) and writes 2 (the bf16 weight), memory-bound.
+ * - Embedding, per rank: vocabulary-parallel lookup (2Nh written), its all-reduce (a
+ *   reduce-scatter under SP), position add and dropout (9Rh); it keeps the dropout mask (Rh).
+ *   Backward: dropout and position gradient (7Rh), a scatter-add into the fp32 word-embedding
+ *   gradient (10Nh), SP's all-gather. N = b·s tokens, R = N/t under SP.
+ * - Head and loss: final LayerNorm (4Rh; backward 16Rh), SP's all-gather, the output GEMM
+ *   (2Nhv/t FLOPs, its roofline as cost.c's GEMMs) and the vocabulary-parallel cross-entropy
+ *   (16Nv/t bytes forward, 8Nv/t backward, three all-reduces of 4N bytes). It keeps the
+ *   LayerNorm and GEMM inputs and the fp32 logits: 4Nh + 4Nv/t, or 4Rh + 4Nv/t under SP
+ *   (Korthikanti et al., section 4.3). The backward all-reduces (SP: reduce-scatters) the
+ *   input gradient, not overlapped.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "refuse.h"
+#include "cost.h"
+#include "problem.h"
+
+/* The layer of layer.def with cost.c's times. */
+static void fill_layer(const struct lynx_layer_cost *lc, struct lynx_problem_layer *l)
+{
+	l->n_ops = LYNX_OP_COUNT;
+	l->n_groups = LYNX_GROUP_COUNT;
+	for (int op = 0; op < LYNX_OP_COUNT; op++) {
+		struct lynx_problem_op *o = &l->ops[op];
+
+		snprintf(o->name, sizeof(o->name), "%s", lynx_layer_ops[op].name);
+		o->fwd_s = lc->op_fwd_s[op];
+		o->bwd_s = lc->op_bwd_s[op];
+	}
+	for (int i = 0; i < LYNX_COMM_COUNT; i++) {
+		struct lynx_problem_op *o = &l->ops[lynx_layer_comms[i].before];
+
+		o->wait_fwd_s += lc->comm_fwd_s[i];
+		o->wait_bwd_s += lc->comm_bwd_exposed_s[i];
+	}
+	for (uint32_t op = 0; op < l->n_ops; op++) {
+		struct lynx_problem_op *o = &l->ops[op];
+
+		o->rerun_s = o->fwd_s + o->wait_fwd_s;
+		l->fwd_s += o->fwd_s + o->wait_fwd_s;
+		l->bwd_s += o->bwd_s + o->wait_bwd_s;
+	}
+}
+
+static void fill_groups(const struct lynx_model_desc *m, struct lynx_problem_layer *l)
+{
+	for (int g = 0; g < LYNX_GROUP_COUNT; g++) {
+		const struct lynx_layer_group_info *gi = &lynx_layer_groups[g];
+		struct lynx_problem_group *pg = &l->groups[g];
+
+		snprintf(pg->name, sizeof(pg->name), "%s", gi->name);
+		pg->bytes = lynx_model_group_bytes(m, g);
+		pg->ops = gi->ops;
+		pg->deps = gi->deps;
+		pg->consumer = gi->consumer;
+		pg->producer = -1;
+		for (uint32_t op = 0; op < l->n_ops; op++) {
+			if (!(gi->ops & (1u << op)))
+				continue;
+			pg->producer = (int32_t)op;
+			pg->recompute_s += l->ops[op].rerun_s;
+		}
+	}
+}
+
+/* A GEMM of `flops` moving `bytes`, at the slower of its two rates (as cost.c). */
+static double roofline(const struct lynx_layer_cost *lc, double flops, double bytes)
+{
+	double compute = flops / lc->gemm_flops_per_s, memory = bytes / lc->mem_bytes_per_s;
+
+	return compute > memory ? compute : memory;
+}
+
+static void fill_embedding(const struct lynx_model_desc *m, const struct lynx_layer_cost *lc,
+                           struct lynx_problem_part *e)
+{
+	double n = (double)m->seq * m->micro_batch, h = m->hidden;
+	double r = m->sp ? n / m->tp : n;
+	uint64_t hidden_bytes = 2ull * m->seq * m->micro_batch * m->hidden;
+	const struct lynx_link *tp = lc->tp_link;
+
+	e->present = true;
+	e->fwd_s =
+	        (2 * n * h + 9 * r * h) / lc->mem_bytes_per_s +
+	        lynx_cost_collective_s(tp, m->sp ? LYNX_COLL_REDUCE_SCATTER : LYNX_COLL_ALL_REDUCE,
+	                               m->tp, hidden_bytes);
+	e->bwd_s =
+	        (7 * r * h + 10 * n * h) / lc->mem_bytes_per_s +
+	        (m->sp ? lynx_cost_collective_s(tp, LYNX_COLL_ALL_GATHER, m->tp, hidden_bytes) : 0);
+	e->act_bytes = (m->sp ? (uint64_t)m->seq / m->tp : m->seq) * m->micro_batch * m->hidden;
+}
+
+static void fill_head(const struct lynx_model_desc *m, const struct lynx_layer_cost *lc,
+                      struct lynx_problem_part *hd)
+{
+	double n = (double)m->seq * m->micro_batch, h = m->hidden, vt = (double)m->vocab / m->tp;
+	double r = m->sp ? n / m->tp : n;
+	uint64_t hidden_bytes = 2ull * m->seq * m->micro_batch * m->hidden;
+	uint64_t loss_bytes = 4ull * m->seq * m->micro_batch;
+	const struct lynx_link *tp = lc->tp_link;
+	double gemm = roofline(lc, 2 * n * h * vt, 2 * n * h + 2 * n * vt + 2 * h * vt);
+	double gather =
+	        m->sp ? lynx_cost_collective_s(tp, LYNX_COLL_ALL_GATHER, m->tp, hidden_bytes) : 0;
+	double dgrad_comm = lynx_cost_collective_s(
+	        tp, m->sp ? LYNX_COLL_REDUCE_SCATTER : LYNX_COLL_ALL_REDUCE, m->tp, hidden_bytes);
+	uint64_t kept_hidden = m->sp ? 4ull * (m->seq / m->tp) * m->micro_batch * m->hidden
+	                             : 4ull * m->seq * m->micro_batch * m->hidden;
+
+	hd->present = true;
+	hd->fwd_s = (4 * r * h + 16 * n * vt) / lc->mem_bytes_per_s + gather + gemm +
+	            3 * lynx_cost_collective_s(tp, LYNX_COLL_ALL_REDUCE, m->tp, loss_bytes);
+	hd->bwd_s =
+	        (16 * r * h + 8 * n * vt) / lc->mem_bytes_per_s + gather + 2 * gemm + dgrad_comm;
+	hd->act_bytes = kept_hidden + 4ull * m->seq * m->micro_batch * (m->vocab / m->tp);
+}
+
+/* Megatron's mixed precision: 2 + 4 bytes per parameter, plus 12 over d_opt ranks. */
+static uint64_t static_bytes(uint64_t params, uint32_t d_opt)
+{
+	return 6 * params + 12 * params / d_opt;
+}
+
+static void fill_stage(const struct lynx_model_desc *m, const struct lynx_cluster *c,
+                       const struct lynx_layer_cost *lc, const struct lynx_problem_options *opt,
+                       uint32_t s, struct lynx_problem_stage *st)
+{
+	uint32_t p = m->pp, micro = lynx_model_micro_batches(m);
+	uint32_t d_opt = opt->distributed_optimizer ? m->dp : 1;
+	uint64_t word = (uint64_t)m->vocab / m->tp * m->hidden;
+	uint64_t p2p_bytes = 2ull * m->seq * m->micro_batch * m->hidden / m->tp;
+	const struct lynx_link *pp_link = lynx_cost_link(c, 2, m->tp * m->dp);
+	const struct lynx_link *dp_link = lynx_cost_link(c, m->dp, m->tp);
+
+	st->index = s;
+	st->layers = lynx_model_stage_layers(m);
+	st->first_layer = s * st->layers;
+	st->inflight = lynx_model_inflight(m, s);
+	st->warmup = p - s - 1 < micro ? p - s - 1 : micro;
+	st->params = st->layers * lynx_model_layer_params_per_rank(m);
+	if (s == 0) {
+		fill_embedding(m, lc, &st->embedding);
+		st->params += word + (uint64_t)m->seq * m->hidden;
+	}
+	if (s == p - 1) {
+		fill_head(m, lc, &st->head);
+		st->params += 2ull * m->hidden + (p > 1 ? word : 0);
+	}
+	st->static_bytes = static_bytes(st->params, d_opt);
+	if (s > 0)
+		st->recv_fwd_s = lynx_cost_collective_s(pp_link, LYNX_COLL_SEND_RECV, 2, p2p_bytes);
+	if (s < p - 1)
+		st->recv_bwd_s = lynx_cost_collective_s(pp_link, LYNX_COLL_SEND_RECV, 2, p2p_bytes);
+	if (opt->distributed_optimizer)
+		st->grad_reduce_s = lynx_cost_collective_s(dp_link, LYNX_COLL_REDUCE_SCATTER, m->dp,
+		                                           4 * st->params) +
+		                    lynx_cost_collective_s(dp_link, LYNX_COLL_ALL_GATHER, m->dp,
+		                                           2 * st->params);
+	else
+		st->grad_reduce_s = lynx_cost_collective_s(dp_link, LYNX_COLL_ALL_REDUCE, m->dp,
+		                                           4 * st->params);
+	if (p > 1 && (s == 0 || s == p - 1))
+		st->grad_reduce_s +=
+		        lynx_cost_collective_s(lynx_cost_link(c, 2, (p - 1) * m->tp * m->dp),
+		                               LYNX_COLL_ALL_REDUCE, 2, 4 * word);
+	st->optimizer_s = (28.0 * st->params / d_opt + 2.0 * st->params) / lc->mem_bytes_per_s;
+}
+
+static void add_window(struct lynx_window *w, uint32_t *n, enum lynx_window_kind kind,
+                       int32_t layer, int32_t op, double capacity_s)
+{
+	if (w)
+		w[*n] = (struct lynx_window){
+		        .kind = kind, .layer = layer, .op = op, .capacity_s = capacity_s};
+	(*n)++;
+}
+
+/* The stage's windows: TP by layer and op, then PP, then DP. NULL w: count only. */
+static uint32_t list_windows(const struct lynx_problem_layer *l,
+                             const struct lynx_problem_stage *st, struct lynx_window *w)
+{
+	uint32_t n = 0;
+
+	for (uint32_t lay = 0; lay < st->layers; lay++)
+		for (uint32_t op = 0; op < l->n_ops; op++) {
+			if (l->ops[op].wait_fwd_s > 0)
+				add_window(w, &n, LYNX_WINDOW_TP_FWD, (int32_t)lay, (int32_t)op,
+				           l->ops[op].wait_fwd_s);
+			if (l->ops[op].wait_bwd_s > 0)
+				add_window(w, &n, LYNX_WINDOW_TP_BWD, (int32_t)lay, (int32_t)op,
+				           l->ops[op].wait_bwd_s);
+		}
+	if (st->recv_fwd_s > 0)
+		add_window(w, &n, LYNX_WINDOW_PP_RECV_FWD, -1, -1, st->recv_fwd_s);
+	if (st->recv_bwd_s > 0)
+		add_window(w, &n, LYNX_WINDOW_PP_RECV_BWD, -1, -1, st->recv_bwd_s);
+	if (st->grad_reduce_s > 0)
+		add_window(w, &n, LYNX_WINDOW_DP_GRAD, -1, -1, st->grad_reduce_s);
+	return n;
+}
+
+static const char *gib(uint64_t bytes, char *buf, size_t len)
+{
+	snprintf(buf, len, "%.2f GiB (%llu bytes)", bytes / 1073741824.0,
+	         (unsigned long long)bytes);
+	return buf;
+}
+
+int lynx_problem_from_model(const struct lynx_model_desc *m, const struct lynx_cluster *c,
+                            const struct lynx_problem_options *opt, struct lynx_problem *p,
+                            char *why, size_t len)
+{
+	static const struct lynx_problem_options defaults;
+	struct lynx_layer_cost lc;
+	char a[64], b[64];
+	int err;
+
+	*p = (struct lynx_problem){0};
+	if (!opt)
+		opt = &defaults;
+	err = lynx_cost_layer(m, c, &lc, why, len);
+	if (err)
+		return err;
+	p->model = *m;
+	p->cluster = c;
+	p->micro_batches = lynx_model_micro_batches(m);
+	p->budget_bytes = opt->budget_bytes ? opt->budget_bytes : c->gpu->mem_bytes;
+	p->gpus = m->tp * m->pp * m->dp;
+	p->peak_flops = c->gpu->peak_flops;
+	p->model_flops = lynx_model_iter_flops(m);
+	fill_layer(&lc, &p->layer);
+	fill_groups(m, &p->layer);
+
+	p->n_stages = m->pp;
+	p->stages = calloc(m->pp, sizeof(*p->stages));
+	if (!p->stages)
+		return -ENOMEM;
+	for (uint32_t s = 0; s < m->pp; s++) {
+		struct lynx_problem_stage *st = &p->stages[s];
+
+		fill_stage(m, c, &lc, opt, s, st);
+		if (st->static_bytes > p->budget_bytes) {
+			err = lynx_policy_refuse(
+			        why, len,
+			        "the memory budget %s is below stage %u's static memory %s "
+			        "(weights, gradients and optimizer states of %llu parameters)",
+			        gib(p->budget_bytes, a, sizeof(a)), s,
+			        gib(st->static_bytes, b, sizeof(b)),
+			        (unsigned long long)st->params);
+			goto out_free;
+		}
+		st->n_windows = list_windows(&p->layer, st, NULL);
+		st->windows = calloc(st->n_windows ? st->n_windows : 1, sizeof(*st->windows));
+		if (!st->windows) {
+			err = -ENOMEM;
+			goto out_free;
+		}
+		list_windows(&p->layer, st, st->windows);
+	}
+	return 0;
+
+out_free:
+	lynx_problem_free(p);
+	return err;
+}
+
+void lynx_problem_free(struct lynx_problem *p)
+{
+	if (p->stages)
+		for (uint32_t s = 0; s < p->n_stages; s++)
+			free(p->stages[s].windows);
+	free(p->stages);
+	p->stages = NULL;
+	p->n_stages = 0;
+}
+
+const char *lynx_problem_window_kind_name(enum lynx_window_kind kind)
+{
+	static const char *const names[LYNX_WINDOW_KIND_COUNT] = {
+#define LYNX_WINDOW_KIND_NAME(id, name) [LYNX_WINDOW_##id] = name,
+	        LYNX_WINDOW_KIND_LIST(LYNX_WINDOW_KIND_NAME)
+#undef LYNX_WINDOW_KIND_NAME
+	};
+
+	return (unsigned)kind < LYNX_WINDOW_KIND_COUNT ? names[kind] : "unknown";
+}
+
+enum lynx_window_kind lynx_problem_find_window_kind(const char *name)
+{
+	for (int k = 0; k < LYNX_WINDOW_KIND_COUNT; k++)
+		if (!strcmp(lynx_problem_window_kind_name(k), name))
+			return (enum lynx_window_kind)k;
+	return LYNX_WINDOW_KIND_COUNT;
+}
+
+int lynx_problem_find_window(const struct lynx_problem_stage *st, enum lynx_window_kind kind,
+                             int32_t layer, int32_t op)
+{
+	for (uint32_t w = 0; w < st->n_windows; w++)
+		if (st->windows[w].kind == kind && st->windows[w].layer == layer &&
+		    st->windows[w].op == op)
+			return (int)w;
+	return -1;
+}
+
+int lynx_problem_find_op(const struct lynx_problem_layer *l, const char *name)
+{
+	for (uint32_t op = 0; op < l->n_ops; op++)
+		if (!strcmp(l->ops[op].name, name))
+			return (int)op;
+	return -1;
+}
+
+int lynx_problem_find_group(const struct lynx_problem_layer *l, const char *name)
+{
+	for (uint32_t g = 0; g < l->n_groups; g++)
+		if (!strcmp(l->groups[g].name, name))
+			return (int)g;
+	return -1;
+}
+
+uint64_t lynx_problem_max_static_bytes(const struct lynx_problem *p)
+{
+	uint64_t max = 0;
+
+	for (uint32_t s = 0; s < p->n_stages; s++)
+		if (p->stages[s].static_bytes > max)
+			max = p->stages[s].static_bytes;
+	return max;
+}

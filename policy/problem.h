@@ -1,0 +1,178 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The planning problem: everything a planner decides over and the checker replays, per
+ * pipeline stage. It is built here from a model description (presets and cost.c); a problem
+ * built from a recorded profile fills the same structs, so planners and the checker never
+ * see where the numbers came from. All times are seconds on one rank, all bytes on one rank.
+ *
+ * What one stage runs. A stage holds `layers` identical transformer layers (the layer
+ * description is shared by all stages), the embedding on the first stage and the head and
+ * loss on the last. Under 1F1B it runs `warmup` forwards, then alternates one forward and one
+ * backward, then runs the remaining backwards; it holds at most `inflight` micro-batches'
+ * activations, min(p - s, m).
+ *
+ * A layer is a sequence of ops. The forward of op i first waits `wait_fwd_s` for a
+ * collective (Megatron's tensor-parallel all-reduce, or SP's all-gather/reduce-scatter), then
+ * computes for `fwd_s`. The backward runs the ops in reverse order: op i computes for
+ * `bwd_s`, then the stream waits `wait_bwd_s` for the part of its collective that the
+ * weight-gradient GEMM does not hide.
+ *
+ * Activation groups. Each group of a layer is produced by the forward of op `producer`
+ * (-1: it is the layer's input, present when the layer starts), read by the backward of op
+ * `consumer` and freed after it. A dropped group is freed at the end of its layer's forward.
+ * Rebuilding a set of groups reruns the union of their `ops` (each op's `rerun_s`: its
+ * forward with the collective before it) from their `deps`, which must be resident; a group
+ * without ops (the layer input) cannot be rebuilt inside the layer.
+ *
+ * Windows: the places where the compute stream idles, one entry per place in a stage's
+ * micro-batch (not per occurrence): TP_FWD and TP_BWD at an op of a layer, PP_RECV_FWD before
+ * each forward (waiting for the previous stage's activations), PP_RECV_BWD before each
+ * backward (waiting for the next stage's gradient), DP_GRAD after the last backward.
+ * `capacity_s` is the idle time of one occurrence: exact for TP windows, the steady-state
+ * transfer time for PP windows (warm-up and cool-down bubbles are longer; the checker measures
+ * each occurrence), the gradient reduction for DP_GRAD. A group of layer l and micro-batch j
+ * that a plan rebuilds in window w is rebuilt in the latest occurrence of w that comes after
+ * the group was dropped (the end of layer l's forward of j) and after the stage's previous
+ * backward, and before the group's consumer in the backward of j. When there is none (a
+ * TP_FWD window during the cool-down, when no forward runs between two backwards; DP_GRAD
+ * always), it is rebuilt on demand. Rebuilding in a window costs nothing while the window's
+ * idle time lasts; what does not fit delays the compute stream.
+ *
+ * Ownership: lynx_problem_from_model() allocates the stages and their windows;
+ * lynx_problem_free() releases them. A built problem is read-only: any number of threads may
+ * read it.
+ */
+#ifndef LYNX_POLICY_PROBLEM_H
+#define LYNX_POLICY_PROBLEM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+#include "presets.h"
+
+/* The masks over ops and groups are 32-bit. */
+#define LYNX_PROBLEM_MAX_OPS 32
+#define LYNX_PROBLEM_MAX_GROUPS 32
+#define LYNX_PROBLEM_NAME_MAX 32
+
+/* Where the compute stream idles: X(id, name). */
+#define LYNX_WINDOW_KIND_LIST(X)      \
+	X(TP_FWD, "tp_fwd")           \
+	X(TP_BWD, "tp_bwd")           \
+	X(PP_RECV_FWD, "pp_recv_fwd") \
+	X(PP_RECV_BWD, "pp_recv_bwd") \
+	X(DP_GRAD, "dp_grad")
+
+enum lynx_window_kind {
+#define LYNX_WINDOW_KIND_ENUM(id, name) LYNX_WINDOW_##id,
+	LYNX_WINDOW_KIND_LIST(LYNX_WINDOW_KIND_ENUM)
+#undef LYNX_WINDOW_KIND_ENUM
+	        LYNX_WINDOW_KIND_COUNT
+};
+
+struct lynx_window {
+	enum lynx_window_kind kind;
+	int32_t layer; /* stage-local layer of a TP window; -1 for the others */
+	int32_t op;    /* the op it precedes (TP_FWD) or follows (TP_BWD); -1 for the others */
+	double capacity_s;
+};
+
+struct lynx_problem_op {
+	char name[LYNX_PROBLEM_NAME_MAX];
+	double fwd_s, bwd_s;
+	double wait_fwd_s; /* idle before the op's forward: a TP_FWD window when > 0 */
+	double wait_bwd_s; /* idle after the op's backward: a TP_BWD window when > 0 */
+	double rerun_s;    /* fwd_s + wait_fwd_s: the op again, with its collective */
+};
+
+struct lynx_problem_group {
+	char name[LYNX_PROBLEM_NAME_MAX];
+	uint64_t bytes;     /* per layer and micro-batch */
+	uint32_t ops;       /* ops (bit i: op i) a rebuild reruns; 0: the layer's input */
+	uint32_t deps;      /* groups (bit g) that must be resident to rebuild it */
+	int32_t producer;   /* op after whose forward it exists; -1: the layer's input */
+	int32_t consumer;   /* op after whose backward it is freed */
+	double recompute_s; /* rebuilding it alone: the sum of its ops' rerun_s */
+};
+
+/* One transformer layer; every stage's layers are this one. */
+struct lynx_problem_layer {
+	uint32_t n_ops, n_groups;
+	struct lynx_problem_op ops[LYNX_PROBLEM_MAX_OPS];          /* in forward order */
+	struct lynx_problem_group groups[LYNX_PROBLEM_MAX_GROUPS]; /* deps before dependents */
+	double fwd_s, bwd_s; /* sums of fwd_s + wait_fwd_s and of bwd_s + wait_bwd_s */
+};
+
+/* The embedding or the head: never recomputed; present on the first or the last stage. */
+struct lynx_problem_part {
+	bool present;
+	double fwd_s, bwd_s;
+	uint64_t act_bytes; /* held from its forward to its backward, per micro-batch */
+};
+
+struct lynx_problem_stage {
+	uint32_t index;
+	uint32_t first_layer, layers; /* global index of the first; how many */
+	uint32_t inflight;            /* micro-batches held at the peak: min(p - s, m) */
+	uint32_t warmup;              /* forwards before the first backward: min(p - s - 1, m) */
+	struct lynx_problem_part embedding, head;
+	uint64_t params;       /* parameters on one rank */
+	uint64_t static_bytes; /* weights, gradients and optimizer states (problem.c) */
+	double recv_fwd_s;     /* activations from stage s - 1; 0 on the first stage */
+	double recv_bwd_s;     /* gradients from stage s + 1; 0 on the last stage */
+	double grad_reduce_s;  /* after the last backward: data-parallel and embedding reductions */
+	double optimizer_s;
+	uint32_t n_windows;
+	struct lynx_window *windows; /* TP windows by layer and op, then PP, then DP */
+};
+
+struct lynx_problem {
+	struct lynx_model_desc model;
+	const struct lynx_cluster *cluster; /* NULL when built from a profile */
+	uint32_t micro_batches;             /* m, per pipeline and iteration */
+	uint64_t budget_bytes;              /* per rank */
+	uint32_t gpus;                      /* t · p · d */
+	double peak_flops;                  /* per GPU, for MFU */
+	double model_flops;                 /* per iteration over all GPUs, for MFU */
+	struct lynx_problem_layer layer;
+	uint32_t n_stages;
+	struct lynx_problem_stage *stages;
+};
+
+struct lynx_problem_options {
+	uint64_t budget_bytes;      /* 0: the GPU's memory */
+	bool distributed_optimizer; /* Megatron's --use-distributed-optimizer */
+};
+
+/*
+ * Builds the problem of job m on cluster c into p. opt may be NULL (defaults). Returns 0;
+ * -EINVAL when m fails lynx_model_validate() or the budget is below some stage's static
+ * memory, with one sentence in why (truncated to len); -ENOMEM. On failure p holds nothing to
+ * free.
+ */
+int lynx_problem_from_model(const struct lynx_model_desc *m, const struct lynx_cluster *c,
+                            const struct lynx_problem_options *opt, struct lynx_problem *p,
+                            char *why, size_t len);
+
+/* Releases what lynx_problem_from_model() allocated; p may be zeroed or already freed. */
+void lynx_problem_free(struct lynx_problem *p);
+
+const char *lynx_problem_window_kind_name(enum lynx_window_kind kind);
+
+/* The kind called name, or LYNX_WINDOW_KIND_COUNT. */
+enum lynx_window_kind lynx_problem_find_window_kind(const char *name);
+
+/* The index of the stage's window (kind, layer, op), or -1. */
+int lynx_problem_find_window(const struct lynx_problem_stage *st, enum lynx_window_kind kind,
+                             int32_t layer, int32_t op);
+
+/* The index of the layer's op or group called name, or -1. */
+int lynx_problem_find_op(const struct lynx_problem_layer *l, const char *name);
+int lynx_problem_find_group(const struct lynx_problem_layer *l, const char *name);
+
+/* The largest static memory over the stages. */
+uint64_t lynx_problem_max_static_bytes(const struct lynx_problem *p);
+
+#endif /* LYNX_POLICY_PROBLEM_H */

@@ -1,0 +1,256 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* policy/problem: a model description becomes stages, groups, windows and budgets. */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "cost.h"
+#include "problem.h"
+
+static struct lynx_model_desc job(const char *gpt, uint32_t t, uint32_t p, uint32_t d, uint32_t b,
+                                  uint32_t m, bool sp)
+{
+	struct lynx_model_desc desc;
+
+	lynx_preset_fill_model(lynx_preset_find_gpt(gpt), &desc);
+	desc.tp = t;
+	desc.pp = p;
+	desc.dp = d;
+	desc.micro_batch = b;
+	desc.global_batch = b * d * m;
+	desc.sp = sp;
+	return desc;
+}
+
+static void build(const struct lynx_model_desc *m, const char *cluster,
+                  const struct lynx_problem_options *opt, struct lynx_problem *p)
+{
+	char why[256] = "";
+
+	if (lynx_problem_from_model(m, lynx_preset_find_cluster(cluster), opt, p, why, sizeof(why)))
+		fail_msg("lynx_problem_from_model refused: %s", why);
+}
+
+static void assert_within(const char *what, double got, double want, double tol)
+{
+	if (fabs(got - want) > tol)
+		fail_msg("%s: got %.6g, want %.6g ± %.3g", what, got, want, tol);
+}
+
+/* The layer's ops, waits and groups are layer.def's with cost.c's times. */
+static void test_layer_carries_the_cost_model(void **state)
+{
+	struct lynx_model_desc m = job("gpt-22b", 8, 1, 1, 4, 1, false);
+	struct lynx_layer_cost lc;
+	struct lynx_problem p;
+	uint64_t total = 0;
+
+	build(&m, "a100-nvlink", NULL, &p);
+	assert_int_equal(lynx_cost_layer(&m, lynx_preset_find_cluster("a100-nvlink"), &lc, NULL, 0),
+	                 0);
+	assert_int_equal(p.layer.n_ops, LYNX_OP_COUNT);
+	assert_int_equal(p.layer.n_groups, LYNX_GROUP_COUNT);
+	assert_within("layer forward", p.layer.fwd_s, lc.fwd_s, 1e-12);
+	assert_within("layer backward", p.layer.bwd_s, lc.bwd_s, 1e-12);
+	/* Without SP the forward waits at the two row-parallel all-reduces only. */
+	assert_within("wait before attn_bda", p.layer.ops[LYNX_OP_ATTN_BDA].wait_fwd_s,
+	              lc.comm_fwd_s[LYNX_COMM_ATTN_OUT], 1e-15);
+	assert_true(p.layer.ops[LYNX_OP_QKV].wait_fwd_s == 0);
+	for (int g = 0; g < LYNX_GROUP_COUNT; g++) {
+		const struct lynx_problem_group *pg = &p.layer.groups[g];
+
+		assert_string_equal(pg->name, lynx_layer_groups[g].name);
+		assert_int_equal(pg->bytes, lynx_model_group_bytes(&m, g));
+		assert_within(pg->name, pg->recompute_s, lc.group_recompute_s[g], 1e-15);
+		assert_int_equal(pg->consumer, lynx_layer_groups[g].consumer);
+		total += pg->bytes;
+	}
+	assert_int_equal(total, lynx_model_act_bytes(&m, LYNX_RECOMPUTE_NONE));
+	assert_int_equal(p.layer.groups[LYNX_GROUP_LN1_IN].producer, -1);
+	assert_int_equal(p.layer.groups[LYNX_GROUP_MLP_MASK].producer, LYNX_OP_MLP_BDA);
+	lynx_problem_free(&p);
+}
+
+/*
+ * What the checker and the planners' accounting rely on: a group's dependencies are produced
+ * before it and consumed no earlier than it in the backward, it is produced before it is
+ * consumed, and any two groups rerun either the same ops or disjoint ones.
+ */
+static void test_group_order_supports_the_rebuild_rules(void **state)
+{
+	struct lynx_model_desc m = job("gpt-13b", 8, 4, 1, 1, 8, true);
+	struct lynx_problem p;
+
+	build(&m, "a100-nvlink", NULL, &p);
+	for (uint32_t g = 0; g < p.layer.n_groups; g++) {
+		const struct lynx_problem_group *pg = &p.layer.groups[g];
+
+		assert_true(pg->consumer >= pg->producer);
+		for (uint32_t d = 0; d < p.layer.n_groups; d++) {
+			const struct lynx_problem_group *dep = &p.layer.groups[d];
+
+			if (pg->deps & (1u << d)) {
+				assert_true(d < g);
+				assert_true(dep->producer <= pg->producer);
+				assert_true(dep->consumer <= pg->consumer);
+			}
+			assert_true(dep->ops == pg->ops || !(dep->ops & pg->ops));
+		}
+	}
+	lynx_problem_free(&p);
+}
+
+/* 1F1B: stage s holds min(p - s, m) micro-batches and runs min(p - s - 1, m) warm-up
+ * forwards; the embedding is on the first stage, the head on the last. */
+static void test_stages_follow_1f1b(void **state)
+{
+	struct lynx_model_desc m = job("gpt-13b", 8, 4, 1, 1, 3, false);
+	struct lynx_problem p;
+	const uint32_t inflight[] = {3, 3, 2, 1}, warmup[] = {3, 2, 1, 0};
+
+	build(&m, "a100-nvlink", NULL, &p);
+	assert_int_equal(p.n_stages, 4);
+	assert_int_equal(p.micro_batches, 3);
+	assert_int_equal(p.gpus, 32);
+	for (uint32_t s = 0; s < 4; s++) {
+		const struct lynx_problem_stage *st = &p.stages[s];
+
+		assert_int_equal(st->layers, 10);
+		assert_int_equal(st->first_layer, 10 * s);
+		assert_int_equal(st->inflight, inflight[s]);
+		assert_int_equal(st->warmup, warmup[s]);
+		assert_true(st->embedding.present == (s == 0));
+		assert_true(st->head.present == (s == 3));
+		assert_true((st->recv_fwd_s > 0) == (s > 0));
+		assert_true((st->recv_bwd_s > 0) == (s < 3));
+	}
+	/* Korthikanti et al. 4.3: the head keeps 4sbh/t + 4sbv/t under SP; the embedding its
+	 * dropout mask. Here without SP: 4sbh + 4sbv/t and sbh. */
+	assert_int_equal(p.stages[3].head.act_bytes, 4ull * 2048 * 5120 + 4ull * 2048 * 51200 / 8);
+	assert_int_equal(p.stages[0].embedding.act_bytes, 2048ull * 5120);
+	assert_true(p.stages[3].head.fwd_s > 0 && p.stages[3].head.bwd_s > p.stages[3].head.fwd_s);
+	lynx_problem_free(&p);
+}
+
+/* Megatron's mixed precision: 18 bytes per parameter, or 6 + 12/d with the distributed
+ * optimizer; the first stage adds the embeddings, the last the final LayerNorm and, with
+ * p > 1, its copy of the word embedding. */
+static void test_static_memory_follows_megatron_accounting(void **state)
+{
+	struct lynx_model_desc m = job("gpt-13b", 8, 4, 2, 1, 4, false);
+	struct lynx_problem_options dist = {.distributed_optimizer = true};
+	struct lynx_problem p, q;
+	uint64_t layer = lynx_model_layer_params_per_rank(&m), word = 51200ull / 8 * 5120;
+
+	build(&m, "a100-nvlink", NULL, &p);
+	build(&m, "a100-nvlink", &dist, &q);
+	assert_int_equal(p.stages[0].params, 10 * layer + word + 2048ull * 5120);
+	assert_int_equal(p.stages[1].params, 10 * layer);
+	assert_int_equal(p.stages[3].params, 10 * layer + 2 * 5120 + word);
+	for (uint32_t s = 0; s < 4; s++) {
+		assert_int_equal(p.stages[s].static_bytes, 18 * p.stages[s].params);
+		assert_int_equal(q.stages[s].static_bytes,
+		                 6 * p.stages[s].params + 12 * p.stages[s].params / 2);
+	}
+	assert_int_equal(lynx_problem_max_static_bytes(&p), p.stages[0].static_bytes);
+	/* Two data-parallel ranks reduce gradients; the tied embeddings sync on the ends. */
+	assert_true(p.stages[1].grad_reduce_s > 0);
+	assert_true(p.stages[0].grad_reduce_s > p.stages[1].grad_reduce_s);
+	assert_true(q.stages[1].optimizer_s < p.stages[1].optimizer_s);
+	lynx_problem_free(&p);
+	lynx_problem_free(&q);
+}
+
+/* TP windows sit at every op with a wait, in every layer; PP windows where a stage receives;
+ * DP where gradients are reduced. Their capacity is the idle time. */
+static void test_windows_are_where_the_stream_waits(void **state)
+{
+	struct lynx_model_desc m = job("gpt-13b", 8, 4, 1, 1, 8, true);
+	struct lynx_problem p;
+	uint32_t count[LYNX_WINDOW_KIND_COUNT] = {0};
+	const struct lynx_problem_stage *st;
+	int w;
+
+	build(&m, "a100-nvlink", NULL, &p);
+	st = &p.stages[1];
+	for (uint32_t i = 0; i < st->n_windows; i++)
+		count[st->windows[i].kind]++;
+	/* Under SP all four boundaries wait in the forward; the backward's all-gathers of the
+	 * row-parallel outputs are exposed. */
+	assert_int_equal(count[LYNX_WINDOW_TP_FWD], 4 * 10);
+	assert_int_equal(count[LYNX_WINDOW_TP_BWD] % 10, 0);
+	assert_true(count[LYNX_WINDOW_TP_BWD] >= 2 * 10);
+	assert_int_equal(count[LYNX_WINDOW_PP_RECV_FWD], 1);
+	assert_int_equal(count[LYNX_WINDOW_PP_RECV_BWD], 1);
+	assert_int_equal(count[LYNX_WINDOW_DP_GRAD], 0);
+	w = lynx_problem_find_window(st, LYNX_WINDOW_TP_FWD, 3, LYNX_OP_QKV);
+	assert_true(w >= 0);
+	assert_within("TP window capacity", st->windows[w].capacity_s,
+	              p.layer.ops[LYNX_OP_QKV].wait_fwd_s, 0);
+	w = lynx_problem_find_window(st, LYNX_WINDOW_PP_RECV_BWD, -1, -1);
+	assert_within("PP window capacity", st->windows[w].capacity_s, st->recv_bwd_s, 0);
+	assert_int_equal(lynx_problem_find_window(&p.stages[0], LYNX_WINDOW_PP_RECV_FWD, -1, -1),
+	                 -1);
+	assert_int_equal(lynx_problem_find_window(&p.stages[3], LYNX_WINDOW_PP_RECV_BWD, -1, -1),
+	                 -1);
+	assert_int_equal(lynx_problem_find_window_kind("pp_recv_bwd"), LYNX_WINDOW_PP_RECV_BWD);
+	assert_int_equal(lynx_problem_find_window_kind("nope"), LYNX_WINDOW_KIND_COUNT);
+	assert_string_equal(lynx_problem_window_kind_name(LYNX_WINDOW_DP_GRAD), "dp_grad");
+	lynx_problem_free(&p);
+}
+
+static void test_budget_defaults_to_gpu_memory_and_must_cover_static_memory(void **state)
+{
+	struct lynx_model_desc m = job("gpt-22b", 8, 1, 1, 4, 1, false);
+	struct lynx_problem_options tight = {.budget_bytes = 10ull << 30};
+	struct lynx_problem p;
+	char why[256] = "";
+
+	build(&m, "a100-nvlink", NULL, &p);
+	assert_int_equal(p.budget_bytes, lynx_preset_find_gpu("a100-80gb")->mem_bytes);
+	lynx_problem_free(&p);
+	assert_int_equal(lynx_problem_from_model(&m, lynx_preset_find_cluster("a100-nvlink"),
+	                                         &tight, &p, why, sizeof(why)),
+	                 -EINVAL);
+	assert_non_null(strstr(why, "budget"));
+	assert_non_null(strstr(why, "static memory"));
+	assert_null(p.stages);
+}
+
+static void test_invalid_models_are_refused_with_a_reason(void **state)
+{
+	struct lynx_model_desc m = job("gpt-13b", 8, 4, 1, 1, 4, false);
+	struct lynx_problem p;
+	char why[256] = "";
+
+	m.heads = 7;
+	assert_int_equal(lynx_problem_from_model(&m, lynx_preset_find_cluster("a100-nvlink"), NULL,
+	                                         &p, why, sizeof(why)),
+	                 -EINVAL);
+	assert_non_null(strstr(why, "not divisible"));
+	m = job("gpt-13b", 8, 80, 1, 1, 4, false);
+	assert_int_equal(lynx_problem_from_model(&m, lynx_preset_find_cluster("a100-nvlink"), NULL,
+	                                         &p, why, sizeof(why)),
+	                 -EINVAL);
+	assert_non_null(strstr(why, "exceeds the number of layers"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_layer_carries_the_cost_model),
+	        cmocka_unit_test(test_group_order_supports_the_rebuild_rules),
+	        cmocka_unit_test(test_stages_follow_1f1b),
+	        cmocka_unit_test(test_static_memory_follows_megatron_accounting),
+	        cmocka_unit_test(test_windows_are_where_the_stream_waits),
+	        cmocka_unit_test(test_budget_defaults_to_gpu_memory_and_must_cover_static_memory),
+	        cmocka_unit_test(test_invalid_models_are_refused_with_a_reason),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

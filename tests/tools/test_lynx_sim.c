@@ -1,0 +1,272 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Runs the built `lynx sim` (<build>/bin/lynx beside <build>/tests/test_lynx_sim) and checks
+ * its table, JSON and CSV, the sweep, and the exit status and message of bad input.
+ */
+#define _GNU_SOURCE
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static char lynx[PATH_MAX + 16];
+
+enum stream { OUT, ERR };
+
+struct result {
+	char *text;
+	int status; /* exit status, or -1 when it did not exit normally */
+};
+
+/* Runs "lynx sim <args>" in a clean environment, capturing one stream. */
+static struct result sim(enum stream stream, const char *args)
+{
+	struct result r = {NULL, -1};
+	size_t size = 0, used = 0;
+	char *cmd;
+	FILE *pipe;
+	int status;
+
+	assert_true(asprintf(&cmd, "env -i PATH=/usr/bin:/bin '%s' sim %s %s", lynx, args,
+	                     stream == OUT ? "2>/dev/null" : "2>&1 >/dev/null") > 0);
+	pipe = popen(cmd, "r");
+	assert_non_null(pipe);
+	for (;;) {
+		size_t n;
+
+		if (size - used < 4096) {
+			size = size ? 2 * size : 65536;
+			r.text = realloc(r.text, size);
+			assert_non_null(r.text);
+		}
+		n = fread(r.text + used, 1, size - used - 1, pipe);
+		if (!n)
+			break;
+		used += n;
+	}
+	r.text[used] = '\0';
+	status = pclose(pipe);
+	r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+	free(cmd);
+	return r;
+}
+
+static int count(const char *text, const char *needle)
+{
+	int n = 0;
+
+	for (const char *at = text; (at = strstr(at, needle)); at += strlen(needle))
+		n++;
+	return n;
+}
+
+static int words(const char *line)
+{
+	int n = 0;
+
+	for (const char *at = line; *at; at++)
+		n += at[0] != ' ' && (at == line || at[-1] == ' ');
+	return n;
+}
+
+/* The line of text that starts with prefix, copied into line; fails when there is none. */
+static void line_of(const char *text, const char *prefix, char *line, size_t len)
+{
+	size_t plen = strlen(prefix);
+
+	for (const char *at = text; at && *at; at = strchr(at, '\n'), at = at ? at + 1 : NULL)
+		if (!strncmp(at, prefix, plen)) {
+			snprintf(line, len, "%.*s", (int)strcspn(at, "\n"), at);
+			return;
+		}
+	fail_msg("no line starts with '%s' in:\n%s", prefix, text);
+}
+
+static int setup(void **state)
+{
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	if (n <= 0)
+		return -1;
+	exe[n] = '\0';
+	/* <build>/tests/test_lynx_sim */
+	*strrchr(exe, '/') = '\0';
+	*strrchr(exe, '/') = '\0';
+	snprintf(lynx, sizeof(lynx), "%s/bin/lynx", exe);
+	if (access(lynx, X_OK)) {
+		fprintf(stderr, "test_lynx_sim: needs %s (make lynx)\n", lynx);
+		return -1;
+	}
+	return 0;
+}
+
+static void test_table_has_one_row_per_planner(void **state)
+{
+	struct result r =
+	        sim(OUT, "--model gpt-13b --cluster a100-nvlink --tp 8 --pp 4 --microbatches 8");
+	char line[512];
+	double step, speedup;
+
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.text, "gpt-13b on a100-nvlink: t=8 p=4 d=1"));
+	assert_non_null(strstr(r.text, "8 micro-batches"));
+	line_of(r.text, "full ", line, sizeof(line));
+	assert_int_equal(sscanf(line, "full %lf %lfx", &step, &speedup), 2);
+	assert_true(step > 0 && speedup == 1.0);
+	line_of(r.text, "none ", line, sizeof(line));
+	assert_int_equal(sscanf(line, "none %lf %lfx", &step, &speedup), 2);
+	assert_true(speedup > 1.2 && speedup < 1.5);
+	/* planner, step, speedup, MFU, fits, search (value and unit), then four stages' peaks. */
+	line_of(r.text, "selective ", line, sizeof(line));
+	assert_int_equal(words(line), 7 + 4);
+	line_of(r.text, "dtr ", line, sizeof(line));
+	assert_int_equal(words(line), 7 + 4);
+	assert_null(strstr(r.text, "unchecked"));
+	free(r.text);
+}
+
+/* Korthikanti et al.'s 22B configuration: without recomputation it does not fit in 80 GB. */
+static void test_22b_needs_recomputation_on_a100(void **state)
+{
+	struct result r = sim(OUT, "--model gpt-22b --cluster a100-nvlink --tp 8 --micro-batch 4 "
+	                           "--microbatches 1");
+	char line[512];
+
+	assert_int_equal(r.status, 0);
+	line_of(r.text, "none ", line, sizeof(line));
+	assert_non_null(strstr(line, "OOM"));
+	line_of(r.text, "selective ", line, sizeof(line));
+	assert_non_null(strstr(line, " yes "));
+	line_of(r.text, "full ", line, sizeof(line));
+	assert_non_null(strstr(line, " yes "));
+	free(r.text);
+}
+
+static void test_json_lists_every_planner_with_per_stage_peaks(void **state)
+{
+	struct result r = sim(OUT, "--model gpt-13b --cluster a100-nvlink --tp 8 --pp 4 --json");
+	const char *planners[] = {"none", "full", "selective", "dtr"};
+	const char *peaks;
+	char needle[64];
+
+	assert_int_equal(r.status, 0);
+	assert_int_equal(r.text[0], '{');
+	assert_non_null(strstr(r.text, "\"planners\":"));
+	for (size_t i = 0; i < sizeof(planners) / sizeof(planners[0]); i++) {
+		snprintf(needle, sizeof(needle), "\"planner\":\t\"%s\"", planners[i]);
+		assert_int_equal(count(r.text, needle), 1);
+	}
+	assert_int_equal(count(r.text, "\"step_time_s\":"), 4);
+	assert_int_equal(count(r.text, "\"mfu\":"), 4);
+	assert_int_equal(count(r.text, "\"search_time_s\":"), 4);
+	assert_int_equal(count(r.text, "\"checked\":\ttrue"), 4);
+	assert_non_null(strstr(r.text, "\"speedup_vs_full\":\t1,"));
+	peaks = strstr(r.text, "\"peak_bytes\":\t[");
+	assert_non_null(peaks);
+	assert_int_equal(count(strndupa(peaks, strcspn(peaks, "]")), ","), 3);
+	free(r.text);
+}
+
+static void test_csv_has_a_header_and_a_row_per_planner(void **state)
+{
+	struct result r = sim(OUT, "--model gpt-6.7b --cluster h100-nvlink --tp 4 --pp 2 --dp 2 "
+	                           "--sp --budget 40G --csv");
+
+	assert_int_equal(r.status, 0);
+	assert_true(!strncmp(r.text, "model,cluster,tp,pp,dp,", 23));
+	assert_int_equal(count(r.text, "\n"), 5);
+	assert_int_equal(count(r.text, "gpt-6.7b,h100-nvlink,4,2,2,1,1,8,42949672960,"), 4);
+	free(r.text);
+}
+
+static void test_sweep_runs_the_papers_range(void **state)
+{
+	struct result r = sim(OUT, "--sweep --cluster a100-nvlink --tp 8 --pp 4");
+
+	assert_int_equal(r.status, 0);
+	assert_int_equal(count(r.text, " on a100-nvlink: "), 6);
+	assert_non_null(strstr(r.text, "gpt-1.3b on"));
+	assert_non_null(strstr(r.text, "gpt-22b on"));
+	assert_null(strstr(r.text, "gpt-175b"));
+	free(r.text);
+
+	r = sim(OUT, "--sweep --cluster a100-pcie --tp 8 --pp 2 --json");
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.text, "\"models\":"));
+	assert_int_equal(count(r.text, "\"model\":"), 6);
+	free(r.text);
+}
+
+/* Each bad input exits 2 with a message that says what is wrong. */
+static void test_bad_input_exits_2_with_a_reason(void **state)
+{
+	static const struct {
+		const char *args, *message;
+	} cases[] = {
+	        {"--model gpt-99b --cluster a100-nvlink", "unknown model 'gpt-99b'"},
+	        {"--model gpt-13b --cluster b100", "unknown cluster 'b100'"},
+	        {"--model gpt-13b --cluster a100-nvlink --heads 7", "not divisible by the number"},
+	        {"--model gpt-13b --cluster a100-nvlink --tp 8 --pp 80",
+	         "exceeds the number of layers"},
+	        {"--model gpt-13b --cluster a100-nvlink --tp 8 --budget 1G",
+	         "below stage 0's static memory"},
+	        {"--model gpt-13b --cluster a100-nvlink --tp eight",
+	         "--tp 'eight' is not a positive"},
+	        {"--model gpt-13b --cluster a100-nvlink --tp 0", "is not a positive integer"},
+	        {"--model gpt-13b --cluster a100-nvlink --budget 12Q", "is not a size"},
+	        {"--model gpt-13b", "--cluster is required"},
+	        {"--cluster a100-nvlink", "--model is required"},
+	        {"--sweep --model gpt-13b --cluster a100-nvlink", "drop --model"},
+	        {"--model gpt-13b --cluster a100-nvlink --json --csv", "exclude each other"},
+	        {"--model gpt-13b --cluster a100-nvlink --wat", "unknown argument '--wat'"},
+	        {"--model gpt-13b --cluster a100-nvlink --pp", "--pp needs a value"},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct result out = sim(OUT, cases[i].args), err = sim(ERR, cases[i].args);
+
+		if (out.status != 2 || !strstr(err.text, cases[i].message))
+			fail_msg("lynx sim %s: exit %d, stderr '%s' (want 2 and '%s')",
+			         cases[i].args, out.status, err.text, cases[i].message);
+		assert_string_equal(out.text, "");
+		free(out.text);
+		free(err.text);
+	}
+}
+
+static void test_help_lists_options_and_planners(void **state)
+{
+	struct result r = sim(OUT, "--help");
+
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.text, "usage: lynx sim"));
+	assert_non_null(strstr(r.text, "--microbatches M"));
+	assert_non_null(strstr(r.text, "selective"));
+	assert_non_null(strstr(r.text, "dtr"));
+	free(r.text);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_table_has_one_row_per_planner),
+	        cmocka_unit_test(test_22b_needs_recomputation_on_a100),
+	        cmocka_unit_test(test_json_lists_every_planner_with_per_stage_peaks),
+	        cmocka_unit_test(test_csv_has_a_header_and_a_row_per_planner),
+	        cmocka_unit_test(test_sweep_runs_the_papers_range),
+	        cmocka_unit_test(test_bad_input_exits_2_with_a_reason),
+	        cmocka_unit_test(test_help_lists_options_and_planners),
+	};
+
+	return cmocka_run_group_tests(tests, setup, NULL);
+}
