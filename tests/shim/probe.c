@@ -6,8 +6,15 @@
  *   probe fork        uses CUDA, forks a child that never does, and goes on using CUDA
  *   probe graph N     captures GRAPH_KERNELS launches into a CUDA graph and launches it
  *                     N times; prints the sum they computed
- * Exits 0 when every call succeeded (and the sum is right).
+ *   probe pool N      as PyTorch's cudaMallocAsync backend: the default pool, its release
+ *                     threshold, N stream-ordered allocations of growing size, one from
+ *                     the pool by name, the pool's used and reserved bytes, trim
+ *   probe module N    as Triton: loads a module and a library naming the probe's kernel
+ *                     through driver entry points, launches it N times through each
+ * Exits 0 when every call succeeded (and the sums and byte counts are right).
  */
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -158,6 +165,134 @@ static int run_graph(long launches)
 	return bad;
 }
 
+static int expect_pool_bytes(cudaMemPool_t pool, enum cudaMemPoolAttr attr, uint64_t want,
+                             const char *what)
+{
+	cuuint64_t value = 0;
+
+	if (failed(cudaMemPoolGetAttribute(pool, attr, &value), "cudaMemPoolGetAttribute"))
+		return 1;
+	if (value == want)
+		return 0;
+	fprintf(stderr, "probe: %s is %llu bytes, want %llu\n", what, (unsigned long long)value,
+	        (unsigned long long)want);
+	return 1;
+}
+
+/* The calls of PyTorch's cudaMallocAsync allocator backend, on the default pool. */
+static int run_pool(long count)
+{
+	const uint64_t page = 4096;
+	cudaMemPool_t pool;
+	cudaStream_t stream;
+	cuuint64_t threshold = UINT64_MAX;
+	void **bufs = calloc((size_t)count + 1, sizeof(*bufs));
+	uint64_t total = 0;
+	int bad = !bufs;
+
+	bad |= failed(cudaDeviceGetDefaultMemPool(&pool, 0), "cudaDeviceGetDefaultMemPool");
+	bad |= failed(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold),
+	              "cudaMemPoolSetAttribute");
+	bad |= failed(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+	for (long i = 0; i < count && !bad; i++) {
+		bad |= failed(cudaMallocAsync(&bufs[i], page * (uint64_t)(i + 1), stream),
+		              "cudaMallocAsync");
+		total += page * (uint64_t)(i + 1);
+	}
+	bad |= failed(cudaMallocFromPoolAsync(&bufs[count], page, pool, stream),
+	              "cudaMallocFromPoolAsync");
+	total += page;
+	if (bad)
+		return 1;
+	bad |= expect_pool_bytes(pool, cudaMemPoolAttrUsedMemCurrent, total, "used");
+	for (long i = 0; i <= count; i++)
+		bad |= failed(cudaFreeAsync(bufs[i], stream), "cudaFreeAsync");
+	bad |= failed(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+	bad |= expect_pool_bytes(pool, cudaMemPoolAttrUsedMemHigh, total, "used high");
+	bad |= expect_pool_bytes(pool, cudaMemPoolAttrReservedMemCurrent, 0, "reserved");
+	bad |= expect_pool_bytes(pool, cudaMemPoolAttrReservedMemHigh, total, "reserved high");
+	bad |= failed(cudaMemPoolTrimTo(pool, 0), "cudaMemPoolTrimTo");
+	bad |= failed(cudaStreamDestroy(stream), "cudaStreamDestroy");
+	free(bufs);
+	if (!bad)
+		printf("probe pool: %ld allocations, high %llu bytes\n", count + 1,
+		       (unsigned long long)total);
+	return bad;
+}
+
+static void *driver_entry(const char *name)
+{
+	enum cudaDriverEntryPointQueryResult found;
+	void *fn = NULL;
+
+	if (failed(cudaGetDriverEntryPointByVersion(name, &fn, 13000, cudaEnableDefault, &found),
+	           name) ||
+	    found != cudaDriverEntryPointSuccess)
+		return NULL;
+	return fn;
+}
+
+static int failed_driver(CUresult res, const char *what)
+{
+	if (res == CUDA_SUCCESS)
+		return 0;
+	fprintf(stderr, "probe: %s: CUresult %d\n", what, (int)res);
+	return 1;
+}
+
+/* Loads code as Triton and cuBLAS do, through driver entry points: a module and a library
+ * whose images name the probe's kernel, each launched `launches` times. */
+static int run_module(long launches)
+{
+	PFN_cuModuleLoadData_v2000 load_module = driver_entry("cuModuleLoadData");
+	PFN_cuModuleGetFunction_v2000 get_function = driver_entry("cuModuleGetFunction");
+	PFN_cuModuleUnload_v2000 unload_module = driver_entry("cuModuleUnload");
+	PFN_cuLibraryLoadData_v12000 load_library = driver_entry("cuLibraryLoadData");
+	PFN_cuLibraryGetKernel_v12000 get_kernel = driver_entry("cuLibraryGetKernel");
+	PFN_cuLibraryUnload_v12000 unload_library = driver_entry("cuLibraryUnload");
+	PFN_cuLaunchKernel_v4000 launch = driver_entry("cuLaunchKernel");
+	CUmodule module = NULL;
+	CUlibrary library = NULL;
+	CUfunction function = NULL;
+	CUkernel kernel_handle = NULL;
+	float *x, one = 1.0f, sum = 0;
+	void *args[] = {&x, &one};
+	int bad;
+
+	if (!load_module || !get_function || !unload_module || !load_library || !get_kernel ||
+	    !unload_library || !launch)
+		return 1;
+	bad = failed(cudaMalloc((void **)&x, sizeof(float)), "cudaMalloc");
+	bad |= failed(cudaMemset(x, 0, sizeof(float)), "cudaMemset");
+	bad |= failed_driver(load_module(&module, "probe_add\n"), "cuModuleLoadData");
+	bad |= failed_driver(get_function(&function, module, "probe_add"), "cuModuleGetFunction");
+	bad |= failed_driver(load_library(&library, "probe_add\n", NULL, NULL, 0, NULL, NULL, 0),
+	                     "cuLibraryLoadData");
+	bad |= failed_driver(get_kernel(&kernel_handle, library, "probe_add"),
+	                     "cuLibraryGetKernel");
+	for (long i = 0; i < launches && !bad; i++) {
+		bad |= failed_driver(launch(function, 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL),
+		                     "cuLaunchKernel (module)");
+		bad |= failed_driver(
+		        launch((CUfunction)kernel_handle, 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL),
+		        "cuLaunchKernel (library)");
+	}
+	if (bad)
+		return 1;
+	bad |= failed_driver(unload_module(module), "cuModuleUnload");
+	bad |= failed_driver(unload_library(library), "cuLibraryUnload");
+	bad |= failed(cudaMemcpy(&sum, x, sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
+	if (!bad && sum != (float)(2 * launches)) {
+		fprintf(stderr, "probe: the module's kernel summed %g, want %ld\n", sum,
+		        2 * launches);
+		bad = 1;
+	}
+	bad |= failed(cudaFree(x), "cudaFree");
+	if (!bad)
+		printf("probe module: 2 x %ld launches = %g\n", launches, sum);
+	return bad;
+}
+
 int main(int argc, char **argv)
 {
 	struct simgpu_kernel_desc desc = {
@@ -176,6 +311,11 @@ int main(int argc, char **argv)
 		return run_fork();
 	if (argc == 3 && !strcmp(argv[1], "graph"))
 		return run_graph(atol(argv[2]));
-	fprintf(stderr, "usage: probe threads N | probe fork | probe graph N\n");
+	if (argc == 3 && !strcmp(argv[1], "pool"))
+		return run_pool(atol(argv[2]));
+	if (argc == 3 && !strcmp(argv[1], "module"))
+		return run_module(atol(argv[2]));
+	fprintf(stderr, "usage: probe threads N | probe fork | probe graph N | probe pool N | "
+	                "probe module N\n");
 	return 2;
 }

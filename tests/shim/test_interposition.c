@@ -263,6 +263,20 @@ static long calls_value(const char *json, const char *key)
 	return at ? atol(at + strlen(quoted)) : -1;
 }
 
+/* The calls of every hooked function in a calls file, summed. */
+static long calls_total(const char *json)
+{
+	long total = 0;
+
+	for (const char *p = strstr(json, "\"calls\":{") + 9; *p == '"';) {
+		p = strchr(p + 1, '"') + 2;
+		total += atol(p);
+		p += strspn(p, "0123456789");
+		p += *p == ',';
+	}
+	return total;
+}
+
 /* The one calls.<pid>.json in dir (the probe is one process). */
 static char *only_calls_file(const char *dir)
 {
@@ -303,35 +317,37 @@ static void test_eight_threads_calling_at_once_are_all_accounted_for(void **stat
 	assert_int_equal(calls_value(calls, "cudaMallocAsync"), 8 * (per_thread + 1));
 	assert_int_equal(calls_value(calls, "cuMemAllocAsync"), 8 * (per_thread + 1));
 	assert_int_equal(calls_value(calls, "cuMemFreeAsync"), 8 * (per_thread + 1));
-	long total = 0, internal = calls_value(calls, "cuFuncGetParamInfo");
-	for (const char *p = strstr(calls, "\"calls\":{") + 9; *p == '"';) {
-		p = strchr(p + 1, '"') + 2;
-		total += atol(p);
-		p += strspn(p, "0123456789");
-		p += *p == ',';
-	}
+	long internal = calls_value(calls, "cuFuncGetParamInfo");
 	assert_int_equal(calls_value(calls, "recorded") + calls_value(calls, "dropped"),
-	                 total - internal);
+	                 calls_total(calls) - internal);
 	free(calls);
 }
 
-/* A CUDA graph captured once and launched many times: each call counted once by Lynx and
- * by simgpu alike, and the calls made while the capture was open flagged as captured. */
-static void test_graph_capture_and_replay_are_counted_exactly(void **state)
+struct expected_count {
+	const char *symbol;
+	long count;
+};
+
+/*
+ * Runs `probe <mode> <arg>` under the shim with SIMGPU_COUNTERS, checks its output, that
+ * Lynx's count of every hooked function equals simgpu's, and the counts wanted. Returns
+ * the calls file (free it).
+ */
+static char *run_probe_counted(const char *mode, long arg, const char *want_out,
+                               const struct expected_count *want, size_t wanted)
 {
 	char env[4096], cmd[2048], dir[1200], calls_path[1600] = "", dump_path[1600];
-	const long launches = 7;
 	int pid = 0;
 
-	snprintf(dir, sizeof(dir), "%s/graph", scratch);
+	snprintf(dir, sizeof(dir), "%s/%s", scratch, mode);
 	mkdir(dir, 0755);
 	snprintf(env, sizeof(env),
 	         "LD_PRELOAD=%s/liblynx.so LYNX_MODE=profile LYNX_OUT=%s SIMGPU_COUNTERS=%s/simgpu",
 	         build_dir, dir, dir);
-	snprintf(cmd, sizeof(cmd), "%s/bin/probe graph %ld", build_dir, launches);
+	snprintf(cmd, sizeof(cmd), "%s/bin/probe %s %ld", build_dir, mode, arg);
 	struct output o = run(env, cmd);
 	assert_int_equal(o.exit_code, 0);
-	assert_string_equal(o.out, "probe graph: 3 kernels x 7 launches = 21\n");
+	assert_string_equal(o.out, want_out);
 	assert_string_equal(o.err, "");
 	release(&o);
 
@@ -347,10 +363,18 @@ static void test_graph_capture_and_replay_are_counted_exactly(void **state)
 	assert_true(compare_counts(calls_path, dump_path) > 20);
 
 	char *calls = slurp(calls_path);
-	static const struct {
-		const char *symbol;
-		long count;
-	} want[] = {
+	for (size_t i = 0; i < wanted; i++)
+		if (calls_value(calls, want[i].symbol) != want[i].count)
+			fail_msg("%s: %ld calls, want %ld", want[i].symbol,
+			         calls_value(calls, want[i].symbol), want[i].count);
+	return calls;
+}
+
+/* A CUDA graph captured once and launched many times: each call counted once by Lynx and
+ * by simgpu alike, and the calls made while the capture was open flagged as captured. */
+static void test_graph_capture_and_replay_are_counted_exactly(void **state)
+{
+	static const struct expected_count want[] = {
 	        {"cudaStreamBeginCapture", 1}, {"cuStreamBeginCapture_v2", 1},
 	        {"cudaStreamEndCapture", 1},   {"cuStreamEndCapture", 1},
 	        {"cudaStreamIsCapturing", 2},  {"cuStreamIsCapturing", 2},
@@ -360,13 +384,60 @@ static void test_graph_capture_and_replay_are_counted_exactly(void **state)
 	        {"cudaGraphExecDestroy", 1},   {"cuGraphExecDestroy", 1},
 	        {"cudaGraphDestroy", 1},       {"cuGraphDestroy", 1},
 	};
-	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
-		if (calls_value(calls, want[i].symbol) != want[i].count)
-			fail_msg("%s: %ld calls, want %ld", want[i].symbol,
-			         calls_value(calls, want[i].symbol), want[i].count);
+	char *calls = run_probe_counted("graph", 7, "probe graph: 3 kernels x 7 launches = 21\n",
+	                                want, sizeof(want) / sizeof(want[0]));
+
 	/* Inside the capture: both begin-capture calls, one status query and the three
 	 * launches, each as a runtime call and the driver call it made. */
 	assert_int_equal(calls_value(calls, "captured"), 2 * (1 + 1 + 3));
+	free(calls);
+}
+
+/* PyTorch's cudaMallocAsync backend: the default pool and its attributes, stream-ordered
+ * allocations (one from the pool by name), trim; each call counted once by Lynx and by
+ * simgpu alike, as a runtime call and the driver call it made. */
+static void test_memory_pool_calls_are_counted_exactly(void **state)
+{
+	static const struct expected_count want[] = {
+	        {"cudaDeviceGetDefaultMemPool", 1},
+	        {"cuDeviceGetDefaultMemPool", 1},
+	        {"cudaMemPoolSetAttribute", 1},
+	        {"cuMemPoolSetAttribute", 1},
+	        {"cudaMallocAsync", 5},
+	        {"cuMemAllocAsync", 5},
+	        {"cudaMallocFromPoolAsync", 1},
+	        {"cuMemAllocFromPoolAsync", 1},
+	        {"cudaFreeAsync", 6},
+	        {"cuMemFreeAsync", 6},
+	        {"cudaMemPoolGetAttribute", 4},
+	        {"cuMemPoolGetAttribute", 4},
+	        {"cudaMemPoolTrimTo", 1},
+	        {"cuMemPoolTrimTo", 1},
+	};
+	char *calls = run_probe_counted("pool", 5, "probe pool: 6 allocations, high 65536 bytes\n",
+	                                want, sizeof(want) / sizeof(want[0]));
+
+	/* Every call was recorded (the shim made none of its own here). */
+	assert_int_equal(calls_value(calls, "dropped"), 0);
+	assert_int_equal(calls_value(calls, "recorded"), calls_total(calls));
+	free(calls);
+}
+
+/* Triton-style loading through driver entry points: the module and library calls, and the
+ * launches of the functions found in them, counted once each. */
+static void test_module_and_library_calls_are_counted_exactly(void **state)
+{
+	static const struct expected_count want[] = {
+	        {"cuModuleLoadData", 1},   {"cuModuleGetFunction", 1}, {"cuModuleUnload", 1},
+	        {"cuLibraryLoadData", 1},  {"cuLibraryGetKernel", 1},  {"cuLibraryUnload", 1},
+	        {"cuLaunchKernel", 2 * 6},
+	};
+	char *calls = run_probe_counted("module", 6, "probe module: 2 x 6 launches = 12\n", want,
+	                                sizeof(want) / sizeof(want[0]));
+
+	/* Seven entry points looked up; no runtime launch (absent from the file). */
+	assert_int_equal(calls_value(calls, "cudaGetDriverEntryPointByVersion"), 7);
+	assert_int_equal(calls_value(calls, "cudaLaunchKernel"), -1);
 	free(calls);
 }
 
@@ -415,6 +486,8 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_bad_settings_warn_once_and_the_run_goes_on),
 	        cmocka_unit_test(test_eight_threads_calling_at_once_are_all_accounted_for),
 	        cmocka_unit_test(test_graph_capture_and_replay_are_counted_exactly),
+	        cmocka_unit_test(test_memory_pool_calls_are_counted_exactly),
+	        cmocka_unit_test(test_module_and_library_calls_are_counted_exactly),
 	        cmocka_unit_test(test_a_forked_child_that_never_uses_cuda_works),
 	        cmocka_unit_test(test_processes_without_cuda_see_nothing),
 	};

@@ -346,6 +346,10 @@ struct forward_env {
 	cudaGraph_t graph, graph_ptsz;
 	cudaGraphExec_t exec;
 	void *entry;
+	cudaMemPool_t default_pool, pool;
+	struct cudaMemPoolProps pool_props;
+	cuuint64_t pool_value;
+	void *pool_buf, *pool_buf_ptsz;
 };
 
 #define FORWARD_CASES(X)                                                                           \
@@ -358,6 +362,20 @@ struct forward_env {
 	X(cudaMallocAsync_ptsz, "cuMemAllocAsync_ptsz",                                            \
 	  cudaMallocAsync_ptsz(&e->async_buf, 4096, 0))                                            \
 	X(cudaFreeAsync_ptsz, "cuMemFreeAsync_ptsz", cudaFreeAsync_ptsz(e->async_buf, 0))          \
+	X(cudaDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool",                                \
+	  cudaDeviceGetDefaultMemPool(&e->default_pool, 0))                                        \
+	X(cudaMemPoolSetAttribute, "cuMemPoolSetAttribute",                                        \
+	  cudaMemPoolSetAttribute(e->default_pool, cudaMemPoolAttrReleaseThreshold,                \
+	                          &e->pool_value))                                                 \
+	X(cudaMemPoolGetAttribute, "cuMemPoolGetAttribute",                                        \
+	  cudaMemPoolGetAttribute(e->default_pool, cudaMemPoolAttrUsedMemHigh, &e->pool_value))    \
+	X(cudaMemPoolTrimTo, "cuMemPoolTrimTo", cudaMemPoolTrimTo(e->default_pool, 0))             \
+	X(cudaMemPoolCreate, "cuMemPoolCreate", cudaMemPoolCreate(&e->pool, &e->pool_props))       \
+	X(cudaMallocFromPoolAsync, "cuMemAllocFromPoolAsync",                                      \
+	  cudaMallocFromPoolAsync(&e->pool_buf, 4096, e->pool, e->stream))                         \
+	X(cudaMallocFromPoolAsync_ptsz, "cuMemAllocFromPoolAsync_ptsz",                            \
+	  cudaMallocFromPoolAsync_ptsz(&e->pool_buf_ptsz, 4096, e->pool, 0))                       \
+	X(cudaMemPoolDestroy, "cuMemPoolDestroy", cudaMemPoolDestroy(e->pool))                     \
 	X(cudaMemGetInfo, "cuMemGetInfo_v2", cudaMemGetInfo(&e->free_bytes, &e->total_bytes))      \
 	X(cudaMemcpy, "cuMemcpy", cudaMemcpy(e->dev, e->host, 256, cudaMemcpyHostToDevice))        \
 	X(cudaMemcpy_ptds, "cuMemcpy_ptds",                                                        \
@@ -479,6 +497,10 @@ static void test_every_runtime_call_forwards_exactly_one_driver_call(void **stat
 	assert_int_equal(cudaEventCreate(&e->end), cudaSuccess);
 	axpy_prepare(&e->run, 8);
 	e->config = (cudaLaunchConfig_t){.gridDim = ONE, .blockDim = ONE, .stream = e->stream};
+	e->pool_props = (struct cudaMemPoolProps){
+	        .allocType = cudaMemAllocationTypePinned,
+	        .location = {cudaMemLocationTypeDevice, 0},
+	};
 
 	for (size_t i = 0; i < sizeof(forward_cases) / sizeof(forward_cases[0]); i++) {
 		const struct forward_case *c = &forward_cases[i];
@@ -505,6 +527,9 @@ static void test_every_runtime_call_forwards_exactly_one_driver_call(void **stat
 	}
 	assert_int_equal(e->host_func_ran, 2);
 	assert_int_equal(cudaGraphDestroy(e->graph_ptsz), cudaSuccess);
+	/* The destroyed pool's allocations outlived it; freeing them is allowed. */
+	assert_int_equal(cudaFreeAsync(e->pool_buf, e->stream), cudaSuccess);
+	assert_int_equal(cudaFreeAsync_ptsz(e->pool_buf_ptsz, 0), cudaSuccess);
 
 	assert_int_equal(cudaEventDestroy(e->made_event_flags), cudaSuccess);
 	assert_int_equal(cudaStreamDestroy(e->made_flags), cudaSuccess);

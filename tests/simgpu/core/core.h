@@ -124,11 +124,17 @@ int simgpu_device_count(void);
 CUresult simgpu_mem_alloc(CUdeviceptr *out, size_t bytes);
 /* Synchronises the device (as cudaFree does), then releases; later access faults. */
 CUresult simgpu_mem_free(CUdeviceptr ptr);
-/* Stream-ordered allocation from the default pool: usable by work on `stream` after
- * this call. A block freed on another stream is reused only after that free has
- * completed in virtual time (the stream waits for it). */
-CUresult simgpu_mem_alloc_async(CUdeviceptr *out, size_t bytes, struct CUstream_st *stream);
-/* Stream-ordered free: the range faults on access from the free's point in `stream`. */
+/*
+ * Stream-ordered allocation through `pool` (a pool handle, see below): usable by work on
+ * `stream` after this call. A block freed on another stream is reused only after that
+ * free has completed in virtual time (the stream waits for it).
+ * CUDA_ERROR_INVALID_VALUE for size 0 or a pool that is not live; CUDA_ERROR_OUT_OF_MEMORY
+ * beyond capacity or beyond the pool's maximum size.
+ */
+CUresult simgpu_mem_alloc_async(CUdeviceptr *out, size_t bytes, CUmemoryPool pool,
+                                struct CUstream_st *stream);
+/* Stream-ordered free: the range faults on access from the free's point in `stream`. Its
+ * bytes leave the capacity accounting, and its pool's, at this call. */
 CUresult simgpu_mem_free_async(CUdeviceptr ptr, struct CUstream_st *stream);
 /* Page-locked host memory: copies from and to it read and write it at effect time. */
 CUresult simgpu_mem_host_alloc(void **out, size_t bytes);
@@ -141,6 +147,38 @@ bool simgpu_mem_is_device(const void *p);
 bool simgpu_mem_is_accessible(const void *p, size_t bytes);
 /* True if [p, p + bytes) lies inside one live page-locked host allocation. */
 bool simgpu_mem_is_pinned_host(const void *p, size_t bytes);
+
+/*
+ * Memory pools (pool.c). One stream-ordered allocator (simgpu_mem_alloc_async) serves every pool:
+ * a pool is a handle, its attributes and the accounting of the allocations made through
+ * it. A pool keeps no memory of its own (a free returns its bytes at once), so its
+ * reserved bytes are its used bytes, and trimming has nothing to release. Pool handles
+ * are validated under the core lock by every function that takes one: a handle that is
+ * not live gives CUDA_ERROR_INVALID_VALUE.
+ */
+/* The default pool of device ordinal `device`, or NULL for an ordinal beyond
+ * SIMGPU_DEVICE_COUNT. It lives as long as the process and cannot be destroyed. */
+CUmemoryPool simgpu_pool_default(int device);
+/* A new pool. max_size: allocations that would take its used bytes beyond it fail with
+ * CUDA_ERROR_OUT_OF_MEMORY; 0 for no limit but the capacity. */
+CUresult simgpu_pool_create(CUmemoryPool *out, size_t max_size);
+/*
+ * CUDA_ERROR_INVALID_VALUE for a default pool. Otherwise the handle stops being valid at
+ * once (allocating from it, or any other use, fails); allocations still outstanding stay
+ * valid and may be freed, and the pool's memory goes with the last of them, as CUDA does.
+ */
+CUresult simgpu_pool_destroy(CUmemoryPool pool);
+/*
+ * CUmemPool_attribute values, with CUDA's value types (int for the REUSE_* ones,
+ * cuuint64_t for the rest). Set: the REUSE_* flags and RELEASE_THRESHOLD are stored and
+ * reported back (simgpu's reuse rules do not depend on them); USED_MEM_HIGH and
+ * RESERVED_MEM_HIGH accept only 0, which resets the mark to the current value; the
+ * *_CURRENT ones are read-only. CUDA_ERROR_INVALID_VALUE for anything else.
+ */
+CUresult simgpu_pool_set_attribute(CUmemoryPool pool, CUmemPool_attribute attr, const void *value);
+CUresult simgpu_pool_get_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
+/* Validates the handle; nothing to release (see above). */
+CUresult simgpu_pool_trim(CUmemoryPool pool, size_t min_bytes_to_keep);
 
 /* VMM, following CUDA's rules: sizes and addresses are multiples of the granularity;
  * a handle is mapped and unmapped whole; a range is accessible only after
@@ -196,6 +234,9 @@ CUresult simgpu_event_elapsed(float *ms, struct CUevent_st *start, struct CUeven
 
 /* Returns the registered kernel behind a host stub, CUfunction or CUkernel, or NULL. */
 struct simgpu_kernel *simgpu_kernel_find(const void *handle);
+/* Returns the registered kernel named `name` (the most recently registered one if several
+ * share it), or NULL. O(registered kernels). */
+struct simgpu_kernel *simgpu_kernel_find_by_name(const char *name);
 const char *simgpu_kernel_name(const struct simgpu_kernel *kernel);
 /* CUDA_ERROR_INVALID_VALUE past the last parameter (how callers find the count). */
 CUresult simgpu_kernel_param_info(const struct simgpu_kernel *kernel, size_t index, size_t *offset,
@@ -222,6 +263,35 @@ CUresult simgpu_memcpy(void *dst, const void *src, size_t bytes, struct CUstream
 /* Fills count elements of elem_size (1, 2 or 4) bytes with value. */
 CUresult simgpu_memset(CUdeviceptr dst, unsigned int value, unsigned int elem_size, size_t count,
                        struct CUstream_st *stream, bool async);
+
+/* ---- Modules and libraries (module.c) ---------------------------------------------- */
+
+/*
+ * simgpu has no device code, so a module or library image (cuModuleLoadData,
+ * cuLibraryLoadData) is a NUL-terminated text that lists registered kernel names, one per
+ * line ("saxpy\nfill\n"); blanks around a name and empty lines are ignored, blanks inside
+ * one are not allowed. Looking a
+ * name up finds the registered kernel of that name if the image lists it, and answers its
+ * handle: the pointer simgpu_kernel_register returned, which is also its CUfunction and
+ * CUkernel. Names are resolved at lookup, so a kernel may be registered after its image
+ * is loaded. Unloading invalidates the image handle, never the kernels.
+ *
+ * An image is a module or a library (the kind): a handle of one kind is not valid as the
+ * other. Handles are validated under the core lock.
+ */
+enum simgpu_image_kind { SIMGPU_IMAGE_MODULE, SIMGPU_IMAGE_LIBRARY };
+/* Copies the image (the caller may free it after). CUDA_ERROR_INVALID_VALUE for NULL;
+ * CUDA_ERROR_INVALID_IMAGE for text with control characters other than tab, CR and LF,
+ * with a line that is not one name (blanks inside), or naming no kernel: a real cubin,
+ * fatbin or PTX image is refused so. */
+CUresult simgpu_image_load(void **out, const void *image, enum simgpu_image_kind kind);
+/* CUDA_ERROR_INVALID_HANDLE if handle is not a loaded image of that kind;
+ * CUDA_ERROR_NOT_FOUND if the image does not list name or no kernel of that name is
+ * registered. */
+CUresult simgpu_image_kernel(const void *handle, enum simgpu_image_kind kind, const char *name,
+                             struct simgpu_kernel **out);
+/* CUDA_ERROR_INVALID_HANDLE if handle is not a loaded image of that kind. */
+CUresult simgpu_image_unload(const void *handle, enum simgpu_image_kind kind);
 
 /* ---- Graphs: stream capture, instantiation, launch (graph.c) ------------------------ */
 

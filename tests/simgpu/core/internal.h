@@ -205,6 +205,18 @@ void capture_invalidate_locked(struct simgpu_capture *capture);
 /* Memory (memory.c). */
 CUresult memory_setup(void);
 
+/* Memory pools (pool.c): what the stream-ordered allocator needs of them. */
+void pool_setup(void);
+/* The live pool behind a handle (a default pool, or a created one not destroyed), or
+ * NULL. */
+struct CUmemPoolHandle_st *pool_find_locked(CUmemoryPool handle);
+/* Charges a new block of size bytes to pool; false, and nothing charged, when the pool's
+ * maximum size would be exceeded. */
+bool pool_charge_locked(struct CUmemPoolHandle_st *pool, uint64_t size);
+/* A block charged to pool is gone (pool may be NULL: a block of no pool). A pool destroyed
+ * while blocks were outstanding is freed with the last one. */
+void pool_uncharge_locked(struct CUmemPoolHandle_st *pool, uint64_t size);
+
 /* Trace (trace.c). */
 void trace_slice_locked(const char *name, uint32_t track, enum simgpu_resource res, uint64_t start,
                         uint64_t end);

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Device memory: host memory inside one reserved PROT_NONE window. The lower half
- * serves cudaMalloc and VMM reservations, the upper half the stream-ordered pool
+ * serves cudaMalloc and VMM reservations, the upper half the stream-ordered allocator
  * (cudaMallocAsync), so that a range whose stream-ordered free is still pending is
  * never handed to an immediate allocation. Freed and unmapped ranges are PROT_NONE:
- * touching them faults.
+ * touching them faults. Memory pools are handles over that one allocator: each
+ * stream-ordered block names the pool it was allocated through, which accounts for it.
  *
  * Book-keeping is sorted arrays searched linearly or by bisection: O(live allocations)
  * per call, fine below 10^5 allocations.
@@ -29,6 +30,7 @@ struct range {
 struct block {
 	uint64_t start, size;
 	enum block_kind kind;
+	struct CUmemPoolHandle_st *pool; /* BLOCK_POOL: the pool that accounts for it */
 };
 
 struct vmm_handle {
@@ -128,6 +130,7 @@ CUresult memory_setup(void)
 	mem.base = (uint64_t)(uintptr_t)base;
 	mem.size = size;
 	mem.next_handle = 1;
+	pool_setup();
 	for (int half = 0; half < 2; half++) {
 		if (!ARRAY_RESERVE(mem.free_ranges[half]))
 			return CUDA_ERROR_OUT_OF_MEMORY;
@@ -219,9 +222,10 @@ static ssize_t block_find(uint64_t addr)
 	return -1;
 }
 
-static bool block_add(uint64_t start, uint64_t size, enum block_kind kind)
+static bool block_add(uint64_t start, uint64_t size, enum block_kind kind,
+                      struct CUmemPoolHandle_st *pool)
 {
-	struct block b = {start, size, kind};
+	struct block b = {start, size, kind, pool};
 	size_t i = 0;
 
 	if (!ARRAY_RESERVE(mem.blocks))
@@ -260,7 +264,7 @@ static CUresult alloc_immediate_locked(CUdeviceptr *out, size_t bytes, uint64_t 
 	if (physical && !charge(size))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	start = va_take(0, size, align);
-	if (!start || !block_add(start, size, kind)) {
+	if (!start || !block_add(start, size, kind, NULL)) {
 		if (start)
 			va_give_back(0, start, size);
 		if (physical)
@@ -285,7 +289,8 @@ SIMGPU_EXPORT CUresult simgpu_mem_alloc(CUdeviceptr *out, size_t bytes)
 	return status;
 }
 
-/* Unmaps a block's pages now; the range faults on access afterwards. */
+/* Unmaps a block's pages now; the range faults on access afterwards. cudaFree may release
+ * a stream-ordered block too, as CUDA allows. */
 static void block_release_locked(size_t index)
 {
 	struct block b = mem.blocks.items[index];
@@ -295,6 +300,7 @@ static void block_release_locked(size_t index)
 	array_remove(mem.blocks.items, &mem.blocks.count, sizeof(b), index);
 	va_give_back(half_of(b.start), b.start, b.size);
 	mem.current -= b.size;
+	pool_uncharge_locked(b.pool, b.size);
 }
 
 SIMGPU_EXPORT CUresult simgpu_mem_free(CUdeviceptr ptr)
@@ -315,7 +321,7 @@ SIMGPU_EXPORT CUresult simgpu_mem_free(CUdeviceptr ptr)
 	return status;
 }
 
-/* ---- Stream-ordered pool ---------------------------------------------------------------- */
+/* ---- Stream-ordered allocation ----------------------------------------------------------- */
 
 struct protect_effect {
 	uint64_t start, size;
@@ -362,28 +368,39 @@ static void wait_for_pending_frees_locked(struct CUstream_st *stream, uint64_t s
 	mem.pending_frees.count = kept;
 }
 
-SIMGPU_EXPORT CUresult simgpu_mem_alloc_async(CUdeviceptr *out, size_t bytes,
+SIMGPU_EXPORT CUresult simgpu_mem_alloc_async(CUdeviceptr *out, size_t bytes, CUmemoryPool handle,
                                               struct CUstream_st *stream)
 {
 	CUresult status = CUDA_ERROR_OUT_OF_MEMORY;
 	uint64_t size = round_up(bytes, SIMGPU_PAGE);
+	struct CUmemPoolHandle_st *pool;
 	uint64_t start;
 
 	if (!out || !bytes)
 		return CUDA_ERROR_INVALID_VALUE;
 	simgpu_core_lock();
+	pool = pool_find_locked(handle);
+	if (!pool) {
+		status = CUDA_ERROR_INVALID_VALUE;
+		goto out_unlock;
+	}
 	/* simgpu has no graph memory nodes: a capturing stream cannot allocate. */
 	status = capture_admit_locked(stream, CAPTURE_REFUSE);
 	if (status != CUDA_SUCCESS)
 		goto out_unlock;
 	status = CUDA_ERROR_OUT_OF_MEMORY;
-	if (!charge(size))
+	if (!pool_charge_locked(pool, size))
 		goto out_unlock;
+	if (!charge(size)) {
+		pool_uncharge_locked(pool, size);
+		goto out_unlock;
+	}
 	start = va_take(1, size, SIMGPU_PAGE);
-	if (!start || !block_add(start, size, BLOCK_POOL)) {
+	if (!start || !block_add(start, size, BLOCK_POOL, pool)) {
 		if (start)
 			va_give_back(1, start, size);
 		mem.current -= size;
+		pool_uncharge_locked(pool, size);
 		goto out_unlock;
 	}
 	wait_for_pending_frees_locked(stream, start, size);
@@ -414,6 +431,7 @@ SIMGPU_EXPORT CUresult simgpu_mem_free_async(CUdeviceptr ptr, struct CUstream_st
 	array_remove(mem.blocks.items, &mem.blocks.count, sizeof(b), (size_t)i);
 	va_give_back(1, b.start, b.size);
 	mem.current -= b.size;
+	pool_uncharge_locked(b.pool, b.size);
 	status = CUDA_SUCCESS;
 out_unlock:
 	simgpu_core_unlock();

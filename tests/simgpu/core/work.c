@@ -61,6 +61,21 @@ SIMGPU_EXPORT struct simgpu_kernel *simgpu_kernel_find(const void *handle)
 	return found;
 }
 
+SIMGPU_EXPORT struct simgpu_kernel *simgpu_kernel_find_by_name(const char *name)
+{
+	struct simgpu_kernel *found = NULL;
+
+	if (!name)
+		return NULL;
+	simgpu_core_lock();
+	/* The list starts with the newest registration. */
+	for (struct simgpu_kernel *k = kernels; k && !found; k = k->next)
+		if (!strcmp(k->desc.name, name))
+			found = k;
+	simgpu_core_unlock();
+	return found;
+}
+
 SIMGPU_EXPORT const char *simgpu_kernel_name(const struct simgpu_kernel *kernel)
 {
 	return kernel->desc.name;

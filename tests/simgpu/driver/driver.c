@@ -36,6 +36,11 @@ bool simgpu_driver_device_valid(CUdevice dev)
 	return dev >= 0 && dev < simgpu_device_count();
 }
 
+CUdevice simgpu_driver_current_device(void)
+{
+	return current_ctx ? ctx_device(current_ctx) : 0;
+}
+
 /* True if ctx is the primary context of one of this process's devices. */
 static bool ctx_valid(const struct CUctx_st *ctx)
 {

@@ -67,4 +67,8 @@ static inline CUresult simgpu_driver_enter(enum simgpu_api_id id)
 /* True if dev is a device ordinal of this process (core initialised). */
 bool simgpu_driver_device_valid(CUdevice dev);
 
+/* The device of the calling thread's current context; 0 when it has none (as
+ * cuCtxGetDevice answers). Whose default pool cuMemAllocAsync allocates from. */
+CUdevice simgpu_driver_current_device(void);
+
 #endif /* SIMGPU_DRIVER_H */

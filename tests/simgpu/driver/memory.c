@@ -8,6 +8,11 @@ static bool device_ptr(CUdeviceptr p)
 	return simgpu_mem_is_device((const void *)(uintptr_t)p);
 }
 
+/*
+ * From the current pool of the stream's device, which is its default pool (simgpu has no
+ * cuDeviceSetMemPool). Streams belong to no device in simgpu: the thread's current one
+ * stands for it.
+ */
 static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream hStream, bool per_thread)
 {
 	struct CUstream_st *stream = simgpu_stream_get(hStream, per_thread);
@@ -16,7 +21,8 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream hStream
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!stream)
 		return CUDA_ERROR_INVALID_HANDLE;
-	return simgpu_mem_alloc_async(dptr, bytesize, stream);
+	return simgpu_mem_alloc_async(dptr, bytesize,
+	                              simgpu_pool_default(simgpu_driver_current_device()), stream);
 }
 
 static CUresult free_async(CUdeviceptr dptr, CUstream hStream, bool per_thread)

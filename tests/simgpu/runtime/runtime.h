@@ -61,6 +61,14 @@
 	X(cuMemGetInfo_v2, "cuMemGetInfo", PFN_cuMemGetInfo_v3020)                                \
 	X(cuMemAllocAsync, "cuMemAllocAsync", PFN_cuMemAllocAsync_v11020)                         \
 	X(cuMemFreeAsync, "cuMemFreeAsync", PFN_cuMemFreeAsync_v11020)                            \
+	X(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool",                                 \
+	  PFN_cuDeviceGetDefaultMemPool_v11020)                                                   \
+	X(cuMemPoolCreate, "cuMemPoolCreate", PFN_cuMemPoolCreate_v11020)                         \
+	X(cuMemPoolDestroy, "cuMemPoolDestroy", PFN_cuMemPoolDestroy_v11020)                      \
+	X(cuMemPoolSetAttribute, "cuMemPoolSetAttribute", PFN_cuMemPoolSetAttribute_v11020)       \
+	X(cuMemPoolGetAttribute, "cuMemPoolGetAttribute", PFN_cuMemPoolGetAttribute_v11020)       \
+	X(cuMemPoolTrimTo, "cuMemPoolTrimTo", PFN_cuMemPoolTrimTo_v11020)                         \
+	X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", PFN_cuMemAllocFromPoolAsync_v11020) \
 	X(cuMemcpy, "cuMemcpy", PFN_cuMemcpy_v4000)                                               \
 	X(cuMemcpyAsync, "cuMemcpyAsync", PFN_cuMemcpyAsync_v4000)                                \
 	X(cuMemsetD8_v2, "cuMemsetD8", PFN_cuMemsetD8_v3020)                                      \

@@ -1,0 +1,224 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Memory pools: handles over the one stream-ordered allocator of memory.c, each with its
+ * attributes and the accounting of the blocks allocated through it (core.h says what is
+ * modelled). A pool holds no memory of its own, so what CUDA calls reserved is what it
+ * calls used. Default pools are static, one per possible device; created pools are few,
+ * so a list searched linearly.
+ */
+#include <stdlib.h>
+
+#include "internal.h"
+
+#define POOL_REUSE_FLAGS 3 /* CU_MEMPOOL_ATTR_REUSE_* are 1, 2 and 3 */
+
+struct CUmemPoolHandle_st {
+	bool destroyed; /* destroyed with blocks outstanding: freed with the last one */
+	int reuse[POOL_REUSE_FLAGS];
+	uint64_t release_threshold;
+	uint64_t max_size; /* 0: no limit but the capacity */
+	uint64_t used, used_high, reserved_high;
+	size_t blocks; /* outstanding allocations */
+	struct CUmemPoolHandle_st *next;
+};
+
+/* Guarded by the core lock. */
+static struct {
+	struct CUmemPoolHandle_st defaults[SIMGPU_MAX_DEVICES];
+	struct CUmemPoolHandle_st *created; /* live (not destroyed) created pools */
+} pools;
+
+static void pool_init(struct CUmemPoolHandle_st *pool)
+{
+	/* CUDA's defaults: every reuse policy enabled, release threshold 0. */
+	*pool = (struct CUmemPoolHandle_st){.reuse = {1, 1, 1}};
+}
+
+void pool_setup(void)
+{
+	for (int d = 0; d < SIMGPU_MAX_DEVICES; d++)
+		pool_init(&pools.defaults[d]);
+}
+
+bool pool_charge_locked(struct CUmemPoolHandle_st *pool, uint64_t size)
+{
+	if (pool->max_size && size > pool->max_size - pool->used)
+		return false;
+	pool->used += size;
+	pool->blocks++;
+	if (pool->used > pool->used_high)
+		pool->used_high = pool->used;
+	if (pool->used > pool->reserved_high)
+		pool->reserved_high = pool->used;
+	return true;
+}
+
+void pool_uncharge_locked(struct CUmemPoolHandle_st *pool, uint64_t size)
+{
+	if (!pool)
+		return;
+	pool->used -= size;
+	pool->blocks--;
+	if (pool->destroyed && !pool->blocks)
+		free(pool);
+}
+
+/* O(created pools). */
+struct CUmemPoolHandle_st *pool_find_locked(CUmemoryPool handle)
+{
+	int devices = simgpu_device_count();
+
+	if (!handle)
+		return NULL;
+	if (handle >= pools.defaults && handle < pools.defaults + devices)
+		return handle;
+	for (struct CUmemPoolHandle_st *p = pools.created; p; p = p->next)
+		if (p == handle)
+			return p;
+	return NULL;
+}
+
+static bool pool_is_default(const struct CUmemPoolHandle_st *pool)
+{
+	return pool >= pools.defaults && pool < pools.defaults + SIMGPU_MAX_DEVICES;
+}
+
+SIMGPU_EXPORT CUmemoryPool simgpu_pool_default(int device)
+{
+	if (device < 0 || device >= simgpu_device_count())
+		return NULL;
+	return &pools.defaults[device];
+}
+
+SIMGPU_EXPORT CUresult simgpu_pool_create(CUmemoryPool *out, size_t max_size)
+{
+	struct CUmemPoolHandle_st *pool;
+
+	if (!out)
+		return CUDA_ERROR_INVALID_VALUE;
+	pool = malloc(sizeof(*pool));
+	if (!pool)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pool_init(pool);
+	pool->max_size = max_size;
+	simgpu_core_lock();
+	pool->next = pools.created;
+	pools.created = pool;
+	simgpu_core_unlock();
+	*out = pool;
+	return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult simgpu_pool_destroy(CUmemoryPool handle)
+{
+	CUresult status = CUDA_ERROR_INVALID_VALUE;
+
+	simgpu_core_lock();
+	struct CUmemPoolHandle_st *pool = pool_find_locked(handle);
+	if (pool && !pool_is_default(pool)) {
+		for (struct CUmemPoolHandle_st **p = &pools.created; *p; p = &(*p)->next) {
+			if (*p == pool) {
+				*p = pool->next;
+				break;
+			}
+		}
+		pool->destroyed = true;
+		if (!pool->blocks)
+			free(pool);
+		status = CUDA_SUCCESS;
+	}
+	simgpu_core_unlock();
+	return status;
+}
+
+SIMGPU_EXPORT CUresult simgpu_pool_set_attribute(CUmemoryPool handle, CUmemPool_attribute attr,
+                                                 const void *value)
+{
+	CUresult status = CUDA_ERROR_INVALID_VALUE;
+
+	if (!value)
+		return CUDA_ERROR_INVALID_VALUE;
+	simgpu_core_lock();
+	struct CUmemPoolHandle_st *pool = pool_find_locked(handle);
+	if (!pool)
+		goto out_unlock;
+	switch (attr) {
+	case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+	case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+	case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+		pool->reuse[attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES] =
+		        *(const int *)value != 0;
+		status = CUDA_SUCCESS;
+		break;
+	case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+		pool->release_threshold = *(const cuuint64_t *)value;
+		status = CUDA_SUCCESS;
+		break;
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+		if (*(const cuuint64_t *)value == 0) {
+			pool->reserved_high = pool->used;
+			status = CUDA_SUCCESS;
+		}
+		break;
+	case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+		if (*(const cuuint64_t *)value == 0) {
+			pool->used_high = pool->used;
+			status = CUDA_SUCCESS;
+		}
+		break;
+	default: /* the *_CURRENT ones are read-only */
+		break;
+	}
+out_unlock:
+	simgpu_core_unlock();
+	return status;
+}
+
+SIMGPU_EXPORT CUresult simgpu_pool_get_attribute(CUmemoryPool handle, CUmemPool_attribute attr,
+                                                 void *value)
+{
+	CUresult status = CUDA_SUCCESS;
+
+	if (!value)
+		return CUDA_ERROR_INVALID_VALUE;
+	simgpu_core_lock();
+	struct CUmemPoolHandle_st *pool = pool_find_locked(handle);
+	if (!pool) {
+		status = CUDA_ERROR_INVALID_VALUE;
+		goto out_unlock;
+	}
+	switch (attr) {
+	case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+	case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+	case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+		*(int *)value = pool->reuse[attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES];
+		break;
+	case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+		*(cuuint64_t *)value = pool->release_threshold;
+		break;
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+	case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+		*(cuuint64_t *)value = pool->used;
+		break;
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+		*(cuuint64_t *)value = pool->reserved_high;
+		break;
+	case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+		*(cuuint64_t *)value = pool->used_high;
+		break;
+	default:
+		status = CUDA_ERROR_INVALID_VALUE;
+		break;
+	}
+out_unlock:
+	simgpu_core_unlock();
+	return status;
+}
+
+SIMGPU_EXPORT CUresult simgpu_pool_trim(CUmemoryPool handle, size_t min_bytes_to_keep)
+{
+	simgpu_core_lock();
+	bool live = pool_find_locked(handle) != NULL;
+	simgpu_core_unlock();
+	return live ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
