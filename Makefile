@@ -192,7 +192,7 @@ $(call obj,$(wildcard tests/shim/probe*.c)): $(BUILD)/obj/tests/shim/%.o: tests/
 $(SHIM_TESTS): $(BUILD)/tests/test_%: $(BUILD)/obj/tests/shim/test_%.o $(SHIM_PURE_LIB) | $(PROBES) $(LIBLYNX)
 	$(call say,LD,$@)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) -lcmocka -ldl
+	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) -lcmocka -lcjson -ldl
 
 # ---------------------------------------------------------------------------
 # policy/: cost model, planners and pipeline simulator; plain C with no CUDA. A static

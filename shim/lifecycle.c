@@ -2,7 +2,7 @@
 /*
  * liblynx.so's life: lazy initialisation at the first intercepted call (never in a
  * process that makes none, never inside dlsym), the call bracket every active hook runs
- * in, fork, and the flush at exit.
+ * in, fork, and the flush at exit (of the counts and of the event dump, LYNX_EVENTS).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dump.h"
 #include "hooks.h"
 #include "lifecycle.h"
 #include "log.h"
@@ -170,6 +171,7 @@ static void at_exit(void)
 		return;
 	atomic_store(&lynx_intercepting, false);
 	lynx_recorder_stop();
+	lynx_dump_close();
 	if (output_ok)
 		write_call_counts();
 }
@@ -178,7 +180,9 @@ static void at_exit(void)
  * SIGTERM/SIGINT where the trainer left the default (termination): write what was counted,
  * then restore the default and re-raise, so the process ends as it would have. Only
  * async-signal-safe work: the recorder is not drained here (its lock may be held by the
- * interrupted thread); its totals are read from atomics.
+ * interrupted thread); its totals are read from atomics. The event dump writes the lines
+ * it holds unless the drainer is appending one at that moment; either way the events
+ * still in the rings are not dumped, so the dump may have fewer lines than "recorded".
  */
 static void on_terminating_signal(int sig)
 {
@@ -186,6 +190,7 @@ static void on_terminating_signal(int sig)
 
 	if (!atomic_exchange(&flushed, true)) {
 		atomic_store(&lynx_intercepting, false);
+		lynx_dump_flush_from_signal();
 		if (output_ok)
 			write_call_counts();
 	}
@@ -212,11 +217,15 @@ static void catch_terminating_signals(void)
  * Around fork: the drainer stops (and drains) before it, so that no Lynx thread exists at
  * the fork; the parent restarts it at once, the child at its first intercepted call.
  * Forking with the drainer running would leave the child a thread that does not exist.
+ * The event dump is flushed too: the child drops the parent's buffer and file, and opens
+ * its own at its first call.
  */
 static void before_fork(void)
 {
-	if (recording && atomic_load(&state) == STATE_READY)
+	if (recording && atomic_load(&state) == STATE_READY) {
 		lynx_recorder_stop();
+		lynx_dump_flush();
+	}
 }
 
 static void after_fork_in_parent(void)
@@ -227,10 +236,16 @@ static void after_fork_in_parent(void)
 
 static void after_fork_in_child(void)
 {
+	lynx_dump_after_fork();
 	if (atomic_load(&state) == STATE_READY) {
 		lynx_recorder_after_fork();
 		atomic_store(&state, STATE_FORKED);
 	}
+}
+
+static const char *hook_symbol(unsigned int id)
+{
+	return id < LYNX_HOOK_COUNT ? lynx_hooks[id].symbol : NULL;
 }
 
 static void init_locked(void)
@@ -255,6 +270,10 @@ static void init_locked(void)
 		          "writing output",
 		          config.out_dir, strerror(-err));
 	lynx_recorder_configure(config.ring_bytes, config.recorder_budget);
+	/* Before the drainer starts: the dump sees every event of the process. */
+	if (config.events && *config.events &&
+	    !lynx_dump_open(config.events, hook_symbol, LYNX_HOOK_COUNT))
+		lynx_recorder_set_consumer(lynx_dump_event, NULL);
 	recording = !lynx_recorder_start_drainer(100);
 	if (!recording)
 		lynx_warn("cannot start the recorder: counting calls only");
@@ -269,8 +288,10 @@ static void initialise(void)
 	pthread_mutex_lock(&init_lock);
 	if (atomic_load(&state) == STATE_NEW)
 		init_locked();
-	else if (atomic_load(&state) == STATE_FORKED && recording)
+	else if (atomic_load(&state) == STATE_FORKED && recording) {
+		lynx_dump_reopen(); /* the child's own file, before its drainer starts */
 		recording = !lynx_recorder_start_drainer(100);
+	}
 	atomic_store(&state, STATE_READY);
 	pthread_mutex_unlock(&init_lock);
 }
@@ -296,6 +317,10 @@ struct lynx_event *lynx_call_reserve(struct lynx_call *call, size_t payload_byte
 		return NULL;
 	call->event = lynx_recorder_reserve(payload_bytes);
 	if (call->event) {
+		/* Ring space is reused: fields a hook does not record (the stream of a
+		 * device-wide call, a runtime launch's parameter count) must read as 0. */
+		call->event->stream = 0;
+		memset(&call->event->u, 0, sizeof(call->event->u));
 		call->event->hook = (uint16_t)call->id;
 		call->event->kind = lynx_hooks[call->id].kind;
 		call->event->flags = hook_depth > 1 ? LYNX_EVENT_NESTED : 0;

@@ -142,8 +142,8 @@ int main(int argc, char **argv)
 		if (pids[r] == 0) {
 			dup2(pipes[r][1], STDOUT_FILENO);
 			run_rank(r, ranks, id);
-			fflush(stdout);
-			_exit(0);
+			/* exit, not _exit: a rank runs its exit handlers (simgpu's, a tool's). */
+			exit(0);
 		}
 		close(pipes[r][1]);
 	}
