@@ -95,7 +95,9 @@ static void test_checker_agrees_with_every_planner(void **state)
 					         i, plan.planner, s,
 					         (unsigned long long)c.peak_bytes[s],
 					         (unsigned long long)plan.stages[s].peak_bytes);
-			assert_true(c.window_work_s == 0 && c.fallbacks == 0);
+			/* The baselines rebuild on demand only; HEU may use windows. */
+			if (k != LYNX_PLANNER_HEU)
+				assert_true(c.window_work_s == 0 && c.fallbacks == 0);
 			lynx_checker_free(&c);
 			lynx_plan_free(&plan);
 		}

@@ -63,7 +63,8 @@ static void test_planner_table_has_unique_names(void **state)
 	assert_non_null(lynx_planner_find("none"));
 	assert_non_null(lynx_planner_find("full"));
 	assert_non_null(lynx_planner_find("selective"));
-	assert_null(lynx_planner_find("heu"));
+	assert_non_null(lynx_planner_find("heu"));
+	assert_null(lynx_planner_find("opt"));
 }
 
 /* Per layer, what each baseline keeps sums to its row of Korthikanti et al.'s Table 2. */

@@ -131,6 +131,8 @@ static void test_table_has_one_row_per_planner(void **state)
 	assert_int_equal(words(line), 7 + 4);
 	line_of(r.text, "dtr ", line, sizeof(line));
 	assert_int_equal(words(line), 7 + 4);
+	line_of(r.text, "heu ", line, sizeof(line));
+	assert_int_equal(words(line), 7 + 4);
 	assert_null(strstr(r.text, "unchecked"));
 	free(r.text);
 }
@@ -155,21 +157,22 @@ static void test_22b_needs_recomputation_on_a100(void **state)
 static void test_json_lists_every_planner_with_per_stage_peaks(void **state)
 {
 	struct result r = sim(OUT, "--model gpt-13b --cluster a100-nvlink --tp 8 --pp 4 --json");
-	const char *planners[] = {"none", "full", "selective", "dtr"};
+	const char *planners[] = {"none", "full", "selective", "dtr", "heu"};
+	const int n = (int)(sizeof(planners) / sizeof(planners[0]));
 	const char *peaks;
 	char needle[64];
 
 	assert_int_equal(r.status, 0);
 	assert_int_equal(r.text[0], '{');
 	assert_non_null(strstr(r.text, "\"planners\":"));
-	for (size_t i = 0; i < sizeof(planners) / sizeof(planners[0]); i++) {
+	for (int i = 0; i < n; i++) {
 		snprintf(needle, sizeof(needle), "\"planner\":\t\"%s\"", planners[i]);
 		assert_int_equal(count(r.text, needle), 1);
 	}
-	assert_int_equal(count(r.text, "\"step_time_s\":"), 4);
-	assert_int_equal(count(r.text, "\"mfu\":"), 4);
-	assert_int_equal(count(r.text, "\"search_time_s\":"), 4);
-	assert_int_equal(count(r.text, "\"checked\":\ttrue"), 4);
+	assert_int_equal(count(r.text, "\"step_time_s\":"), n);
+	assert_int_equal(count(r.text, "\"mfu\":"), n);
+	assert_int_equal(count(r.text, "\"search_time_s\":"), n);
+	assert_int_equal(count(r.text, "\"checked\":\ttrue"), n);
 	assert_non_null(strstr(r.text, "\"speedup_vs_full\":\t1,"));
 	peaks = strstr(r.text, "\"peak_bytes\":\t[");
 	assert_non_null(peaks);
@@ -184,8 +187,9 @@ static void test_csv_has_a_header_and_a_row_per_planner(void **state)
 
 	assert_int_equal(r.status, 0);
 	assert_true(!strncmp(r.text, "model,cluster,tp,pp,dp,", 23));
-	assert_int_equal(count(r.text, "\n"), 5);
-	assert_int_equal(count(r.text, "gpt-6.7b,h100-nvlink,4,2,2,1,1,8,42949672960,"), 4);
+	/* The header and one row per planner: none, full, selective, dtr, heu. */
+	assert_int_equal(count(r.text, "\n"), 6);
+	assert_int_equal(count(r.text, "gpt-6.7b,h100-nvlink,4,2,2,1,1,8,42949672960,"), 5);
 	free(r.text);
 }
 
@@ -253,6 +257,7 @@ static void test_help_lists_options_and_planners(void **state)
 	assert_non_null(strstr(r.text, "--microbatches M"));
 	assert_non_null(strstr(r.text, "selective"));
 	assert_non_null(strstr(r.text, "dtr"));
+	assert_non_null(strstr(r.text, "heu"));
 	free(r.text);
 }
 

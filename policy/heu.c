@@ -1,0 +1,630 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Lynx's heuristic planner (HEU): per stage, a Pareto set of policies for one representative
+ * layer, then a multiple-choice knapsack over the stage's identical layers; the independent
+ * checker confirms the result, and its numbers are the plan's prediction.
+ *
+ * 1. Units. The layer's groups that share the same ops are rebuilt together (the checker
+ *    rebuilds dropped siblings with each other), so HEU decides per unit: keep, rebuild on
+ *    demand, or rebuild in a window. Dropping part of a unit costs the same time as dropping
+ *    all of it and saves less, so units are kept or dropped whole. The units of layer.def
+ *    rerun disjoint ops, so times add up over units.
+ * 2. Windows available to layer l of stage s, with the occurrence that serves micro-batch j:
+ *    - TP_FWD of layer l and PP_RECV_FWD, in the forward that precedes j's backward under
+ *      1F1B: only on stages with warm-up forwards, and not in the cool-down, so they serve
+ *      max(m - warmup, 1) of m micro-batches (the rest fall back to on demand);
+ *    - PP_RECV_BWD, just before j's backward;
+ *    - TP_BWD of layer l + 1 (all of l's units) and of layer l itself at op o (units whose
+ *      consumers come before o), in j's backward. The top layer has no layer l + 1: its
+ *      decisions for those fall back to on demand (counted as (n - 1)/n served).
+ *    A window's idle time is shared by everything assigned to its occurrence; PP windows are
+ *    shared by the stage's n layers, so each layer gets 1/n of their idle time. A unit goes
+ *    into window w only if each dropped dependency is in w or in a window that occurs before
+ *    it (the checker would otherwise rebuild the dependency inside w as well).
+ * 3. Cost of a policy, per layer and micro-batch: time = on-demand reruns + for each window,
+ *    served · max(0, work - idle) + (1 - served) · work. Memory: the k = inflight copies of
+ *    the kept bytes, plus "held" bytes: what a forward-side window (TP_FWD, PP_RECV_*)
+ *    rebuilds is resident at the stage's peak (the end of the forward before j's backward),
+ *    once; what a TP_BWD window rebuilds is resident only after part of j's backward freed
+ *    its activations, and is counted in the transient term (the dropped bytes of the layer,
+ *    resident at the end of its forward).
+ * 4. Pareto set: for each of the 2^units drop sets, the TP_BWD windows take what they can (no
+ *    memory cost, never slower than on demand), then a greedy chain moves units to
+ *    forward-side windows by time saved per byte held; every step is a candidate. The
+ *    candidates not dominated in (peak-held bytes, transient bytes, time) remain.
+ * 5. Knapsack: the layers are identical, so HEU picks two policies a and b and how many
+ *    layers take a (the LP optimum of a multiple-choice knapsack over identical classes uses
+ *    at most two, adjacent on the convex hull): O(n · P²). The stage's peak is estimated as
+ *    planner.c's on-demand formula (larger transients in the earlier layers) plus the held
+ *    bytes.
+ * 6. Confirmation. The estimate ignores pipeline timing (PP idle time is not exact) and
+ *    counts held bytes conservatively, so HEU replays the plan in the checker; a stage whose
+ *    replayed peak exceeds the budget is planned again with its budget lowered by the excess
+ *    (up to 8 rounds). It also plans with on-demand policies only, replays that, and keeps
+ *    the faster plan that fits. The plan's step time, peaks and fits are the checker's.
+ *
+ * Search time: 2^10 drop sets · a few chain steps, a Pareto filter and the knapsack: about a
+ * millisecond per stage on the GPT presets, plus the checker's replays.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checker.h"
+#include "planner.h"
+
+#define MAX_UNITS LYNX_PROBLEM_MAX_GROUPS
+#define MAX_WINDOWS 24
+#define MAX_ROUNDS 8
+#define KEEP (-1)
+#define ON_DEMAND (-2)
+
+/* Groups rebuilt by the same ops. */
+struct unit {
+	uint32_t groups; /* bit g */
+	uint32_t deps;   /* units (bit u) its groups need, other than itself */
+	uint64_t bytes;
+	double rerun_s;
+	int32_t max_consumer; /* the latest op in forward order that consumes one of its groups */
+};
+
+/* A window as the representative layer sees it. */
+struct lwin {
+	enum lynx_window_kind kind;
+	int32_t op;        /* TP windows: the op; -1 for PP */
+	bool next_layer;   /* TP_BWD of layer l + 1 */
+	int key;           /* order of occurrence for one micro-batch */
+	double idle_s;     /* per layer */
+	double served;     /* share of micro-batches it serves */
+	bool held;         /* its rebuilds are resident at the stage's peak */
+	int32_t min_after; /* TP_BWD of the layer itself: units must be consumed before this op */
+};
+
+struct policy {
+	uint64_t kept, held, transient;
+	double time_s;
+	int8_t choice[MAX_UNITS]; /* KEEP, ON_DEMAND or a window of struct heu_layer */
+};
+
+struct heu_layer {
+	uint32_t n_units, n_wins;
+	struct unit units[MAX_UNITS];
+	struct lwin wins[MAX_WINDOWS];
+	uint64_t input_bytes; /* groups that cannot be rebuilt: always kept */
+	struct policy *pol;
+	size_t n_pol, cap_pol;
+	size_t *hull, n_hull; /* knapsack(): indices into pol */
+};
+
+static void find_units(const struct lynx_problem_layer *L, struct heu_layer *h)
+{
+	int unit_of[LYNX_PROBLEM_MAX_GROUPS];
+
+	for (uint32_t g = 0; g < L->n_groups; g++) {
+		const struct lynx_problem_group *gr = &L->groups[g];
+		uint32_t u;
+
+		unit_of[g] = -1;
+		if (!gr->ops) {
+			h->input_bytes += gr->bytes;
+			continue;
+		}
+		for (u = 0; u < h->n_units; u++)
+			if (L->groups[__builtin_ctz(h->units[u].groups)].ops == gr->ops)
+				break;
+		if (u == h->n_units)
+			h->units[h->n_units++] = (struct unit){.max_consumer = -1};
+		h->units[u].groups |= 1u << g;
+		h->units[u].bytes += gr->bytes;
+		h->units[u].rerun_s = gr->recompute_s;
+		if (gr->consumer > h->units[u].max_consumer)
+			h->units[u].max_consumer = gr->consumer;
+		unit_of[g] = (int)u;
+	}
+	for (uint32_t u = 0; u < h->n_units; u++)
+		for (uint32_t g = 0; g < L->n_groups; g++)
+			if (h->units[u].groups & (1u << g))
+				for (uint32_t d = 0; d < L->n_groups; d++)
+					if ((L->groups[g].deps & (1u << d)) && unit_of[d] >= 0 &&
+					    unit_of[d] != (int)u)
+						h->units[u].deps |= 1u << unit_of[d];
+}
+
+static void add_win(struct heu_layer *h, struct lwin w)
+{
+	if (h->n_wins < MAX_WINDOWS && w.idle_s > 0 && w.served > 0)
+		h->wins[h->n_wins++] = w;
+}
+
+/* The windows of stage st that can serve its representative layer (see the top comment). */
+static void find_windows(const struct lynx_problem *p, const struct lynx_problem_stage *st,
+                         struct heu_layer *h)
+{
+	const struct lynx_problem_layer *L = &p->layer;
+	uint32_t n = st->layers, m = p->micro_batches, ops = L->n_ops;
+	double fwd_served = 0;
+
+	if (st->warmup >= 1)
+		fwd_served = (double)(m > st->warmup ? m - st->warmup : 1) / m;
+	add_win(h, (struct lwin){.kind = LYNX_WINDOW_PP_RECV_FWD,
+	                         .op = -1,
+	                         .key = 0,
+	                         .idle_s = st->recv_fwd_s / n,
+	                         .served = fwd_served,
+	                         .held = true,
+	                         .min_after = -1});
+	for (uint32_t op = 0; op < ops; op++)
+		add_win(h, (struct lwin){.kind = LYNX_WINDOW_TP_FWD,
+		                         .op = (int32_t)op,
+		                         .key = 1 + (int)op,
+		                         .idle_s = L->ops[op].wait_fwd_s,
+		                         .served = fwd_served,
+		                         .held = true,
+		                         .min_after = -1});
+	add_win(h, (struct lwin){.kind = LYNX_WINDOW_PP_RECV_BWD,
+	                         .op = -1,
+	                         .key = 1 + (int)ops,
+	                         .idle_s = st->recv_bwd_s / n,
+	                         .served = 1,
+	                         .held = true,
+	                         .min_after = -1});
+	for (uint32_t op = ops; op-- > 0;)
+		add_win(h, (struct lwin){.kind = LYNX_WINDOW_TP_BWD,
+		                         .op = (int32_t)op,
+		                         .next_layer = true,
+		                         .key = 2 + (int)(2 * ops - 1 - op),
+		                         .idle_s = L->ops[op].wait_bwd_s,
+		                         .served = (double)(n - 1) / n,
+		                         .min_after = -1});
+	for (uint32_t op = ops; op-- > 0;)
+		add_win(h, (struct lwin){.kind = LYNX_WINDOW_TP_BWD,
+		                         .op = (int32_t)op,
+		                         .key = 2 + (int)(3 * ops - 1 - op),
+		                         .idle_s = L->ops[op].wait_bwd_s,
+		                         .served = 1,
+		                         .min_after = (int32_t)op});
+}
+
+/* Whether unit u may be rebuilt in window w, given the other units' choices. */
+static bool fits_window(const struct heu_layer *h, const int8_t *choice, uint32_t u, uint32_t w)
+{
+	const struct lwin *win = &h->wins[w];
+
+	if (win->min_after >= 0 && h->units[u].max_consumer >= win->min_after)
+		return false;
+	for (uint32_t d = 0; d < h->n_units; d++) {
+		if (!(h->units[u].deps & (1u << d)) || choice[d] == KEEP)
+			continue;
+		if (choice[d] == ON_DEMAND || h->wins[choice[d]].key > win->key)
+			return false;
+	}
+	return true;
+}
+
+/* Time and memory of the policy whose choices are set. */
+static void evaluate(const struct heu_layer *h, struct policy *pol)
+{
+	double work[MAX_WINDOWS] = {0};
+
+	pol->kept = h->input_bytes;
+	pol->held = pol->transient = 0;
+	pol->time_s = 0;
+	for (uint32_t u = 0; u < h->n_units; u++) {
+		int c = pol->choice[u];
+
+		if (c == KEEP) {
+			pol->kept += h->units[u].bytes;
+			continue;
+		}
+		pol->transient += h->units[u].bytes;
+		if (c == ON_DEMAND) {
+			pol->time_s += h->units[u].rerun_s;
+			continue;
+		}
+		work[c] += h->units[u].rerun_s;
+		if (h->wins[c].held)
+			pol->held += h->units[u].bytes;
+	}
+	for (uint32_t w = 0; w < h->n_wins; w++) {
+		double over = work[w] > h->wins[w].idle_s ? work[w] - h->wins[w].idle_s : 0;
+
+		pol->time_s += h->wins[w].served * over + (1 - h->wins[w].served) * work[w];
+	}
+}
+
+static int push_policy(struct heu_layer *h, const struct policy *pol)
+{
+	if (h->n_pol == h->cap_pol) {
+		size_t cap = h->cap_pol ? 2 * h->cap_pol : 4096;
+		struct policy *np = realloc(h->pol, cap * sizeof(*np));
+
+		if (!np)
+			return -ENOMEM;
+		h->pol = np;
+		h->cap_pol = cap;
+	}
+	h->pol[h->n_pol++] = *pol;
+	return 0;
+}
+
+/* The rerun time assigned to each window by pol's choices. */
+static void window_work(const struct heu_layer *h, const struct policy *pol, double *work)
+{
+	memset(work, 0, h->n_wins * sizeof(*work));
+	for (uint32_t u = 0; u < h->n_units; u++)
+		if (pol->choice[u] >= 0)
+			work[pol->choice[u]] += h->units[u].rerun_s;
+}
+
+/* The time saved by moving an on-demand rerun of r seconds into window w holding `work`. */
+static double saving(const struct lwin *w, double work, double r)
+{
+	double before = work > w->idle_s ? work - w->idle_s : 0;
+	double after = work + r > w->idle_s ? work + r - w->idle_s : 0;
+
+	return r - w->served * (after - before) - (1 - w->served) * r;
+}
+
+/*
+ * The candidates of drop set `drop`: TP_BWD windows first, then a greedy chain into
+ * forward-side windows, by time saved per byte held. windows false: on demand only.
+ */
+static int candidates(struct heu_layer *h, uint32_t drop, bool windows)
+{
+	struct policy pol = {0};
+	double work[MAX_WINDOWS];
+	int err;
+
+	for (uint32_t u = 0; u < h->n_units; u++)
+		pol.choice[u] = drop & (1u << u) ? ON_DEMAND : KEEP;
+	window_work(h, &pol, work);
+	for (uint32_t u = 0; windows && u < h->n_units; u++) {
+		int best = -1;
+		double best_gain = 0;
+
+		if (!(drop & (1u << u)))
+			continue;
+		for (uint32_t w = 0; w < h->n_wins; w++) {
+			double gain;
+
+			if (h->wins[w].held || !fits_window(h, pol.choice, u, w))
+				continue;
+			gain = saving(&h->wins[w], work[w], h->units[u].rerun_s);
+			if (gain > best_gain) {
+				best = (int)w;
+				best_gain = gain;
+			}
+		}
+		if (best >= 0) {
+			pol.choice[u] = (int8_t)best;
+			work[best] += h->units[u].rerun_s;
+		}
+	}
+	evaluate(h, &pol);
+	err = push_policy(h, &pol);
+	while (!err && windows) {
+		int bu = -1, bw = -1;
+		double best = 0;
+
+		for (uint32_t u = 0; u < h->n_units; u++) {
+			if (pol.choice[u] != ON_DEMAND)
+				continue;
+			for (uint32_t w = 0; w < h->n_wins; w++) {
+				double gain;
+
+				if (!h->wins[w].held || !fits_window(h, pol.choice, u, w))
+					continue;
+				gain = saving(&h->wins[w], work[w], h->units[u].rerun_s) /
+				       (double)(h->units[u].bytes + 1);
+				if (gain > best) {
+					best = gain;
+					bu = (int)u;
+					bw = (int)w;
+				}
+			}
+		}
+		if (bu < 0)
+			break;
+		pol.choice[bu] = (int8_t)bw;
+		work[bw] += h->units[bu].rerun_s;
+		evaluate(h, &pol);
+		err = push_policy(h, &pol);
+	}
+	return err;
+}
+
+static int by_time(const void *a, const void *b)
+{
+	const struct policy *x = a, *y = b;
+
+	if (x->time_s != y->time_s)
+		return x->time_s < y->time_s ? -1 : 1;
+	if (x->kept != y->kept)
+		return x->kept < y->kept ? -1 : 1;
+	return (x->held > y->held) - (x->held < y->held);
+}
+
+/*
+ * Keeps the policies no other beats in time, kept, held and transient bytes. The policies
+ * are sorted by time, so a policy is dominated only by one already kept. O(N · P).
+ */
+static void pareto(struct heu_layer *h)
+{
+	size_t kept = 0;
+
+	qsort(h->pol, h->n_pol, sizeof(*h->pol), by_time);
+	for (size_t i = 0; i < h->n_pol; i++) {
+		const struct policy *x = &h->pol[i];
+		bool dominated = false;
+
+		for (size_t k = 0; k < kept && !dominated; k++)
+			dominated = h->pol[k].kept <= x->kept && h->pol[k].held <= x->held &&
+			            h->pol[k].transient <= x->transient;
+		if (!dominated)
+			h->pol[kept++] = *x;
+	}
+	h->n_pol = kept;
+}
+
+/* The stage's estimated peak with c layers of policy a first, then n - c of b. */
+static uint64_t estimate_peak(const struct lynx_problem_stage *st, const struct policy *a,
+                              const struct policy *b, uint32_t c)
+{
+	uint32_t n = st->layers;
+	uint64_t emb = st->embedding.present ? st->embedding.act_bytes : 0;
+	uint64_t head = st->head.present ? st->head.act_bytes : 0;
+	uint64_t kept = c * a->kept + (n - c) * b->kept, held = c * a->held + (n - c) * b->held;
+	uint64_t worst = kept + head;
+
+	/* At the end of a layer's forward: the layers below it, its kept and dropped bytes. */
+	if (c > 0 && c * a->kept + a->transient > worst)
+		worst = c * a->kept + a->transient;
+	if (c < n && kept + b->transient > worst)
+		worst = kept + b->transient;
+	return st->static_bytes + (uint64_t)st->inflight * emb +
+	       (uint64_t)(st->inflight - 1) * kept + worst + held;
+}
+
+/* The stage's choice: c layers of policy a, then b. */
+struct pick {
+	size_t a, b;
+	uint32_t c;
+	double time_s;
+	uint64_t peak;
+};
+
+/* What policy x adds to the stage's peak per layer, transients aside. */
+static uint64_t weight(const struct lynx_problem_stage *st, const struct policy *x)
+{
+	return (uint64_t)st->inflight * x->kept + x->held;
+}
+
+/*
+ * The lower convex hull of the policies in (weight, time), fastest first, into hull; returns
+ * its size. The policies are sorted by time, so a monotone chain over them does: O(P).
+ */
+static size_t lower_hull(const struct lynx_problem_stage *st, const struct heu_layer *h,
+                         size_t *hull)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < h->n_pol; i++) {
+		double wi = (double)weight(st, &h->pol[i]), ti = h->pol[i].time_s;
+
+		if (n && weight(st, &h->pol[hull[n - 1]]) <= weight(st, &h->pol[i]))
+			continue; /* slower and no lighter: above the hull */
+		while (n >= 2) {
+			const struct policy *a = &h->pol[hull[n - 2]], *b = &h->pol[hull[n - 1]];
+			double wa = (double)weight(st, a), wb = (double)weight(st, b);
+
+			/* b lies on or above the segment a-i: drop it. */
+			if ((b->time_s - a->time_s) * (wa - wi) >= (ti - a->time_s) * (wa - wb))
+				n--;
+			else
+				break;
+		}
+		hull[n++] = i;
+	}
+	return n;
+}
+
+/*
+ * The multiple-choice knapsack over the stage's identical layers: c layers take policy a,
+ * the others b, where b is on the lower convex hull of (weight, time) (an LP optimum mixes two
+ * adjacent hull points; any a lets the integer solution round better). The least time whose
+ * estimated peak is within budget, or the least peak if none is. O(n · P · hull).
+ */
+static struct pick knapsack(const struct lynx_problem_stage *st, const struct heu_layer *h,
+                            const size_t *hull, size_t n_hull, uint64_t budget)
+{
+	struct pick best = {.time_s = INFINITY, .peak = UINT64_MAX}, low = best;
+	uint32_t n = st->layers;
+
+	for (size_t i = 0; i < h->n_pol; i++) {
+		for (size_t k = 0; k < n_hull; k++) {
+			/* The policy with the larger transient goes first. */
+			size_t a = h->pol[i].transient >= h->pol[hull[k]].transient ? i : hull[k];
+			size_t b = a == i ? hull[k] : i;
+
+			for (uint32_t c = (a == b ? n : 0); c <= n; c++) {
+				uint64_t peak = estimate_peak(st, &h->pol[a], &h->pol[b], c);
+				double t = c * h->pol[a].time_s + (n - c) * h->pol[b].time_s;
+
+				if (peak < low.peak || (peak == low.peak && t < low.time_s))
+					low = (struct pick){a, b, c, t, peak};
+				if (peak <= budget &&
+				    (t < best.time_s || (t == best.time_s && peak < best.peak)))
+					best = (struct pick){a, b, c, t, peak};
+			}
+		}
+	}
+	return best.time_s < INFINITY ? best : low;
+}
+
+/* The stage window index of h's window w for layer l, or -1 (fall back to on demand). */
+static int stage_window(const struct lynx_problem_stage *st, const struct lwin *w, uint32_t l)
+{
+	if (w->kind == LYNX_WINDOW_PP_RECV_FWD || w->kind == LYNX_WINDOW_PP_RECV_BWD)
+		return lynx_problem_find_window(st, w->kind, -1, -1);
+	if (w->next_layer && l + 1 >= st->layers)
+		return -1;
+	return lynx_problem_find_window(st, w->kind, (int32_t)(l + (w->next_layer ? 1 : 0)), w->op);
+}
+
+/* Writes policy pol into layer l of stage s. */
+static void write_layer(const struct lynx_problem *p, const struct heu_layer *h,
+                        const struct policy *pol, struct lynx_plan *plan, uint32_t s, uint32_t l)
+{
+	for (uint32_t u = 0; u < h->n_units; u++) {
+		int c = pol->choice[u],
+		    w = c >= 0 ? stage_window(&p->stages[s], &h->wins[c], l) : -1;
+
+		for (uint32_t g = 0; g < p->layer.n_groups; g++) {
+			struct lynx_decision *d;
+
+			if (!(h->units[u].groups & (1u << g)))
+				continue;
+			d = lynx_plan_decision(plan, s, l, g);
+			if (c == KEEP)
+				*d = (struct lynx_decision){.action = LYNX_ACTION_KEEP};
+			else if (w < 0)
+				*d = (struct lynx_decision){
+				        .action = LYNX_ACTION_RECOMPUTE_ON_DEMAND};
+			else
+				*d = (struct lynx_decision){.action =
+				                                    LYNX_ACTION_RECOMPUTE_IN_WINDOW,
+				                            .window = (uint32_t)w};
+		}
+	}
+}
+
+/* Plans stage s within `budget` into plan, with the candidates of h (built for s). */
+static void plan_stage(const struct lynx_problem *p, const struct heu_layer *h,
+                       struct lynx_plan *plan, uint32_t s, uint64_t budget)
+{
+	const struct lynx_problem_stage *st = &p->stages[s];
+	struct pick pk = knapsack(st, h, h->hull, h->n_hull, budget);
+
+	for (uint32_t l = 0; l < st->layers; l++)
+		write_layer(p, h, &h->pol[l < pk.c ? pk.a : pk.b], plan, s, l);
+	plan->stages[s].peak_bytes = pk.peak;
+}
+
+/* The Pareto set of stage s's representative layer. */
+static int build_layer(const struct lynx_problem *p, uint32_t s, bool windows, struct heu_layer *h)
+{
+	int err = 0;
+
+	memset(h, 0, sizeof(*h));
+	find_units(&p->layer, h);
+	if (windows)
+		find_windows(p, &p->stages[s], h);
+	for (uint32_t drop = 0; !err && drop < (1u << h->n_units); drop++)
+		err = candidates(h, drop, windows);
+	if (!err)
+		pareto(h);
+	h->hull = err ? NULL : malloc(h->n_pol * sizeof(*h->hull));
+	if (!err && !h->hull)
+		err = -ENOMEM;
+	if (!err)
+		h->n_hull = lower_hull(&p->stages[s], h, h->hull);
+	return err;
+}
+
+/*
+ * Plans every stage, replays the plan in the checker and lowers the budget of any stage that
+ * overflows, until all fit or MAX_ROUNDS. Fills plan's predictions from the checker.
+ */
+static int plan_all(const struct lynx_problem *p, bool windows, struct lynx_plan *plan, char *why,
+                    size_t len)
+{
+	struct heu_layer *h = calloc(p->n_stages, sizeof(*h));
+	uint64_t *budget = calloc(p->n_stages, sizeof(*budget));
+	int err = h && budget ? lynx_plan_init(plan, p, "heu", false) : -ENOMEM;
+
+	for (uint32_t s = 0; !err && s < p->n_stages; s++) {
+		budget[s] = p->budget_bytes;
+		err = build_layer(p, s, windows, &h[s]);
+		if (!err)
+			plan_stage(p, &h[s], plan, s, budget[s]);
+	}
+	for (int round = 0; !err && round < MAX_ROUNDS; round++) {
+		struct lynx_checker_result r;
+		bool again = false;
+
+		err = lynx_checker_replay(p, plan, &r, why, len);
+		if (err)
+			break;
+		plan->step_time_s = r.step_time_s;
+		plan->fits = r.fits;
+		for (uint32_t s = 0; s < p->n_stages; s++) {
+			uint64_t excess = r.peak_bytes[s] > p->budget_bytes
+			                          ? r.peak_bytes[s] - p->budget_bytes
+			                          : 0;
+
+			plan->stages[s].peak_bytes = r.peak_bytes[s];
+			if (!excess || round + 1 == MAX_ROUNDS || budget[s] <= excess)
+				continue;
+			budget[s] -= excess;
+			plan_stage(p, &h[s], plan, s, budget[s]);
+			again = true;
+		}
+		if (again) {
+			lynx_checker_free(&r);
+			continue;
+		}
+		for (uint32_t s = 0; s < p->n_stages; s++)
+			plan->stages[s].peak_bytes = r.peak_bytes[s];
+		lynx_checker_free(&r);
+		break;
+	}
+	for (uint32_t s = 0; h && s < p->n_stages; s++) {
+		free(h[s].pol);
+		free(h[s].hull);
+	}
+	free(h);
+	free(budget);
+	if (err && plan->stages)
+		lynx_plan_free(plan);
+	return err;
+}
+
+/* A stage whose layers all have the same row (no layer-specific window) becomes uniform. */
+static void compact(const struct lynx_problem *p, struct lynx_plan *plan)
+{
+	for (uint32_t s = 0; s < p->n_stages; s++) {
+		struct lynx_plan_stage *ps = &plan->stages[s];
+		bool same = true;
+
+		for (uint32_t l = 1; l < ps->layers && same; l++)
+			same = !memcmp(ps->rows[l], ps->rows[0], sizeof(ps->rows[0]));
+		ps->uniform = same;
+	}
+}
+
+int lynx_planner_heu(const struct lynx_problem *p, struct lynx_plan *plan, char *why, size_t len)
+{
+	struct lynx_plan alt;
+	int err = plan_all(p, true, plan, why, len);
+
+	if (err)
+		return err;
+	err = plan_all(p, false, &alt, why, len);
+	if (err) {
+		lynx_plan_free(plan);
+		return err;
+	}
+	if ((alt.fits && !plan->fits) ||
+	    (alt.fits == plan->fits && alt.step_time_s < plan->step_time_s)) {
+		lynx_plan_free(plan);
+		*plan = alt;
+	} else {
+		lynx_plan_free(&alt);
+	}
+	compact(p, plan);
+	return 0;
+}
