@@ -30,6 +30,7 @@ static struct {
 	atomic_bool busy;
 	size_t len;
 	lynx_dump_hook_name hook_name;
+	lynx_dump_kernel_name kernel_name;
 	unsigned int hooks;
 	char prefix[PATH_MAX];
 	char path[PATH_MAX + 32];
@@ -237,8 +238,15 @@ static void payload_launch(const struct lynx_event *ev)
 	size_t room = ev->size > sizeof(*ev) ? ev->size - sizeof(*ev) : 0;
 	size_t n = ev->u.launch.param_bytes < room ? ev->u.launch.param_bytes : room;
 
+	const char *name = dump.kernel_name ? dump.kernel_name(ev->u.launch.function) : NULL;
+
 	key("function");
 	put_ptr(ev->u.launch.function);
+	key("name");
+	if (name)
+		put_string(name);
+	else
+		put_bytes("null", 4);
 	key("grid");
 	put_dim3(ev->u.launch.grid);
 	key("block");
@@ -350,7 +358,8 @@ out_warn:
 	return err;
 }
 
-int lynx_dump_open(const char *prefix, lynx_dump_hook_name hook_name, unsigned int hooks)
+int lynx_dump_open(const char *prefix, lynx_dump_hook_name hook_name, unsigned int hooks,
+                   lynx_dump_kernel_name kernel_name)
 {
 	int err;
 
@@ -358,6 +367,7 @@ int lynx_dump_open(const char *prefix, lynx_dump_hook_name hook_name, unsigned i
 	close_locked();
 	dump.reopen = false;
 	dump.hook_name = hook_name;
+	dump.kernel_name = kernel_name;
 	dump.hooks = hook_name ? hooks : 0;
 	if (!prefix || !*prefix) {
 		err = -EINVAL;

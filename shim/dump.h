@@ -43,6 +43,8 @@
 
 /* The name of hook id (hooks.def's symbol), or NULL for an id out of range. */
 typedef const char *(*lynx_dump_hook_name)(unsigned int id);
+/* The name of a launched kernel, or NULL if unknown. */
+typedef const char *(*lynx_dump_kernel_name)(uint64_t function);
 
 /*
  * Creates (truncates) <prefix>.<pid>.jsonl and writes its header. hook_name gives the hook
@@ -50,7 +52,8 @@ typedef const char *(*lynx_dump_hook_name)(unsigned int id);
  * after one warning naming LYNX_EVENTS (the dump is then off; recording goes on). A second
  * open closes the first dump.
  */
-int lynx_dump_open(const char *prefix, lynx_dump_hook_name hook_name, unsigned int hooks);
+int lynx_dump_open(const char *prefix, lynx_dump_hook_name hook_name, unsigned int hooks,
+                   lynx_dump_kernel_name kernel_name);
 
 /* The recorder's consumer (lynx_recorder_set_consumer(lynx_dump_event, NULL)): appends
  * the event's line. Does nothing while no dump is open. */

@@ -149,6 +149,10 @@ static inline bool lynx_capture_active(void)
  */
 void *lynx_wrapper_for(const char *name, void *real);
 
+/* The name of a kernel some hooked launch ran (from the launch layout cache, filled at
+ * its first launch), or NULL if Lynx has not seen it launched. Lock-free. */
+const char *lynx_launch_function_name(uint64_t function);
+
 /* Resolves hook id's real function now (dlsym); NULL if the library lacks it. */
 void *lynx_resolve_real(enum lynx_hook_id id);
 

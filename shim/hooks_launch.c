@@ -5,6 +5,7 @@
  * cuFuncGetParamInfo (or cuKernelGetParamInfo, for CUkernel handles), asked once per
  * function and cached in an insert-only, lock-free table.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +25,7 @@ struct func_info {
 	bool gaps;      /* alignment padding between parameters: zeroed in the payload */
 	uint32_t fits;  /* leading parameters that lie within MAX_PARAM_BYTES */
 	uint32_t offset[MAX_PARAMS], size[MAX_PARAMS];
+	char name[128]; /* cuFuncGetName's (or cuKernelGetName's) answer, or "" */
 };
 
 static struct func_info *_Atomic cache[CACHE_SLOTS];
@@ -58,6 +60,11 @@ static struct func_info *query_layout(uint64_t function)
 		if (offset + size > info->bytes)
 			info->bytes = (uint32_t)(offset + size);
 	}
+	const char *name = NULL;
+	if ((kernel ? cuKernelGetName(&name, (CUkernel)(uintptr_t)function)
+	            : cuFuncGetName(&name, (CUfunction)(uintptr_t)function)) == CUDA_SUCCESS &&
+	    name)
+		snprintf(info->name, sizeof(info->name), "%s", name);
 	uint32_t packed = 0;
 	for (uint32_t i = 0; i < info->count; i++)
 		packed += info->size[i];
@@ -117,6 +124,21 @@ static inline struct func_info *layout_of(uint64_t function)
 	struct func_info *info = atomic_load_explicit(&cache[slot], memory_order_acquire);
 
 	return info && info->function == function ? info : layout_lookup(function);
+}
+
+const char *lynx_launch_function_name(uint64_t function)
+{
+	uint32_t slot = (uint32_t)((function * 0x9E3779B97F4A7C15ull) >> 40);
+
+	for (uint32_t probe = 0; probe < 16; probe++) {
+		struct func_info *info = atomic_load_explicit(
+		        &cache[(slot + probe) & (CACHE_SLOTS - 1)], memory_order_acquire);
+		if (!info)
+			return NULL;
+		if (info->function == function)
+			return info->name[0] ? info->name : NULL;
+	}
+	return NULL;
 }
 
 /* Copies the parameters (one pointer each, or one packed buffer) into the payload,

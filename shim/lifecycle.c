@@ -272,7 +272,7 @@ static void init_locked(void)
 	lynx_recorder_configure(config.ring_bytes, config.recorder_budget);
 	/* Before the drainer starts: the dump sees every event of the process. */
 	if (config.events && *config.events &&
-	    !lynx_dump_open(config.events, hook_symbol, LYNX_HOOK_COUNT))
+	    !lynx_dump_open(config.events, hook_symbol, LYNX_HOOK_COUNT, lynx_launch_function_name))
 		lynx_recorder_set_consumer(lynx_dump_event, NULL);
 	recording = !lynx_recorder_start_drainer(100);
 	if (!recording)

@@ -73,7 +73,7 @@ static const struct {
         {"none", {NULL}},
         {"mem", {"ptr", "bytes"}},
         {"copy", {"dst", "src", "bytes", "dir"}},
-        {"launch", {"function", "grid", "block", "shared", "params", "param_count"}},
+        {"launch", {"function", "name", "grid", "block", "shared", "params", "param_count"}},
         {"sync", {"handle"}},
         {"nccl", {"comm", "send", "recv", "count", "type", "op", "peer", "group_depth"}},
 };
@@ -232,7 +232,7 @@ static void test_each_payload_is_written_as_documented(void **state)
 	struct lynx_event *ev;
 
 	unit_paths("unit", prefix, path);
-	assert_int_equal(lynx_dump_open(prefix, test_hook_name, 3), 0);
+	assert_int_equal(lynx_dump_open(prefix, test_hook_name, 3, NULL), 0);
 
 	ev = event(&t, 0, LYNX_EV_ALLOC, 0);
 	ev->u.mem.ptr = 0x7f00dead0000;
@@ -350,7 +350,7 @@ static void test_long_lines_cross_buffer_writes_intact(void **state)
 	const int launches = 100;
 
 	unit_paths("long", prefix, path);
-	assert_int_equal(lynx_dump_open(prefix, test_hook_name, 3), 0);
+	assert_int_equal(lynx_dump_open(prefix, test_hook_name, 3, NULL), 0);
 	for (int i = 0; i < launches; i++) {
 		struct lynx_event *ev = event(&t, 1, LYNX_EV_LAUNCH, 3000);
 		ev->u.launch.param_bytes = 3000;
@@ -384,11 +384,11 @@ static void test_an_uncreatable_file_leaves_the_dump_off(void **state)
 {
 	struct test_event t;
 
-	assert_true(lynx_dump_open("/proc/lynx-cannot/ev", test_hook_name, 3) < 0);
+	assert_true(lynx_dump_open("/proc/lynx-cannot/ev", test_hook_name, 3, NULL) < 0);
 	lynx_dump_event(event(&t, 0, LYNX_EV_OTHER, 0), NULL); /* ignored */
 	lynx_dump_flush();
 	lynx_dump_close();
-	assert_true(lynx_dump_open("", test_hook_name, 3) < 0);
+	assert_true(lynx_dump_open("", test_hook_name, 3, NULL) < 0);
 }
 
 /* ---- Under LD_PRELOAD on simgpu ----------------------------------------------------------- */
