@@ -173,7 +173,7 @@ const struct lynx_hook_info lynx_hooks[LYNX_HOOK_COUNT] = {
 /* ---- Answers for cuGetProcAddress and dlsym ------------------------------------------------ */
 
 /*
- * Linear in the hooks (192); called when a library looks entry points up (start-up,
+ * Linear in the hooks (196); called when a library looks entry points up (start-up,
  * dlsym), never per CUDA call. The candidate's real function is resolved on the way, so
  * the comparison is with what the driver would have handed out.
  */

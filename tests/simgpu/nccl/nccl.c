@@ -565,6 +565,86 @@ SIMGPU_EXPORT const char *pncclGetLastError(ncclComm_t comm)
 	return last_error;
 }
 
+/* ---- Memory and registration ------------------------------------------------------------- */
+
+/*
+ * simgpu has no RDMA, NVLS or user-buffer fast paths: ncclMemAlloc is device memory as
+ * cudaMalloc gives it, and registering a buffer only checks it and hands back a token.
+ */
+struct simnccl_registration {
+	ncclComm_t comm;
+	void *buff;
+	size_t size;
+};
+
+SIMGPU_EXPORT ncclResult_t pncclMemAlloc(void **ptr, size_t size)
+{
+	int fault = simgpu_api_enter(SIMGPU_API_ncclMemAlloc);
+	CUdeviceptr p;
+
+	if (fault)
+		return (ncclResult_t)fault;
+	if (!ptr || !size)
+		return fail(ncclInvalidArgument, "ncclMemAlloc: ptr is NULL or size is 0");
+	if (simgpu_core_init() != CUDA_SUCCESS)
+		return fail(ncclUnhandledCudaError, "ncclMemAlloc: simgpu cannot start");
+	if (simgpu_mem_alloc(&p, size) != CUDA_SUCCESS)
+		return fail(ncclUnhandledCudaError,
+		            "ncclMemAlloc: out of device memory (%zu bytes)", size);
+	*ptr = (void *)(uintptr_t)p;
+	return ncclSuccess;
+}
+
+SIMGPU_EXPORT ncclResult_t pncclMemFree(void *ptr)
+{
+	int fault = simgpu_api_enter(SIMGPU_API_ncclMemFree);
+
+	if (fault)
+		return (ncclResult_t)fault;
+	if (!ptr)
+		return ncclSuccess;
+	if (simgpu_mem_free((CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS)
+		return fail(ncclInvalidArgument, "ncclMemFree: %p is not from ncclMemAlloc", ptr);
+	return ncclSuccess;
+}
+
+SIMGPU_EXPORT ncclResult_t pncclCommRegister(const ncclComm_t comm, void *buff, size_t size,
+                                             void **handle)
+{
+	int fault = simgpu_api_enter(SIMGPU_API_ncclCommRegister);
+	struct simnccl_registration *reg;
+
+	if (fault)
+		return (ncclResult_t)fault;
+	if (!comm || !buff || !size || !handle)
+		return fail(ncclInvalidArgument,
+		            "ncclCommRegister: comm, buff, size or handle missing");
+	if (!simgpu_mem_is_accessible(buff, size))
+		return fail(ncclInvalidArgument,
+		            "ncclCommRegister: [%p, +%zu) is not accessible device memory", buff,
+		            size);
+	reg = malloc(sizeof(*reg));
+	if (!reg)
+		return fail(ncclSystemError, "ncclCommRegister: out of host memory");
+	*reg = (struct simnccl_registration){comm, buff, size};
+	*handle = reg;
+	return ncclSuccess;
+}
+
+SIMGPU_EXPORT ncclResult_t pncclCommDeregister(const ncclComm_t comm, void *handle)
+{
+	int fault = simgpu_api_enter(SIMGPU_API_ncclCommDeregister);
+	struct simnccl_registration *reg = handle;
+
+	if (fault)
+		return (ncclResult_t)fault;
+	if (!comm || !reg || reg->comm != comm)
+		return fail(ncclInvalidArgument,
+		            "ncclCommDeregister: not a registration of this comm");
+	free(reg);
+	return ncclSuccess;
+}
+
 /* ---- Exported names: ncclX is a weak alias of pncclX, for every NCCL row of api.def ----- */
 
 #define SIMNCCL_ALIAS_DRIVER(symbol)
