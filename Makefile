@@ -220,6 +220,33 @@ $(POLICY_TESTS): $(BUILD)/tests/test_%: $(BUILD)/obj/tests/policy/test_%.o $(POL
 	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) -lcmocka -lcjson -lm
 
 # ---------------------------------------------------------------------------
+# profiler/: turns events into a profile; plain C with no CUDA. It shares the event kinds
+# with the shim (shim/events.def) and reads LYNX_EVENTS dumps with cJSON. Tests are
+# tests/profiler/test_<module>.c.
+PROFILER_SRC := $(wildcard profiler/*.c)
+PROFILER_LIB := $(BUILD)/obj/libprofiler.a
+PROFILER_CFLAGS := -Iprofiler -Ishim
+$(BUILD)/obj/profiler/%.o: profiler/%.c
+	$(call say,CC,$<)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(ALL_CFLAGS) $(PROFILER_CFLAGS) -c $< -o $@
+$(PROFILER_LIB): $(call obj,$(PROFILER_SRC))
+	$(call say,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+PROFILER_TEST_SRC := $(wildcard tests/profiler/test_*.c)
+PROFILER_TESTS := $(patsubst tests/profiler/%.c,$(BUILD)/tests/%,$(PROFILER_TEST_SRC))
+$(BUILD)/obj/tests/profiler/%.o: tests/profiler/%.c
+	$(call say,CC,$<)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(ALL_CFLAGS) $(PROFILER_CFLAGS) -c $< -o $@
+# Profiler tests record real traces: tinytrain under liblynx.so with LYNX_EVENTS.
+$(PROFILER_TESTS): $(BUILD)/tests/test_%: $(BUILD)/obj/tests/profiler/test_%.o $(PROFILER_LIB) | $(TINYTRAIN) $(LIBLYNX)
+	$(call say,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) -lcmocka -lcjson -lm
+
+# ---------------------------------------------------------------------------
 # The lynx command. It links profiler/ and policy/, never the shim; it compiles the
 # shim's configuration parser (shim/config.c, plain C) to show and check LYNX_* settings.
 LYNX := $(BUILD)/bin/lynx
@@ -263,7 +290,8 @@ $(BUILD)/obj/tests/bench/%.o: tests/bench/%.c
 	$(Q)$(CC) $(ALL_CFLAGS) $(SIM_PROGRAM_CFLAGS) -c $< -o $@
 bench: all $(BENCH_CALLS)
 	$(Q)BUILD=$(BUILD) tests/bench/run_bench.sh
-TESTS := $(SIMGPU_TESTS) $(TT_TESTS) $(SHIM_TESTS) $(TOOLS_TESTS) $(POLICY_TESTS)
+TESTS := $(SIMGPU_TESTS) $(TT_TESTS) $(SHIM_TESTS) $(TOOLS_TESTS) $(POLICY_TESTS) \
+	$(PROFILER_TESTS)
 tests: $(TESTS) lynx
 
 # simgpu's tests call simgpu's internal core API as well as the public ones.

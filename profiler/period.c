@@ -1,0 +1,434 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Finds the training iteration: tokenises the trace into signatures of the work it
+ * launches, finds the stretches that repeat (runs), and picks the period of a training
+ * iteration among them (period.h states the rules).
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "period.h"
+
+/* ---- Signatures -------------------------------------------------------------------------- */
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+	h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+	h ^= h >> 31;
+	h *= 0xbf58476d1ce4e5b9ull;
+	h ^= h >> 29;
+	return h;
+}
+
+static uint64_t mix_string(uint64_t h, const char *s)
+{
+	uint64_t f = 0xcbf29ce484222325ull;
+
+	for (; *s; s++)
+		f = (f ^ (unsigned char)*s) * 0x100000001b3ull;
+	return mix(h, f);
+}
+
+/* The event's signature, or 0 when it is no token. */
+static uint64_t signature(const struct lynx_prof_event *ev)
+{
+	uint64_t h = mix(0x1234567ull, (uint64_t)ev->kind + 1);
+
+	if (ev->nested || ev->captured)
+		return 0;
+	switch (ev->kind) {
+	case LYNX_PROF_LAUNCH:
+		h = mix(h, ev->u.launch.function);
+		for (int i = 0; i < 3; i++)
+			h = mix(mix(h, ev->u.launch.grid[i]), ev->u.launch.block[i]);
+		h = mix(h, ev->u.launch.shared);
+		break;
+	case LYNX_PROF_COLL:
+	case LYNX_PROF_P2P:
+		h = mix_string(h, ev->hook);
+		h = mix(mix(h, ev->u.nccl.count), (uint64_t)(uint32_t)ev->u.nccl.type);
+		h = mix(mix(h, (uint64_t)(uint32_t)ev->u.nccl.op),
+		        (uint64_t)(uint32_t)ev->u.nccl.peer);
+		break;
+	case LYNX_PROF_GROUP:
+	case LYNX_PROF_SYNC:
+	case LYNX_PROF_HOST_FUNC:
+		h = mix_string(h, ev->hook);
+		break;
+	case LYNX_PROF_COPY:
+		h = mix(mix(h, (uint64_t)(uint32_t)ev->u.copy.direction), ev->u.copy.bytes);
+		break;
+	case LYNX_PROF_MEMSET:
+		h = mix(h, ev->u.mem.bytes);
+		break;
+	case LYNX_PROF_GRAPH:
+		if (!strstr(ev->hook, "GraphLaunch"))
+			return 0;
+		h = mix(mix_string(h, ev->hook), ev->u.sync.handle);
+		break;
+	default:
+		return 0;
+	}
+	return h ? h : 1;
+}
+
+int lynx_prof_tokenise(const struct lynx_prof_trace *trace, size_t first, size_t end,
+                       struct lynx_prof_tokens *out)
+{
+	size_t n = 0;
+
+	memset(out, 0, sizeof(*out));
+	if (end > trace->count)
+		end = trace->count;
+	if (first >= end)
+		return 0;
+	out->sig = malloc((end - first) * sizeof(*out->sig));
+	out->event = malloc((end - first) * sizeof(*out->event));
+	if (!out->sig || !out->event) {
+		lynx_prof_tokens_free(out);
+		return -ENOMEM;
+	}
+	for (size_t i = first; i < end; i++) {
+		uint64_t sig = signature(&trace->events[i]);
+		if (!sig)
+			continue;
+		out->sig[n] = sig;
+		out->event[n++] = (uint32_t)i;
+	}
+	out->count = n;
+	return 0;
+}
+
+void lynx_prof_tokens_free(struct lynx_prof_tokens *tokens)
+{
+	free(tokens->sig);
+	free(tokens->event);
+	memset(tokens, 0, sizeof(*tokens));
+}
+
+/* ---- Runs -------------------------------------------------------------------------------- */
+
+struct pos {
+	uint64_t sig;
+	size_t at;
+};
+
+static int by_sig(const void *a, const void *b)
+{
+	const struct pos *x = a, *y = b;
+
+	if (x->sig != y->sig)
+		return x->sig < y->sig ? -1 : 1;
+	return x->at < y->at ? -1 : x->at > y->at;
+}
+
+static int by_size(const void *a, const void *b)
+{
+	size_t x = *(const size_t *)a, y = *(const size_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The distinct distances between consecutive occurrences of a signature, up to n / 2. */
+static int candidates(const uint64_t *sig, size_t n, size_t **out, size_t *count)
+{
+	struct pos *p = malloc(n * sizeof(*p));
+	size_t *q = malloc(n * sizeof(*q)), k = 0;
+
+	if (!p || !q) {
+		free(p);
+		free(q);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++)
+		p[i] = (struct pos){sig[i], i};
+	qsort(p, n, sizeof(*p), by_sig);
+	for (size_t i = 1; i < n; i++)
+		if (p[i].sig == p[i - 1].sig && p[i].at - p[i - 1].at <= n / 2)
+			q[k++] = p[i].at - p[i - 1].at;
+	free(p);
+	qsort(q, k, sizeof(*q), by_size);
+	size_t m = 0;
+	for (size_t i = 0; i < k; i++)
+		if (!m || q[m - 1] != q[i])
+			q[m++] = q[i];
+	*out = q;
+	*count = m;
+	return 0;
+}
+
+static int push_run(struct lynx_prof_run **runs, size_t *count, size_t *cap,
+                    struct lynx_prof_run run)
+{
+	if (*count == *cap) {
+		size_t n = *cap ? 2 * *cap : 256;
+		struct lynx_prof_run *r = realloc(*runs, n * sizeof(*r));
+		if (!r)
+			return -ENOMEM;
+		*runs = r;
+		*cap = n;
+	}
+	(*runs)[(*count)++] = run;
+	return 0;
+}
+
+int lynx_prof_find_runs(const uint64_t *sig, size_t n, struct lynx_prof_run **runs, size_t *count)
+{
+	size_t *q, nq, cap = 0;
+	int err;
+
+	*runs = NULL;
+	*count = 0;
+	if (n < 2)
+		return 0;
+	if ((err = candidates(sig, n, &q, &nq)))
+		return err;
+	for (size_t c = 0; c < nq && !err; c++) {
+		size_t period = q[c], start = 0;
+		for (size_t i = 0; i + period <= n && !err; i++) {
+			bool match = i + period < n && sig[i] == sig[i + period];
+			if (match)
+				continue;
+			/* matches over [start, i): the stretch [start, i + period) has the period
+			 */
+			if (i - start >= period)
+				err = push_run(runs, count, &cap,
+				               (struct lynx_prof_run){start, i + period, period});
+			start = i + 1;
+		}
+	}
+	free(q);
+	if (err) {
+		free(*runs);
+		*runs = NULL;
+		*count = 0;
+	}
+	return err;
+}
+
+/* ---- The iteration ----------------------------------------------------------------------- */
+
+static int by_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The number of distinct signatures in sig[0..n); 0 when out of memory. */
+size_t lynx_prof_distinct(const uint64_t *sig, size_t n)
+{
+	uint64_t *copy = malloc((n ? n : 1) * sizeof(*copy));
+	size_t d = 0;
+
+	if (!copy)
+		return 0;
+	memcpy(copy, sig, n * sizeof(*copy));
+	qsort(copy, n, sizeof(*copy), by_u64);
+	for (size_t i = 0; i < n; i++)
+		d += !i || copy[i] != copy[i - 1];
+	free(copy);
+	return d;
+}
+
+/* What each period's runs say about it. */
+struct period_score {
+	size_t period, covered; /* tokens inside some run of this period */
+	size_t best;            /* the index of its longest run */
+	size_t distinct;        /* distinct signatures in one unit of that run */
+};
+
+static bool is_sync(const struct lynx_prof_trace *trace, const struct lynx_prof_tokens *tok,
+                    size_t i)
+{
+	return trace->events[tok->event[i]].kind == LYNX_PROF_SYNC;
+}
+
+static uint64_t token_time(const struct lynx_prof_trace *trace, const struct lynx_prof_tokens *tok,
+                           size_t i)
+{
+	return trace->events[tok->event[i]].t_ns;
+}
+
+/*
+ * The offset in [0, period) of the run's unit where an iteration starts: after a host
+ * synchronisation (the first token after a row of them) when the unit has one, ranked by
+ * the host-time gap before the token summed over the run; otherwise the longest gap.
+ */
+static size_t phase(const struct lynx_prof_trace *trace, const struct lynx_prof_tokens *tok,
+                    const struct lynx_prof_run *run)
+{
+	size_t p = run->period, best = 0;
+	uint64_t best_gap = 0;
+	bool best_sync = false;
+
+	for (size_t j = 0; j < p; j++) {
+		size_t first = run->start + j;
+		uint64_t gap = 0;
+		if (first == 0) /* the trace's first token has no predecessor: the next unit */
+			first += p;
+		if (first >= run->end)
+			continue;
+		bool sync = is_sync(trace, tok, first - 1) && !is_sync(trace, tok, first);
+		for (size_t i = first; i < run->end; i += p)
+			gap += token_time(trace, tok, i) - token_time(trace, tok, i - 1);
+		if ((sync && !best_sync) || (sync == best_sync && gap > best_gap)) {
+			best = j;
+			best_gap = gap;
+			best_sync = sync;
+		}
+	}
+	return best;
+}
+
+static int iteration_push(struct lynx_prof_iterations *out, size_t *cap,
+                          struct lynx_prof_iteration it)
+{
+	if (out->count == *cap) {
+		size_t n = *cap ? 2 * *cap : 16;
+		struct lynx_prof_iteration *a = realloc(out->iter, n * sizeof(*a));
+		if (!a)
+			return -ENOMEM;
+		out->iter = a;
+		*cap = n;
+	}
+	out->iter[out->count++] = it;
+	return 0;
+}
+
+/* Scores each period that has runs; runs come grouped by period, in start order. */
+static int score_periods(const struct lynx_prof_tokens *tok, const struct lynx_prof_run *runs,
+                         size_t nruns, struct period_score **out, size_t *count)
+{
+	struct period_score *s = malloc((nruns ? nruns : 1) * sizeof(*s));
+	size_t n = 0;
+
+	if (!s)
+		return -ENOMEM;
+	for (size_t i = 0; i < nruns;) {
+		size_t j = i, covered = 0, reach = 0, best = i;
+		for (; j < nruns && runs[j].period == runs[i].period; j++) {
+			size_t from = runs[j].start > reach ? runs[j].start : reach;
+			if (runs[j].end > from)
+				covered += runs[j].end - from;
+			if (runs[j].end > reach)
+				reach = runs[j].end;
+			if (runs[j].end - runs[j].start > runs[best].end - runs[best].start)
+				best = j;
+		}
+		s[n++] = (struct period_score){
+		        runs[i].period, covered, best,
+		        lynx_prof_distinct(tok->sig + runs[best].start, runs[i].period)};
+		i = j;
+	}
+	*out = s;
+	*count = n;
+	return 0;
+}
+
+static size_t choose_period(const struct period_score *s, size_t n)
+{
+	size_t top = 0;
+
+	for (size_t i = 1; i < n; i++)
+		if (s[i].covered > s[top].covered)
+			top = i;
+	for (size_t i = 0; i < n; i++) /* periods come in increasing order */
+		if (2 * s[i].covered >= s[top].covered &&
+		    100 * s[i].distinct >= 95 * s[top].distinct)
+			return i;
+	return top;
+}
+
+/* Lists the whole iterations in every run of the chosen period, aligned on unit. */
+static int list_iterations(const struct lynx_prof_trace *trace, const struct lynx_prof_tokens *tok,
+                           const struct lynx_prof_run *runs, size_t nruns, const uint64_t *unit,
+                           size_t p, struct lynx_prof_iterations *out)
+{
+	size_t cap = 0, next = 0; /* the first token a new iteration may start at */
+
+	for (size_t r = 0; r < nruns; r++) {
+		if (runs[r].period != p)
+			continue;
+		for (size_t x = runs[r].start > next ? runs[r].start : next; x + p <= runs[r].end;
+		     x++) {
+			if (tok->sig[x] != unit[0] || memcmp(tok->sig + x, unit, p * sizeof(*unit)))
+				continue;
+			for (; x + p <= runs[r].end; x += p) {
+				struct lynx_prof_iteration it;
+				it.first = x ? tok->event[x - 1] + 1 : tok->event[0];
+				it.end = tok->event[x + p - 1] + 1;
+				it.t_start_ns = trace->events[it.first].t_ns;
+				it.t_end_ns = trace->events[it.end - 1].t_ns;
+				int err = iteration_push(out, &cap, it);
+				if (err)
+					return err;
+			}
+			next = x;
+			break;
+		}
+	}
+	return 0;
+}
+
+int lynx_prof_find_iterations(const struct lynx_prof_trace *trace, struct lynx_prof_iterations *out,
+                              char *why, size_t why_len)
+{
+	struct lynx_prof_tokens tok;
+	struct lynx_prof_run *runs = NULL;
+	struct period_score *scores = NULL;
+	size_t nruns = 0, nscores = 0;
+	int err;
+
+	memset(out, 0, sizeof(*out));
+	if (why_len)
+		why[0] = 0;
+	if ((err = lynx_prof_tokenise(trace, 0, trace->count, &tok)))
+		goto out;
+	if ((err = lynx_prof_find_runs(tok.sig, tok.count, &runs, &nruns)))
+		goto out_tokens;
+	if ((err = score_periods(&tok, runs, nruns, &scores, &nscores)))
+		goto out_runs;
+	if (!nscores) {
+		snprintf(why, why_len, "no repeating launch sequence in %zu tokens (%zu events)",
+		         tok.count, trace->count);
+		err = -EINVAL;
+		goto out_scores;
+	}
+	const struct period_score *chosen = &scores[choose_period(scores, nscores)];
+	const struct lynx_prof_run *best = &runs[chosen->best];
+	size_t p = chosen->period, j = phase(trace, &tok, best);
+	/* the unit at the phase lies inside the best run, which holds two whole units */
+	const uint64_t *unit = tok.sig + best->start + j;
+	out->period = p;
+	if ((err = list_iterations(trace, &tok, runs, nruns, unit, p, out)))
+		goto out_scores;
+	if (out->count < 2) {
+		snprintf(why, why_len, "period %zu tokens repeats fewer than 2 whole times", p);
+		err = -EINVAL;
+		goto out_scores;
+	}
+	out->prefix_end = out->iter[0].first;
+out_scores:
+	free(scores);
+out_runs:
+	free(runs);
+out_tokens:
+	lynx_prof_tokens_free(&tok);
+out:
+	if (err) {
+		if (err == -ENOMEM)
+			snprintf(why, why_len, "out of memory");
+		lynx_prof_iterations_free(out);
+	}
+	return err;
+}
+
+void lynx_prof_iterations_free(struct lynx_prof_iterations *iterations)
+{
+	free(iterations->iter);
+	memset(iterations, 0, sizeof(*iterations));
+}

@@ -1,0 +1,314 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Splits one iteration into forward and backward layer segments from its repeated
+ * kernel motifs (segment.h states the method and its limits).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "segment.h"
+
+static size_t covered(const struct lynx_prof_run *r)
+{
+	return (r->end - r->start) / r->period * r->period;
+}
+
+/* True when runs of a shorter period cover at least half of r: r is then made of smaller
+ * repeats (a micro-batch's forward and backward, or several layers at once). O(runs) per
+ * call with a mark array over r. */
+static bool atomic(const struct lynx_prof_run *runs, size_t n, const struct lynx_prof_run *r,
+                   unsigned char *mark)
+{
+	size_t len = r->end - r->start, hit = 0;
+
+	memset(mark, 0, len);
+	for (size_t i = 0; i < n; i++) {
+		const struct lynx_prof_run *o = &runs[i];
+		if (o->period >= r->period || o->end <= r->start || o->start >= r->end)
+			continue;
+		size_t from = o->start > r->start ? o->start : r->start;
+		size_t to = o->end < r->end ? o->end : r->end;
+		memset(mark + (from - r->start), 1, to - from);
+	}
+	for (size_t i = 0; i < len; i++)
+		hit += mark[i];
+	return 2 * hit < len;
+}
+
+static int by_cover(const void *a, const void *b)
+{
+	const struct lynx_prof_run *x = a, *y = b;
+	size_t cx = covered(x), cy = covered(y);
+
+	if (cx != cy)
+		return cx > cy ? -1 : 1;
+	if (x->period != y->period)
+		return x->period < y->period ? -1 : 1;
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static int by_start(const void *a, const void *b)
+{
+	const struct lynx_prof_run *x = a, *y = b;
+
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static uint64_t spread(uint64_t v)
+{
+	v ^= v >> 33;
+	v *= 0xff51afd7ed558ccdull;
+	v ^= v >> 33;
+	return v;
+}
+
+/* A motif's key: its period and the sum of its spread signatures (rotation-invariant). */
+static uint64_t motif_key(const uint64_t *sig, const struct lynx_prof_run *r)
+{
+	uint64_t key = spread(r->period);
+
+	for (size_t i = 0; i < r->period; i++)
+		key += spread(sig[r->start + i]);
+	return key;
+}
+
+struct class
+{
+	uint64_t key;
+	size_t covered, count;
+	size_t first_start;
+};
+
+/* True when unit a (length na) occurs in unit b (length nb) read cyclically. */
+static bool contains_cyclic(const uint64_t *b, size_t nb, const uint64_t *a, size_t na)
+{
+	if (na > nb)
+		return false;
+	for (size_t s = 0; s < nb; s++) {
+		size_t k = 0;
+		while (k < na && b[(s + k) % nb] == a[k])
+			k++;
+		if (k == na)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * A run can start early when the code before a stack ends like a layer (the last stage's
+ * final layer norm backward before the first layer's backward). Within the run's slack,
+ * start where one unit's first and last tokens come from the same thread: the launching
+ * thread changes at the stack's edge, never inside a layer.
+ */
+static void align_on_threads(const struct lynx_prof_trace *trace,
+                             const struct lynx_prof_tokens *tok, struct lynx_prof_run *r)
+{
+	size_t slack = r->end - r->start - covered(r);
+
+	for (size_t d = 0; d <= slack; d++) {
+		size_t a = r->start + d;
+		if (trace->events[tok->event[a]].tid ==
+		    trace->events[tok->event[a + r->period - 1]].tid) {
+			r->start = a;
+			return;
+		}
+	}
+}
+
+/* Fills the segments of one class's runs (sorted by start). */
+static void fill(const struct lynx_prof_tokens *tok, const struct lynx_prof_iteration *it,
+                 const struct lynx_prof_run *runs, size_t n, size_t layers, bool reverse,
+                 struct lynx_prof_segment *seg)
+{
+	for (size_t m = 0; m < n; m++) {
+		const struct lynx_prof_run *r = &runs[m];
+		for (size_t u = 0; u < layers; u++) {
+			size_t a = r->start + u * r->period, b = a + r->period;
+			size_t layer = reverse ? layers - 1 - u : u;
+			seg[m * layers + layer] = (struct lynx_prof_segment){
+			        a ? tok->event[a - 1] + 1 : it->first, tok->event[b - 1] + 1};
+		}
+	}
+}
+
+static int classify(const struct lynx_prof_trace *trace, const struct lynx_prof_tokens *tok,
+                    const struct lynx_prof_iteration *it, struct lynx_prof_run *acc, size_t nacc,
+                    struct lynx_prof_layers *out, char *why, size_t why_len)
+{
+	struct class *cls = calloc(nacc, sizeof(*cls));
+	uint64_t *keys = malloc(nacc * sizeof(*keys));
+	size_t ncls = 0;
+	int err = 0;
+
+	if (!cls || !keys) {
+		err = -ENOMEM;
+		goto out;
+	}
+	qsort(acc, nacc, sizeof(*acc), by_start);
+	for (size_t i = 0; i < nacc; i++) {
+		size_t c = 0;
+		keys[i] = motif_key(tok->sig, &acc[i]);
+		while (c < ncls && cls[c].key != keys[i])
+			c++;
+		if (c == ncls)
+			cls[ncls++] = (struct class){keys[i], 0, 0, acc[i].start};
+		cls[c].covered += covered(&acc[i]);
+		cls[c].count++;
+	}
+	size_t top[2] = {0, 0};
+	for (size_t c = 1; c < ncls; c++) {
+		if (cls[c].covered > cls[top[0]].covered) {
+			top[1] = top[0];
+			top[0] = c;
+		} else if (top[1] == top[0] || cls[c].covered > cls[top[1]].covered) {
+			top[1] = c;
+		}
+	}
+	if (ncls < 2) {
+		snprintf(why, why_len, "found %zu layer motif(s), need a forward and a backward",
+		         ncls);
+		err = -EINVAL;
+		goto out;
+	}
+	/* A layer stack is a real share of the work, not a kernel launched twice in a row. */
+	if (10 * cls[top[1]].covered < tok->count) {
+		snprintf(why, why_len,
+		         "the second layer motif covers %zu of %zu tokens (under 10%%): "
+		         "one layer per stage?",
+		         cls[top[1]].covered, tok->count);
+		err = -EINVAL;
+		goto out;
+	}
+	const struct class *fwd = &cls[top[0]], *bwd = &cls[top[1]];
+	if (bwd->first_start < fwd->first_start) {
+		fwd = &cls[top[1]];
+		bwd = &cls[top[0]];
+	}
+	/* Gather each class's runs together, in start order. */
+	struct lynx_prof_run *fr = malloc(nacc * sizeof(*fr)), *br = malloc(nacc * sizeof(*br));
+	size_t nf = 0, nb = 0;
+	if (!fr || !br) {
+		free(fr);
+		free(br);
+		err = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < nacc; i++) {
+		align_on_threads(trace, tok, &acc[i]);
+		if (keys[i] == fwd->key)
+			fr[nf++] = acc[i];
+		else if (keys[i] == bwd->key)
+			br[nb++] = acc[i];
+	}
+	size_t layers = (fr[0].end - fr[0].start) / fr[0].period;
+	for (size_t i = 0; i < nf + nb && !err; i++) {
+		const struct lynx_prof_run *r = i < nf ? &fr[i] : &br[i - nf];
+		if ((r->end - r->start) / r->period != layers) {
+			snprintf(why, why_len,
+			         "%s stack at token %zu has %zu layers, the first forward %zu",
+			         i < nf ? "forward" : "backward", r->start,
+			         (r->end - r->start) / r->period, layers);
+			err = -EINVAL;
+		}
+	}
+	if (!err && nf != nb) {
+		snprintf(why, why_len, "%zu forward stacks but %zu backward stacks", nf, nb);
+		err = -EINVAL;
+	}
+	if (!err) {
+		out->layers = layers;
+		out->microbatches = nf;
+		out->fwd_period = fr[0].period;
+		out->bwd_period = br[0].period;
+		out->rerun = contains_cyclic(tok->sig + br[0].start, br[0].period,
+		                             tok->sig + fr[0].start, fr[0].period);
+		out->fwd = calloc(nf * layers, sizeof(*out->fwd));
+		out->bwd = calloc(nf * layers, sizeof(*out->bwd));
+		if (!out->fwd || !out->bwd) {
+			err = -ENOMEM;
+		} else {
+			fill(tok, it, fr, nf, layers, false, out->fwd);
+			fill(tok, it, br, nb, layers, true, out->bwd);
+		}
+	}
+	free(fr);
+	free(br);
+out:
+	free(cls);
+	free(keys);
+	return err;
+}
+
+int lynx_prof_segment_layers(const struct lynx_prof_trace *trace,
+                             const struct lynx_prof_iteration *it, struct lynx_prof_layers *out,
+                             char *why, size_t why_len)
+{
+	struct lynx_prof_tokens tok;
+	struct lynx_prof_run *runs = NULL, *acc = NULL;
+	unsigned char *mark = NULL;
+	size_t nruns = 0, nacc = 0;
+	int err;
+
+	memset(out, 0, sizeof(*out));
+	if (why_len)
+		why[0] = 0;
+	if ((err = lynx_prof_tokenise(trace, it->first, it->end, &tok)))
+		goto out;
+	if ((err = lynx_prof_find_runs(tok.sig, tok.count, &runs, &nruns)))
+		goto out_tokens;
+	mark = malloc(tok.count ? tok.count : 1);
+	acc = malloc((nruns ? nruns : 1) * sizeof(*acc));
+	if (!mark || !acc) {
+		err = -ENOMEM;
+		goto out_runs;
+	}
+	/* Atomic runs, the best-covering first; keep those that overlap no kept run by half. */
+	struct lynx_prof_run *cand = malloc((nruns ? nruns : 1) * sizeof(*cand));
+	size_t ncand = 0;
+	if (!cand) {
+		err = -ENOMEM;
+		goto out_runs;
+	}
+	for (size_t i = 0; i < nruns; i++)
+		if (atomic(runs, nruns, &runs[i], mark))
+			cand[ncand++] = runs[i];
+	qsort(cand, ncand, sizeof(*cand), by_cover);
+	for (size_t i = 0; i < ncand; i++) {
+		size_t a = cand[i].start, b = a + covered(&cand[i]), overlap = 0;
+		for (size_t k = 0; k < nacc; k++) {
+			size_t c = acc[k].start, d = c + covered(&acc[k]);
+			size_t from = a > c ? a : c, to = b < d ? b : d;
+			if (to > from)
+				overlap += to - from;
+		}
+		if (2 * overlap < b - a)
+			acc[nacc++] = cand[i];
+	}
+	free(cand);
+	err = nacc ? classify(trace, &tok, it, acc, nacc, out, why, why_len) : -EINVAL;
+	if (!nacc)
+		snprintf(why, why_len, "no repeated motif in the iteration's %zu tokens",
+		         tok.count);
+out_runs:
+	free(mark);
+	free(acc);
+	free(runs);
+out_tokens:
+	lynx_prof_tokens_free(&tok);
+out:
+	if (err) {
+		if (err == -ENOMEM)
+			snprintf(why, why_len, "out of memory");
+		lynx_prof_layers_free(out);
+	}
+	return err;
+}
+
+void lynx_prof_layers_free(struct lynx_prof_layers *layers)
+{
+	free(layers->fwd);
+	free(layers->bwd);
+	memset(layers, 0, sizeof(*layers));
+}

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Splitting one training iteration into forward and backward layer segments.
+ *
+ * Identical layers launch the same kernels in the same order: the forward of a
+ * micro-batch through a stage is a run (period.h) of one motif repeated once per layer,
+ * and its backward is a run of another motif. Within one iteration the layer motifs are
+ * the atomic runs (no run of a shorter period covers half of them, which rules out
+ * "forward + backward of a micro-batch" and multiples of a layer) that cover the most
+ * tokens; runs with the same motif (period and signature multiset, so whatever rotation
+ * a run starts at) form a class, and the two classes covering the most tokens are the
+ * forward (the one that starts first) and the backward. Each run of a class is one
+ * micro-batch, in launch order. NCCL calls are tokens, so TP all-reduces belong to the
+ * motif and PP sends and receives separate micro-batches; the thread is not part of a
+ * token, so a backward on another thread is found the same way.
+ *
+ * Full recompute runs each layer's forward again just before its backward: the backward
+ * motif then holds the forward motif, rerun is set, and each backward segment includes
+ * its rerun forward (the planner sees the layer's real backward cost).
+ *
+ * Limits: a stage with one layer has no repeat and is refused; a segment boundary can sit
+ * a few tokens early when the code just before a stack ends like a layer (the embedding
+ * before the first forward layer); a run's phase is where its repetition starts.
+ */
+#ifndef LYNX_PROF_SEGMENT_H
+#define LYNX_PROF_SEGMENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "event.h"
+#include "period.h"
+
+struct lynx_prof_segment {
+	size_t first, end; /* trace indices, end exclusive */
+};
+
+struct lynx_prof_layers {
+	size_t layers;                 /* this stage's layers */
+	size_t microbatches;           /* forward (and backward) stacks in the iteration */
+	size_t fwd_period, bwd_period; /* tokens per layer in each direction */
+	bool rerun; /* the backward motif holds the forward one (full recompute) */
+	struct lynx_prof_segment *fwd, *bwd; /* [microbatch * layers + layer] */
+};
+
+/*
+ * Segments iteration it of trace. Returns 0; -EINVAL with the reason in why when no two
+ * layer motifs are found or they disagree (a different number of layers or micro-batches
+ * forward and backward); -ENOMEM.
+ */
+int lynx_prof_segment_layers(const struct lynx_prof_trace *trace,
+                             const struct lynx_prof_iteration *it, struct lynx_prof_layers *out,
+                             char *why, size_t why_len);
+void lynx_prof_layers_free(struct lynx_prof_layers *layers);
+
+#endif /* LYNX_PROF_SEGMENT_H */

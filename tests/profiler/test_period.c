@@ -1,0 +1,260 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Finding the training iteration (profiler/period.c): on tinytrain's real traces (with
+ * and without the backward thread, with pipeline and tensor parallelism) every step is
+ * found on every rank; a first iteration that differs (lazy initialisation, warm-up
+ * allocations) is left in the prefix; eval steps between training steps do not pass for
+ * the iteration; and a trace without repeats is refused with a reason.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "period.h"
+#include "record.h"
+
+/* ---- Synthetic traces ------------------------------------------------------------------- */
+
+struct builder {
+	struct lynx_prof_event ev[4096];
+	size_t n;
+};
+
+static void add(struct builder *b, enum lynx_prof_kind kind, uint64_t what)
+{
+	struct lynx_prof_event *e = &b->ev[b->n];
+
+	assert_true(b->n < 4096);
+	memset(e, 0, sizeof(*e));
+	e->t_ns = 1000 * (b->n + 1);
+	e->tid = 1;
+	e->index = (uint32_t)b->n++;
+	e->kind = kind;
+	e->hook = kind == LYNX_PROF_SYNC ? "cudaDeviceSynchronize" : "cudaLaunchKernel";
+	if (kind == LYNX_PROF_LAUNCH) {
+		e->u.launch.function = what;
+		e->u.launch.grid[0] = e->u.launch.block[0] = 1;
+	} else if (kind == LYNX_PROF_ALLOC || kind == LYNX_PROF_MEMSET) {
+		e->u.mem.ptr = 0x10000 * (b->n + 7); /* a new address every time */
+		e->u.mem.bytes = what;
+	}
+}
+
+/* A training step: zero the gradients, 4 forward layers (3 kernels and an allocation
+ * each), the loss, 4 backward layers, the optimizer, a host synchronisation. lazy adds
+ * what a first step does once: more allocations and an initialisation kernel. */
+static void train_step(struct builder *b, bool lazy)
+{
+	add(b, LYNX_PROF_MEMSET, 4096);
+	for (int l = 0; l < 4; l++) {
+		add(b, LYNX_PROF_ALLOC, 512);
+		add(b, LYNX_PROF_LAUNCH, 0xa);
+		add(b, LYNX_PROF_LAUNCH, 0xb);
+		add(b, LYNX_PROF_LAUNCH, 0xc);
+	}
+	add(b, LYNX_PROF_LAUNCH, 0x1055);
+	for (int l = 0; l < 4; l++) {
+		add(b, LYNX_PROF_LAUNCH, 0xe);
+		add(b, LYNX_PROF_LAUNCH, 0xf);
+		add(b, LYNX_PROF_FREE, 0);
+		if (lazy)
+			add(b, LYNX_PROF_ALLOC, 1 << 20);
+	}
+	if (lazy)
+		add(b, LYNX_PROF_LAUNCH, 0x1417);
+	add(b, LYNX_PROF_LAUNCH, 0xadab);
+	add(b, LYNX_PROF_SYNC, 0);
+}
+
+static void eval_step(struct builder *b)
+{
+	for (int l = 0; l < 4; l++) {
+		add(b, LYNX_PROF_LAUNCH, 0xa);
+		add(b, LYNX_PROF_LAUNCH, 0xb);
+		add(b, LYNX_PROF_LAUNCH, 0xc);
+	}
+	add(b, LYNX_PROF_LAUNCH, 0x1055);
+	add(b, LYNX_PROF_SYNC, 0);
+}
+
+static struct lynx_prof_trace trace_of(struct builder *b)
+{
+	return (struct lynx_prof_trace){1, b->ev, b->n, NULL};
+}
+
+static void test_period_leaves_a_different_first_iteration_in_the_prefix(void **state)
+{
+	struct builder *b = calloc(1, sizeof(*b));
+	struct lynx_prof_iterations it;
+	char why[256];
+
+	(void)state;
+	add(b, LYNX_PROF_LAUNCH, 0x1417); /* model initialisation */
+	train_step(b, true);
+	size_t second = b->n;
+	for (int s = 0; s < 3; s++)
+		train_step(b, false);
+	struct lynx_prof_trace t = trace_of(b);
+	assert_int_equal(lynx_prof_find_iterations(&t, &it, why, sizeof(why)), 0);
+	assert_int_equal(it.period, 24); /* memset, 12 + 1 + 8 + 1 launches, sync */
+	assert_int_equal(it.count, 3);
+	assert_int_equal(it.prefix_end, second);
+	for (size_t i = 0; i < it.count; i++) {
+		assert_int_equal(it.iter[i].first, second + i * 32);
+		assert_int_equal(it.iter[i].end, second + (i + 1) * 32);
+		assert_int_equal(t.events[it.iter[i].first].kind, LYNX_PROF_MEMSET);
+		assert_int_equal(it.iter[i].t_end_ns - it.iter[i].t_start_ns, 31 * 1000);
+	}
+	lynx_prof_iterations_free(&it);
+	free(b);
+}
+
+static void test_period_is_a_training_step_between_eval_steps(void **state)
+{
+	struct builder *b = calloc(1, sizeof(*b));
+	struct lynx_prof_iterations it;
+	char why[256];
+
+	(void)state;
+	for (int block = 0; block < 3; block++) {
+		train_step(b, false);
+		train_step(b, false);
+		train_step(b, false);
+		eval_step(b);
+	}
+	struct lynx_prof_trace t = trace_of(b);
+	assert_int_equal(lynx_prof_find_iterations(&t, &it, why, sizeof(why)), 0);
+	assert_int_equal(it.period, 24);
+	assert_int_equal(it.count, 9);
+	for (size_t i = 0; i < it.count; i++) {
+		assert_int_equal(t.events[it.iter[i].first].kind, LYNX_PROF_MEMSET);
+		assert_int_equal(t.events[it.iter[i].end - 1].kind, LYNX_PROF_SYNC);
+	}
+	/* the eval step (14 events) lies between the third and the fourth */
+	assert_int_equal(it.iter[3].first, it.iter[2].end + 14);
+	lynx_prof_iterations_free(&it);
+	free(b);
+}
+
+static void test_period_refuses_a_trace_without_repeats(void **state)
+{
+	struct builder *b = calloc(1, sizeof(*b));
+	struct lynx_prof_iterations it;
+	char why[256];
+
+	(void)state;
+	for (uint64_t f = 1; f < 50; f++)
+		add(b, LYNX_PROF_LAUNCH, f);
+	struct lynx_prof_trace t = trace_of(b);
+	assert_int_equal(lynx_prof_find_iterations(&t, &it, why, sizeof(why)), -EINVAL);
+	assert_non_null(strstr(why, "no repeating launch sequence in 49 tokens"));
+	assert_int_equal(it.count, 0);
+	free(b);
+}
+
+/* ---- tinytrain ---------------------------------------------------------------------------- */
+
+/* Every rank finds steps iterations, back to back, after the set-up. */
+static void check_tinytrain(const char *args, int ranks, int steps)
+{
+	struct recording rec;
+	char why[256];
+
+	assert_int_equal(record_tinytrain(args, &rec), 0);
+	assert_int_equal(rec.ranks, ranks);
+	for (int r = 0; r < rec.ranks; r++) {
+		struct lynx_prof_iterations it;
+		const struct lynx_prof_trace *t = &rec.rank[r];
+		if (lynx_prof_find_iterations(t, &it, why, sizeof(why)))
+			fail_msg("%s, pid %d: %s", args, t->pid, why);
+		assert_int_equal(it.count, steps);
+		assert_true(it.prefix_end > 0); /* the model's initialisation */
+		for (size_t i = 0; i < it.count; i++) {
+			const struct lynx_prof_iteration *s = &it.iter[i];
+			assert_true(s->t_end_ns > s->t_start_ns);
+			/* a step starts by zeroing the gradients, ends with a synchronisation */
+			assert_int_equal(t->events[s->first].kind, LYNX_PROF_MEMSET);
+			assert_int_equal(t->events[s->end - 1].kind, LYNX_PROF_SYNC);
+			if (i)
+				assert_int_equal(s->first, it.iter[i - 1].end);
+		}
+		lynx_prof_iterations_free(&it);
+	}
+	record_release(&rec);
+}
+
+static void test_period_finds_each_tinytrain_step(void **state)
+{
+	(void)state;
+	check_tinytrain("--nproc 4 --pp 2 --tp 2 --layers 8 --microbatches 4 --steps 3", 4, 3);
+	check_tinytrain("--nproc 1 --layers 4 --microbatches 2 --steps 2", 1, 2);
+}
+
+static void test_period_finds_steps_with_the_backward_on_the_same_thread(void **state)
+{
+	(void)state;
+	check_tinytrain("--nproc 2 --pp 2 --layers 4 --microbatches 4 --steps 3 "
+	                "--no-hazard backward-thread",
+	                2, 3);
+}
+
+/* A real trace whose first step gets a lazy-initialisation kernel and a warm-up
+ * allocation: the other steps are found exactly where they were. */
+static void test_period_skips_a_real_first_step_that_differs(void **state)
+{
+	struct recording rec;
+	struct lynx_prof_iterations before, after;
+	char why[256];
+
+	(void)state;
+	assert_int_equal(record_tinytrain("--nproc 1 --layers 4 --microbatches 2 --steps 3", &rec),
+	                 0);
+	const struct lynx_prof_trace *t = &rec.rank[0];
+	assert_int_equal(lynx_prof_find_iterations(t, &before, why, sizeof(why)), 0);
+	assert_int_equal(before.count, 3);
+	size_t at = (before.iter[0].first + before.iter[0].end) / 2;
+	struct lynx_prof_event *ev = calloc(t->count + 2, sizeof(*ev));
+	assert_non_null(ev);
+	memcpy(ev, t->events, at * sizeof(*ev));
+	memcpy(ev + at + 2, t->events + at, (t->count - at) * sizeof(*ev));
+	ev[at] = t->events[at];
+	ev[at].kind = LYNX_PROF_ALLOC;
+	ev[at].nested = false;
+	ev[at].u.mem.ptr = 0x5000;
+	ev[at].u.mem.bytes = 1 << 24;
+	ev[at + 1] = ev[at];
+	ev[at + 1].kind = LYNX_PROF_LAUNCH;
+	ev[at + 1].u.launch = (typeof(ev[at + 1].u.launch)){.function = 0x1a2f, .grid = {1, 1, 1}};
+	struct lynx_prof_trace lazy = {t->pid, ev, t->count + 2, NULL};
+	assert_int_equal(lynx_prof_find_iterations(&lazy, &after, why, sizeof(why)), 0);
+	assert_int_equal(after.period, before.period);
+	assert_int_equal(after.count, 2);
+	for (size_t i = 0; i < 2; i++) {
+		assert_int_equal(after.iter[i].first, before.iter[i + 1].first + 2);
+		assert_int_equal(after.iter[i].end, before.iter[i + 1].end + 2);
+	}
+	assert_int_equal(after.prefix_end, before.iter[1].first + 2);
+	lynx_prof_iterations_free(&before);
+	lynx_prof_iterations_free(&after);
+	free(ev);
+	record_release(&rec);
+}
+
+int main(int argc, char **argv)
+{
+	(void)argc;
+	if (record_init(argv[0]))
+		return 1;
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_period_leaves_a_different_first_iteration_in_the_prefix),
+	        cmocka_unit_test(test_period_is_a_training_step_between_eval_steps),
+	        cmocka_unit_test(test_period_refuses_a_trace_without_repeats),
+	        cmocka_unit_test(test_period_finds_each_tinytrain_step),
+	        cmocka_unit_test(test_period_finds_steps_with_the_backward_on_the_same_thread),
+	        cmocka_unit_test(test_period_skips_a_real_first_step_that_differs),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,207 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Splitting iterations into layers (profiler/segment.c) on tinytrain's real traces: every
+ * rank of every configuration finds exactly layers / pp layers and every micro-batch, in
+ * every step, with segments in launch order (forward layers ascending, backward
+ * descending, each backward after its forward); the backward on its own thread when the
+ * backward-thread hazard is on; full recompute's rerun flagged and still L/pp layers; a
+ * stage with no repeat refused with a reason.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "period.h"
+#include "record.h"
+#include "segment.h"
+
+struct config {
+	const char *args;
+	int ranks, steps, layers_per_stage, microbatches;
+	bool rerun, backward_thread;
+};
+
+/* The thread that launched most of a segment's kernels. */
+static uint32_t launcher(const struct lynx_prof_trace *t, const struct lynx_prof_segment *s)
+{
+	for (size_t i = s->first; i < s->end; i++)
+		if (t->events[i].kind == LYNX_PROF_LAUNCH)
+			return t->events[i].tid;
+	fail_msg("segment [%zu, %zu) has no launch", s->first, s->end);
+	return 0;
+}
+
+static void check_rank(const struct config *c, const struct lynx_prof_trace *t)
+{
+	struct lynx_prof_iterations it;
+	char why[256];
+
+	if (lynx_prof_find_iterations(t, &it, why, sizeof(why)))
+		fail_msg("%s: %s", c->args, why);
+	assert_int_equal(it.count, c->steps);
+	for (size_t s = 0; s < it.count; s++) {
+		struct lynx_prof_layers l;
+		if (lynx_prof_segment_layers(t, &it.iter[s], &l, why, sizeof(why)))
+			fail_msg("%s, pid %d, step %zu: %s", c->args, t->pid, s, why);
+		assert_int_equal(l.layers, c->layers_per_stage);
+		assert_int_equal(l.microbatches, c->microbatches);
+		assert_int_equal(l.rerun, c->rerun);
+		assert_true(l.bwd_period > l.fwd_period);
+		for (size_t m = 0; m < l.microbatches; m++) {
+			for (size_t k = 0; k < l.layers; k++) {
+				const struct lynx_prof_segment *f = &l.fwd[m * l.layers + k];
+				const struct lynx_prof_segment *b = &l.bwd[m * l.layers + k];
+				assert_true(f->first >= it.iter[s].first &&
+				            f->end <= it.iter[s].end);
+				assert_true(b->first >= it.iter[s].first &&
+				            b->end <= it.iter[s].end);
+				assert_true(f->first < f->end && b->first < b->end);
+				assert_true(f->end <=
+				            b->first); /* the backward after its forward */
+				if (k) { /* forward ascending, backward descending, back to back */
+					assert_int_equal(f->first, l.fwd[m * l.layers + k - 1].end);
+					assert_int_equal(b->end, l.bwd[m * l.layers + k - 1].first);
+				}
+				if (m) /* micro-batches in order */
+					assert_true(f->first >= l.fwd[(m - 1) * l.layers + k].end);
+				uint32_t ft = launcher(t, f), bt = launcher(t, b);
+				if (c->backward_thread)
+					assert_int_not_equal(ft, bt);
+				else
+					assert_int_equal(ft, bt);
+			}
+		}
+		lynx_prof_layers_free(&l);
+	}
+	lynx_prof_iterations_free(&it);
+}
+
+static void check(const struct config *c)
+{
+	struct recording rec;
+
+	assert_int_equal(record_tinytrain(c->args, &rec), 0);
+	assert_int_equal(rec.ranks, c->ranks);
+	for (int r = 0; r < rec.ranks; r++)
+		check_rank(c, &rec.rank[r]);
+	record_release(&rec);
+}
+
+static void test_segment_finds_each_stage_layers_pp2_tp2(void **state)
+{
+	static const struct config c = {
+	        "--nproc 4 --pp 2 --tp 2 --layers 8 --microbatches 4 --steps 2",
+	        4,
+	        2,
+	        4,
+	        4,
+	        false,
+	        true};
+	(void)state;
+	check(&c);
+}
+
+static void test_segment_finds_layers_without_pipeline(void **state)
+{
+	static const struct config c = {
+	        "--nproc 1 --layers 4 --microbatches 2 --steps 2", 1, 2, 4, 2, false, true};
+	static const struct config dp = {
+	        "--nproc 2 --dp 2 --layers 6 --microbatches 2 --steps 2", 2, 2, 6, 2, false, true};
+	(void)state;
+	check(&c);
+	check(&dp);
+}
+
+static void test_segment_finds_layers_on_four_stages(void **state)
+{
+	static const struct config c = {
+	        "--nproc 4 --pp 4 --layers 8 --microbatches 6 --steps 2", 4, 2, 2, 6, false, true};
+	(void)state;
+	check(&c);
+}
+
+static void test_segment_flags_full_recompute_and_keeps_the_layers(void **state)
+{
+	static const struct config c = {
+	        "--nproc 4 --pp 2 --tp 2 --layers 8 --microbatches 4 --steps 2 --recompute full",
+	        4,
+	        2,
+	        4,
+	        4,
+	        true,
+	        true};
+	(void)state;
+	check(&c);
+}
+
+static void test_segment_finds_layers_with_selective_recompute(void **state)
+{
+	static const struct config c = {"--nproc 4 --pp 2 --tp 2 --layers 8 --microbatches 4 "
+	                                "--steps 2 --recompute selective",
+	                                4,
+	                                2,
+	                                4,
+	                                4,
+	                                false,
+	                                true};
+	(void)state;
+	check(&c);
+}
+
+static void test_segment_finds_layers_with_the_backward_on_the_same_thread(void **state)
+{
+	static const struct config c = {"--nproc 4 --pp 2 --tp 2 --layers 8 --microbatches 4 "
+	                                "--steps 2 --no-hazard backward-thread",
+	                                4,
+	                                2,
+	                                4,
+	                                4,
+	                                false,
+	                                false};
+	(void)state;
+	check(&c);
+}
+
+static void test_segment_refuses_a_stage_of_one_layer(void **state)
+{
+	struct recording rec;
+	struct lynx_prof_iterations it;
+	struct lynx_prof_layers l;
+	char why[256];
+
+	(void)state;
+	assert_int_equal(
+	        record_tinytrain("--nproc 2 --pp 2 --layers 2 --microbatches 2 --steps 3", &rec),
+	        0);
+	assert_int_equal(rec.ranks, 2);
+	for (int r = 0; r < rec.ranks; r++) {
+		assert_int_equal(lynx_prof_find_iterations(&rec.rank[r], &it, why, sizeof(why)), 0);
+		assert_int_equal(
+		        lynx_prof_segment_layers(&rec.rank[r], &it.iter[0], &l, why, sizeof(why)),
+		        -EINVAL);
+		assert_true(why[0] != 0);
+		assert_null(l.fwd);
+		lynx_prof_iterations_free(&it);
+	}
+	record_release(&rec);
+}
+
+int main(int argc, char **argv)
+{
+	(void)argc;
+	if (record_init(argv[0]))
+		return 1;
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_segment_finds_each_stage_layers_pp2_tp2),
+	        cmocka_unit_test(test_segment_finds_layers_without_pipeline),
+	        cmocka_unit_test(test_segment_finds_layers_on_four_stages),
+	        cmocka_unit_test(test_segment_flags_full_recompute_and_keeps_the_layers),
+	        cmocka_unit_test(test_segment_finds_layers_with_selective_recompute),
+	        cmocka_unit_test(test_segment_finds_layers_with_the_backward_on_the_same_thread),
+	        cmocka_unit_test(test_segment_refuses_a_stage_of_one_layer),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
