@@ -31,7 +31,7 @@ Q := @
 say = @printf '  %-7s %s\n' $(1) $(2)
 endif
 
-.PHONY: all test demo install clean format format-check deps simgpu lynx examples tests bench
+.PHONY: all test demo install clean format format-check deps simgpu lynx examples tests bench fuzz
 all: simgpu lynx examples tests
 
 # ---------------------------------------------------------------------------
@@ -251,7 +251,7 @@ $(PROFILER_TESTS): $(BUILD)/tests/test_%: $(BUILD)/obj/tests/profiler/test_%.o $
 # shim's configuration parser (shim/config.c, plain C) to show and check LYNX_* settings.
 LYNX := $(BUILD)/bin/lynx
 TOOLS_SRC := $(wildcard tools/*.c)
-TOOLS_CFLAGS := -Ishim -Itools -Ipolicy
+TOOLS_CFLAGS := -Ishim -Itools -Ipolicy -Iprofiler
 $(BUILD)/obj/tools/%.o: tools/%.c
 	$(call say,CC,$<)
 	@mkdir -p $(dir $@)
@@ -260,7 +260,7 @@ $(BUILD)/obj/tools/shim_config.o: shim/config.c
 	$(call say,CC,$<)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(ALL_CFLAGS) $(TOOLS_CFLAGS) -c $< -o $@
-$(LYNX): $(call obj,$(TOOLS_SRC)) $(BUILD)/obj/tools/shim_config.o $(POLICY_LIB)
+$(LYNX): $(call obj,$(TOOLS_SRC)) $(BUILD)/obj/tools/shim_config.o $(POLICY_LIB) $(PROFILER_LIB)
 	$(call say,LD,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) -ldl -lcjson -lm
@@ -290,6 +290,23 @@ $(BUILD)/obj/tests/bench/%.o: tests/bench/%.c
 	$(Q)$(CC) $(ALL_CFLAGS) $(SIM_PROGRAM_CFLAGS) -c $< -o $@
 bench: all $(BENCH_CALLS)
 	$(Q)BUILD=$(BUILD) tests/bench/run_bench.sh
+# make fuzz: the profile reader under libFuzzer with ASan and UBSan for FUZZ_SECONDS, from the
+# seeds in tests/fuzz/corpus (new inputs go to $(BUILD)/fuzz/corpus). Needs clang with
+# libFuzzer (Debian's clang-14 has it); cJSON itself is the system's, uninstrumented.
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_PROFILE := $(BUILD)/fuzz/fuzz_profile
+$(FUZZ_PROFILE): tests/fuzz/fuzz_profile.c profiler/profile.c profiler/profile.h
+	$(call say,FUZZCC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(FUZZ_CC) -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined \
+		-fno-sanitize-recover=undefined -Iprofiler -o $@ tests/fuzz/fuzz_profile.c \
+		profiler/profile.c -lcjson -lm
+fuzz: $(FUZZ_PROFILE)
+	@mkdir -p $(BUILD)/fuzz/corpus
+	$(Q)$(FUZZ_PROFILE) -max_total_time=$(FUZZ_SECONDS) -max_len=16384 \
+		-dict=tests/fuzz/profile.dict $(BUILD)/fuzz/corpus tests/fuzz/corpus
+
 TESTS := $(SIMGPU_TESTS) $(TT_TESTS) $(SHIM_TESTS) $(TOOLS_TESTS) $(POLICY_TESTS) \
 	$(PROFILER_TESTS)
 tests: $(TESTS) lynx

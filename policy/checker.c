@@ -5,6 +5,12 @@
  * valid occurrence of its window. The second, timed, runs all stages together (a stage's
  * forward waits for the previous stage's, its backward for the next stage's), rebuilding on
  * demand and in windows, and counts memory after every allocation.
+ *
+ * Offloading runs on two copy engines per stage, FIFO each. A device-to-host copy is queued
+ * when its group is produced; the group stays resident until the copy ends, and the frees
+ * that came due are applied before every allocation (copies end in queue order, so a FIFO
+ * of cells suffices). A prefetch allocates its buffer when it is issued and queues the
+ * host-to-device copy behind both engines' earlier work; the consumer waits for it.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -15,8 +21,20 @@
 #include "refuse.h"
 #include "checker.h"
 
-/* The state of one group of one layer and micro-batch. */
-enum { RESIDENT = 1, CONSUMED = 2 };
+/*
+ * The state of one group of one layer and micro-batch. OUTBOUND: its own memory is resident
+ * and freed when its device-to-host copy ends. INBOUND: its prefetch buffer is allocated; it
+ * counts as resident from then, as the consumer waits for the copy.
+ */
+enum { RESIDENT = 1, CONSUMED = 2, OUTBOUND = 4, INBOUND = 8 };
+
+/* How many copies of its group a state holds on the device: two while both copies run. */
+static uint64_t copies(uint8_t state)
+{
+	if (state & (OUTBOUND | INBOUND))
+		return !!(state & OUTBOUND) + !!(state & INBOUND);
+	return !!(state & RESIDENT);
+}
 
 /* A window decision of group g of layer l, micro-batch j, bound to occurrence `occ`. */
 struct target {
@@ -49,6 +67,17 @@ struct stage_sim {
 
 	double window_work, window_overflow, on_demand;
 	uint64_t fallbacks;
+
+	/* Offloading (timed walk only; nothing when the stage offloads nothing). */
+	bool offloads;
+	double d2h_free, h2d_free; /* when each copy engine is next free */
+	double *d2h_end, *h2d_end; /* [j][l][g]: when the group's copies end */
+	size_t *outq;              /* cells in device-to-host order */
+	size_t out_head, out_tail;
+	uint32_t forwards_done;
+	int64_t deferred; /* micro-batch whose prefetch waits for its forward; -1: none */
+	double offload_wait;
+	uint64_t offload_bytes;
 	int err;
 	char *why;
 	size_t len;
@@ -64,16 +93,41 @@ static enum lynx_action action_of(const struct stage_sim *ss, uint32_t l, uint32
 	return lynx_plan_get(ss->plan, ss->s, l, g)->action;
 }
 
-static void take(struct stage_sim *ss, uint64_t bytes)
+static bool rebuilt(enum lynx_action a)
 {
-	ss->mem += bytes;
-	if (ss->mem > ss->peak)
-		ss->peak = ss->mem;
+	return a == LYNX_ACTION_RECOMPUTE_ON_DEMAND || a == LYNX_ACTION_RECOMPUTE_IN_WINDOW;
 }
 
 static void give(struct stage_sim *ss, uint64_t bytes)
 {
 	ss->mem -= bytes;
+}
+
+/* Frees the groups whose device-to-host copies have ended by now. */
+static void drain(struct stage_sim *ss)
+{
+	while (ss->out_head < ss->out_tail) {
+		size_t c = ss->outq[ss->out_head];
+
+		if (ss->d2h_end[c] > ss->now)
+			break;
+		ss->out_head++;
+		if (ss->state[c] & OUTBOUND) {
+			ss->state[c] &= ~OUTBOUND;
+			if (!(ss->state[c] & INBOUND))
+				ss->state[c] &= ~RESIDENT;
+			give(ss, ss->L->groups[c % ss->L->n_groups].bytes);
+		}
+	}
+}
+
+static void take(struct stage_sim *ss, uint64_t bytes)
+{
+	if (ss->offloads)
+		drain(ss);
+	ss->mem += bytes;
+	if (ss->mem > ss->peak)
+		ss->peak = ss->mem;
 }
 
 static double max2(double a, double b)
@@ -107,7 +161,7 @@ static double rebuild(struct stage_sim *ss, uint32_t j, uint32_t l, uint32_t wan
 			for (uint32_t h = 0; h < L->n_groups; h++)
 				if (L->groups[h].ops == L->groups[g].ops &&
 				    !((resident | consumed) & (1u << h)) &&
-				    action_of(ss, l, h) != LYNX_ACTION_KEEP)
+				    rebuilt(action_of(ss, l, h)))
 					set |= 1u << h;
 		}
 	}
@@ -203,16 +257,111 @@ static void push_target(struct stage_sim *ss, uint64_t occ, uint32_t j, uint32_t
 	ss->targets[ss->n_targets++] = (struct target){.occ = occ, .j = j, .l = l, .g = g};
 }
 
-/* The groups of layer l produced by the forward of op (-1: the layer's input). */
+/* A copy of `bytes` over link k. */
+static double copy_s(const struct lynx_link *k, uint64_t bytes)
+{
+	return k->latency_s + (double)bytes / k->busbw;
+}
+
+static size_t cell_of(const struct stage_sim *ss, uint32_t j, uint32_t l, uint32_t g)
+{
+	return ((size_t)j * ss->n + l) * ss->L->n_groups + g;
+}
+
+/*
+ * The groups of layer l produced by the forward of op (-1: the layer's input). An offloaded
+ * group is queued on the device-to-host engine now and stays resident until its copy ends.
+ */
 static void produce(struct stage_sim *ss, uint32_t j, uint32_t l, int32_t op)
 {
 	uint8_t *st = state_of(ss, j, l);
 
-	for (uint32_t g = 0; g < ss->L->n_groups; g++)
-		if (ss->L->groups[g].producer == op) {
-			take(ss, ss->L->groups[g].bytes);
-			st[g] = RESIDENT;
-		}
+	for (uint32_t g = 0; g < ss->L->n_groups; g++) {
+		uint64_t bytes = ss->L->groups[g].bytes;
+		size_t c;
+
+		if (ss->L->groups[g].producer != op)
+			continue;
+		take(ss, bytes);
+		st[g] = RESIDENT;
+		if (action_of(ss, l, g) != LYNX_ACTION_OFFLOAD)
+			continue;
+		c = cell_of(ss, j, l, g);
+		st[g] |= OUTBOUND;
+		ss->d2h_free = max2(ss->now, ss->d2h_free) + copy_s(&ss->p->d2h, bytes);
+		ss->d2h_end[c] = ss->d2h_free;
+		ss->outq[ss->out_tail++] = c;
+		ss->offload_bytes += bytes;
+	}
+}
+
+/*
+ * Brings micro-batch j's offloaded groups back, in the order the backward consumes them:
+ * each buffer is allocated now and its host-to-device copy queued behind the engine's earlier
+ * copies and the group's own device-to-host copy. A group whose copy out has not ended holds
+ * both its own memory (until that copy ends) and its buffer: the buffers are separate, as
+ * Kuaishou's ping-pong buffers are, and a copy queued on a stream is not taken back.
+ */
+static void prefetch(struct stage_sim *ss, uint32_t j)
+{
+	const struct lynx_problem_layer *L = ss->L;
+
+	drain(ss);
+	for (uint32_t l = ss->n; l-- > 0;) {
+		uint8_t *st = state_of(ss, j, l);
+
+		for (uint32_t op = L->n_ops; op-- > 0;)
+			for (uint32_t g = 0; g < L->n_groups; g++) {
+				size_t c = cell_of(ss, j, l, g);
+
+				if (L->groups[g].consumer != (int32_t)op ||
+				    action_of(ss, l, g) != LYNX_ACTION_OFFLOAD)
+					continue;
+				take(ss, L->groups[g].bytes);
+				st[g] |= RESIDENT | INBOUND;
+				ss->h2d_free = max2(max2(ss->now, ss->h2d_free), ss->d2h_end[c]) +
+				               copy_s(&ss->p->h2d, L->groups[g].bytes);
+				ss->h2d_end[c] = ss->h2d_free;
+			}
+	}
+}
+
+/*
+ * Kuaishou's prefetch, at the start of action `fwd, j` of the timed walk: the backward of j
+ * issues the prefetch of j + 1; the forward just before the first backward issues that of
+ * micro-batch 0. A micro-batch whose forward has not run yet (the last stage, which has no
+ * warm-up) is prefetched at the end of its forward.
+ */
+static bool action(const struct stage_sim *ss, uint32_t a, uint32_t *j);
+
+static void start_action(struct stage_sim *ss, bool fwd, uint32_t j)
+{
+	uint32_t target = j + 1, next;
+
+	if (!ss->timed || !ss->offloads)
+		return;
+	if (fwd) {
+		if (ss->next + 1 >= 2 * ss->m || action(ss, ss->next + 1, &next) || next != 0)
+			return;
+		target = 0;
+	}
+	if (target >= ss->m)
+		return;
+	if (target < ss->forwards_done)
+		prefetch(ss, target);
+	else
+		ss->deferred = target;
+}
+
+static void end_forward(struct stage_sim *ss, uint32_t j)
+{
+	if (!ss->timed || !ss->offloads)
+		return;
+	ss->forwards_done++;
+	if (ss->deferred == (int64_t)j) {
+		ss->deferred = -1;
+		prefetch(ss, j);
+	}
 }
 
 static void forward(struct stage_sim *ss, uint32_t j, double ready)
@@ -220,6 +369,7 @@ static void forward(struct stage_sim *ss, uint32_t j, double ready)
 	const struct lynx_problem_layer *L = ss->L;
 	const struct lynx_problem_stage *st = ss->st;
 
+	start_action(ss, true, j);
 	occur_until(ss, ss->pp_fwd, ready);
 	if (ss->timed && st->embedding.present) {
 		take(ss, st->embedding.act_bytes);
@@ -245,7 +395,7 @@ static void forward(struct stage_sim *ss, uint32_t j, double ready)
 			uint8_t *gs = state_of(ss, j, l);
 
 			for (uint32_t g = 0; g < L->n_groups; g++)
-				if (action_of(ss, l, g) != LYNX_ACTION_KEEP && (gs[g] & RESIDENT)) {
+				if (rebuilt(action_of(ss, l, g)) && (gs[g] & RESIDENT)) {
 					give(ss, L->groups[g].bytes);
 					gs[g] &= ~RESIDENT;
 				}
@@ -256,6 +406,7 @@ static void forward(struct stage_sim *ss, uint32_t j, double ready)
 		take(ss, st->head.act_bytes);
 		ss->now += st->head.fwd_s;
 	}
+	end_forward(ss, j);
 }
 
 /* Before the backward of op in layer l: bind window decisions, or rebuild what is missing. */
@@ -279,6 +430,14 @@ static void consume(struct stage_sim *ss, uint32_t j, uint32_t l, uint32_t op)
 			else
 				ss->fallbacks++;
 		}
+		if (ss->timed && d->action == LYNX_ACTION_OFFLOAD && (gs[g] & RESIDENT)) {
+			double wait = ss->h2d_end[cell_of(ss, j, l, g)] - ss->now;
+
+			if (wait > 0) {
+				ss->now += wait;
+				ss->offload_wait += wait;
+			}
+		}
 		if (ss->timed && !(gs[g] & RESIDENT))
 			missing |= 1u << g;
 	}
@@ -295,6 +454,7 @@ static void backward(struct stage_sim *ss, uint32_t j, double ready)
 	const struct lynx_problem_layer *L = ss->L;
 	const struct lynx_problem_stage *st = ss->st;
 
+	start_action(ss, false, j);
 	occur_until(ss, ss->pp_bwd, ready);
 	if (ss->timed && st->head.present) {
 		ss->now += st->head.bwd_s;
@@ -313,8 +473,7 @@ static void backward(struct stage_sim *ss, uint32_t j, double ready)
 				for (uint32_t g = 0; g < L->n_groups; g++) {
 					if (L->groups[g].consumer != (int32_t)op)
 						continue;
-					if (gs[g] & RESIDENT)
-						give(ss, L->groups[g].bytes);
+					give(ss, copies(gs[g]) * L->groups[g].bytes);
 					gs[g] = CONSUMED;
 				}
 			}
@@ -380,6 +539,7 @@ static int sim_init(struct stage_sim *ss, const struct lynx_problem *p,
 	        .pp_fwd = lynx_problem_find_window(st, LYNX_WINDOW_PP_RECV_FWD, -1, -1),
 	        .pp_bwd = lynx_problem_find_window(st, LYNX_WINDOW_PP_RECV_BWD, -1, -1),
 	        .dp = lynx_problem_find_window(st, LYNX_WINDOW_DP_GRAD, -1, -1),
+	        .deferred = -1,
 	        .why = why,
 	        .len = len,
 	};
@@ -390,6 +550,17 @@ static int sim_init(struct stage_sim *ss, const struct lynx_problem *p,
 	ss->tp_bwd = malloc((slots + 1) * sizeof(int));
 	if (!ss->state || !ss->drop_seq || !ss->win_last || !ss->tp_fwd || !ss->tp_bwd)
 		return -ENOMEM;
+	for (uint32_t l = 0; l < (plan->stages[s].uniform ? 1 : st->layers); l++)
+		for (uint32_t g = 0; g < p->layer.n_groups; g++)
+			ss->offloads = ss->offloads ||
+			               lynx_plan_get(plan, s, l, g)->action == LYNX_ACTION_OFFLOAD;
+	if (ss->offloads) {
+		ss->d2h_end = calloc(cells * p->layer.n_groups, sizeof(double));
+		ss->h2d_end = calloc(cells * p->layer.n_groups, sizeof(double));
+		ss->outq = calloc(cells * p->layer.n_groups, sizeof(size_t));
+		if (!ss->d2h_end || !ss->h2d_end || !ss->outq)
+			return -ENOMEM;
+	}
 	for (size_t i = 0; i < slots; i++)
 		ss->tp_fwd[i] = ss->tp_bwd[i] = -1;
 	for (uint32_t w = 0; w < st->n_windows; w++) {
@@ -412,6 +583,9 @@ static void sim_free(struct stage_sim *ss)
 	free(ss->tp_fwd);
 	free(ss->tp_bwd);
 	free(ss->targets);
+	free(ss->d2h_end);
+	free(ss->h2d_end);
+	free(ss->outq);
 }
 
 /* The numbering walk of one stage: every action in order, no time, no memory. */
@@ -482,6 +656,59 @@ static int run_pipeline(struct stage_sim *ss, uint32_t p, uint32_t m, double *en
 	return 0;
 }
 
+/* The offloaded group that rebuilding group g of layer l needs (through rebuilt deps), or -1. */
+static int offloaded_dep(const struct lynx_problem *p, const struct lynx_plan *plan, uint32_t s,
+                         uint32_t l, uint32_t g)
+{
+	const struct lynx_problem_layer *L = &p->layer;
+	uint32_t set = L->groups[g].deps, prev = 0;
+
+	while (set != prev) {
+		prev = set;
+		for (uint32_t d = 0; d < L->n_groups; d++)
+			if ((set & (1u << d)) && rebuilt(lynx_plan_get(plan, s, l, d)->action))
+				set |= L->groups[d].deps;
+	}
+	for (uint32_t d = 0; d < L->n_groups; d++)
+		if ((set & (1u << d)) &&
+		    lynx_plan_get(plan, s, l, d)->action == LYNX_ACTION_OFFLOAD)
+			return (int)d;
+	return -1;
+}
+
+/*
+ * OFFLOAD needs a host link, and a rebuild must not need an offloaded group: a window
+ * rebuild may run before the group's prefetch, and the checker does not model that mix.
+ */
+static int check_offload(const struct lynx_problem *p, const struct lynx_plan *plan, char *why,
+                         size_t len)
+{
+	const struct lynx_problem_layer *L = &p->layer;
+	bool link = p->d2h.busbw > 0 && p->h2d.busbw > 0;
+
+	for (uint32_t s = 0; s < p->n_stages; s++)
+		for (uint32_t l = 0; l < (plan->stages[s].uniform ? 1 : p->stages[s].layers); l++)
+			for (uint32_t g = 0; g < L->n_groups; g++) {
+				enum lynx_action a = lynx_plan_get(plan, s, l, g)->action;
+				int d = rebuilt(a) ? offloaded_dep(p, plan, s, l, g) : -1;
+
+				if (a == LYNX_ACTION_OFFLOAD && !link)
+					return lynx_policy_refuse(
+					        why, len,
+					        "stage %u layer %u group %s: offload needs a host "
+					        "link, and the problem has none",
+					        s, l, L->groups[g].name);
+				if (d >= 0)
+					return lynx_policy_refuse(
+					        why, len,
+					        "stage %u layer %u: group %s is rebuilt from "
+					        "offloaded "
+					        "group %s, which the checker does not model",
+					        s, l, L->groups[g].name, L->groups[d].name);
+			}
+	return 0;
+}
+
 int lynx_checker_replay(const struct lynx_problem *p, const struct lynx_plan *plan,
                         struct lynx_checker_result *out, char *why, size_t len)
 {
@@ -496,16 +723,8 @@ int lynx_checker_replay(const struct lynx_problem *p, const struct lynx_plan *pl
 	out->end_s = calloc(n, sizeof(*out->end_s));
 	if (!err && (!ss || !end_f || !end_b || !out->peak_bytes || !out->end_s))
 		err = -ENOMEM;
-	for (uint32_t s = 0; !err && s < n; s++)
-		for (uint32_t l = 0;
-		     !err && l < (plan->stages[s].uniform ? 1 : p->stages[s].layers); l++)
-			for (uint32_t g = 0; !err && g < p->layer.n_groups; g++)
-				if (lynx_plan_get(plan, s, l, g)->action == LYNX_ACTION_OFFLOAD)
-					err = lynx_policy_refuse(
-					        why, len,
-					        "stage %u layer %u group %s: offload is not "
-					        "modelled by the checker yet",
-					        s, l, p->layer.groups[g].name);
+	if (!err)
+		err = check_offload(p, plan, why, len);
 	for (uint32_t s = 0; !err && s < n; s++) {
 		err = sim_init(&ss[s], p, plan, s, why, len);
 		if (!err) {
@@ -541,6 +760,8 @@ int lynx_checker_replay(const struct lynx_problem *p, const struct lynx_plan *pl
 		out->window_overflow_s += ss[s].window_overflow;
 		out->on_demand_s += ss[s].on_demand;
 		out->fallbacks += ss[s].fallbacks;
+		out->offload_bytes += ss[s].offload_bytes;
+		out->offload_wait_s += ss[s].offload_wait;
 	}
 	for (uint32_t s = 0; ss && s < n; s++)
 		sim_free(&ss[s]);

@@ -15,8 +15,24 @@
  * consumer. Memory is counted after every allocation: static memory, the embedding's and the
  * head's activations, and every resident group of every layer and micro-batch.
  *
- * Not modelled (yet): OFFLOAD decisions are refused; rebuilds in a window run at full speed
- * beside the collective (no contention for SMs or memory bandwidth).
+ * Offloading (Yuan et al., USENIX ATC'24, as policy/offload.c plans it). An offloaded group is
+ * copied to host memory by the stage's device-to-host copy engine, queued when its producer
+ * ends; it stays resident until that copy ends, and the compute stream never waits for it.
+ * Its prefetch is issued one backward ahead: the offloaded groups of micro-batch j are brought
+ * back from the start of the backward of j - 1 (for j = 0, from the start of the forward just
+ * before the first backward; never before j's forward ended, which matters on the last stage),
+ * in the order the backward consumes them, into buffers allocated at issue and freed after
+ * their consumer. A host-to-device copy starts when the engine is free and the group's copy
+ * out has ended; a group still being copied out when its prefetch is issued holds its memory
+ * and its buffer until then (queued copies are not taken back). Each engine is FIFO, one per
+ * direction, and a copy of B bytes takes latency + B / busbw of the problem's d2h or h2d
+ * link. When a consumer's prefetch has not ended, the compute stream waits: that wait is
+ * offloading's time cost.
+ *
+ * Not modelled: rebuilds in a window run at full speed beside the collective (no contention
+ * for SMs or memory bandwidth); copies do not contend with collectives or pipeline transfers
+ * that share PCIe (a100-pcie), nor slow the kernels; a plan that rebuilds a group from an
+ * offloaded one is refused.
  */
 #ifndef LYNX_POLICY_CHECKER_H
 #define LYNX_POLICY_CHECKER_H
@@ -38,14 +54,17 @@ struct lynx_checker_result {
 	double window_overflow_s; /* the part of it that delayed a compute stream */
 	double on_demand_s;       /* recompute on a compute stream's critical path */
 	uint64_t fallbacks;       /* window decisions rebuilt on demand: no valid occurrence came */
+	uint64_t offload_bytes;   /* copied to host memory, all stages and micro-batches */
+	double offload_wait_s;    /* compute streams' waits for prefetches, all stages */
 };
 
 /*
  * Replays plan on problem p into out. Returns 0; -EINVAL when the plan does not fit the
- * problem (lynx_plan_validate()), uses OFFLOAD, or needs a group that cannot be rebuilt, with
- * one sentence in why; -ENOMEM. On success the caller frees out with lynx_checker_free(); on
- * failure out holds nothing to free. O(m · L · (ops + groups)) time and O(m · L · groups)
- * memory per iteration: milliseconds for the GPT presets.
+ * problem (lynx_plan_validate()), offloads without a host link, rebuilds a group from an
+ * offloaded one, or needs a group that cannot be rebuilt, with one sentence in why; -ENOMEM.
+ * On success the caller frees out with lynx_checker_free(); on failure out holds nothing to
+ * free. O(m · L · (ops + groups)) time and O(m · L · groups) memory per iteration:
+ * milliseconds for the GPT presets.
  */
 int lynx_checker_replay(const struct lynx_problem *p, const struct lynx_plan *plan,
                         struct lynx_checker_result *out, char *why, size_t len);

@@ -30,7 +30,8 @@ static bool fits_64_bits(const struct lynx_model_desc *m)
 	       !__builtin_add_overflow(params, x, &x);
 }
 
-int lynx_model_validate(const struct lynx_model_desc *m, char *why, size_t len)
+/* lynx_model_validate(), with L % p == 0 checked only if even. */
+static int validate(const struct lynx_model_desc *m, bool even, char *why, size_t len)
 {
 	const struct {
 		const char *what;
@@ -64,7 +65,7 @@ int lynx_model_validate(const struct lynx_model_desc *m, char *why, size_t len)
 		return lynx_policy_refuse(why, len,
 		                          "pipeline size p=%u exceeds the number of layers L=%u",
 		                          m->pp, m->layers);
-	if (m->layers % m->pp)
+	if (even && m->layers % m->pp)
 		return lynx_policy_refuse(
 		        why, len,
 		        "L=%u layers do not split evenly over p=%u pipeline stages "
@@ -88,6 +89,29 @@ int lynx_model_validate(const struct lynx_model_desc *m, char *why, size_t len)
 		        "64 bits (L=%u, h=%u, a=%u, s=%u, v=%u, b=%u)",
 		        m->layers, m->hidden, m->heads, m->seq, m->vocab, m->micro_batch);
 	return 0;
+}
+
+int lynx_model_validate(const struct lynx_model_desc *m, char *why, size_t len)
+{
+	return validate(m, true, why, len);
+}
+
+int lynx_model_validate_split(const struct lynx_model_desc *m, const uint32_t *stage_layers,
+                              char *why, size_t len)
+{
+	uint64_t sum = 0;
+	int err = validate(m, false, why, len);
+
+	for (uint32_t s = 0; !err && s < m->pp; s++) {
+		if (!stage_layers[s])
+			return lynx_policy_refuse(why, len, "pipeline stage %u has no layers", s);
+		sum += stage_layers[s];
+	}
+	if (!err && sum != m->layers)
+		return lynx_policy_refuse(
+		        why, len, "the stages' layers add up to %llu, not to the model's L=%u",
+		        (unsigned long long)sum, m->layers);
+	return err;
 }
 
 const char *lynx_model_recompute_name(enum lynx_recompute r)

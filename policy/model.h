@@ -52,6 +52,14 @@ struct lynx_model_desc {
  */
 int lynx_model_validate(const struct lynx_model_desc *m, char *why, size_t len);
 
+/*
+ * The same checks for an uneven pipeline split, where stage s holds stage_layers[s] layers
+ * (m->pp entries): every check of lynx_model_validate() but L % p == 0, then every stage
+ * holds at least one layer and the counts add up to L.
+ */
+int lynx_model_validate_split(const struct lynx_model_desc *m, const uint32_t *stage_layers,
+                              char *why, size_t len);
+
 /* The functions below expect a description that lynx_model_validate() accepted. */
 
 const char *lynx_model_recompute_name(enum lynx_recompute r);

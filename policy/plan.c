@@ -5,6 +5,7 @@
  *   {"format": "lynx-plan", "version": 1,
  *    "planner": "selective", "fits": true, "step_time_s": 1.25, "search_time_s": 2e-06,
  *    "budget_bytes": 85899345920,
+ *    "gap": 0.004, "note": "...",
  *    "stages": [{"stage": 0, "layers": 10, "peak_bytes": 30064771072,
  *                "decisions": {"ln1_in": "keep", "softmax_out": "recompute_on_demand",
  *                              "q_k": {"recompute_in_window":
@@ -17,7 +18,8 @@
  * "recompute_in_window" names a window of the stage by kind, and by layer and op for TP
  * windows. Byte counts are integers below 2^53, which every JSON reader holds exactly.
  * Rebuilds that share a window occurrence run in group order (the layer's groups list their
- * dependencies first), one layer and micro-batch after another.
+ * dependencies first), one layer and micro-batch after another. "gap" (an exact planner's
+ * optimality gap) and "note" are optional: written only when set, read when present.
  */
 #include <errno.h>
 #include <math.h>
@@ -53,7 +55,8 @@ enum lynx_action lynx_plan_find_action(const char *name)
 int lynx_plan_init(struct lynx_plan *plan, const struct lynx_problem *p, const char *planner,
                    bool uniform)
 {
-	*plan = (struct lynx_plan){.budget_bytes = p->budget_bytes, .n_groups = p->layer.n_groups};
+	*plan = (struct lynx_plan){
+	        .budget_bytes = p->budget_bytes, .n_groups = p->layer.n_groups, .gap = NAN};
 	snprintf(plan->planner, sizeof(plan->planner), "%s", planner);
 	plan->stages = calloc(p->n_stages ? p->n_stages : 1, sizeof(*plan->stages));
 	if (!plan->stages)
@@ -263,6 +266,10 @@ char *lynx_plan_to_json(const struct lynx_plan *plan, const struct lynx_problem 
 	ok = ok && add_double(root, "step_time_s", plan->step_time_s);
 	ok = ok && add_double(root, "search_time_s", plan->search_time_s);
 	ok = ok && add_uint(root, "budget_bytes", plan->budget_bytes);
+	if (ok && !isnan(plan->gap))
+		ok = add_double(root, "gap", plan->gap);
+	if (ok && plan->note[0])
+		ok = cJSON_AddStringToObject(root, "note", plan->note) != NULL;
 	stages = ok ? cJSON_AddArrayToObject(root, "stages") : NULL;
 	ok = stages != NULL;
 	for (uint32_t s = 0; ok && s < plan->n_stages; s++) {
@@ -537,6 +544,15 @@ static int read_plan(const cJSON *root, const struct lynx_problem *p, struct lyn
 	err = err ? err : get_uint(root, "budget_bytes", "", &plan->budget_bytes, why, len);
 	if (err)
 		return err;
+	it = cJSON_GetObjectItemCaseSensitive(root, "gap");
+	if (it && (!cJSON_IsNumber(it) || !(it->valuedouble >= 0)))
+		return lynx_policy_refuse(why, len, "gap: not a number >= 0");
+	plan->gap = it ? it->valuedouble : NAN;
+	it = cJSON_GetObjectItemCaseSensitive(root, "note");
+	if (it && !cJSON_IsString(it))
+		return lynx_policy_refuse(why, len, "note: not a string");
+	if (it)
+		snprintf(plan->note, sizeof(plan->note), "%s", it->valuestring);
 	stages = cJSON_GetObjectItemCaseSensitive(root, "stages");
 	if (!cJSON_IsArray(stages))
 		return lynx_policy_refuse(why, len, "stages: missing or not an array");

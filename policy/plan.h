@@ -55,6 +55,8 @@ struct lynx_plan {
 	bool fits;            /* every stage's predicted peak is within budget_bytes */
 	double step_time_s;   /* predicted */
 	double search_time_s; /* what the planner took */
+	double gap;     /* an exact planner's optimality gap, (obj - bound) / obj; NAN: none */
+	char note[128]; /* what the planner wants said about this plan ("" when nothing) */
 	uint64_t budget_bytes;
 	uint32_t n_groups;
 	uint32_t n_stages;

@@ -32,6 +32,7 @@ struct lynx_cluster {
 	uint32_t gpus_per_node;
 	struct lynx_link intra; /* within a node (NVLink or PCIe) */
 	struct lynx_link inter; /* across nodes, per GPU (its NIC) */
+	struct lynx_link host;  /* to pinned host memory, per direction and GPU (copy engines) */
 };
 
 /* A GPT shape: the model's part of a struct lynx_model_desc. */

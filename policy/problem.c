@@ -148,7 +148,7 @@ static uint64_t static_bytes(uint64_t params, uint32_t d_opt)
 
 static void fill_stage(const struct lynx_model_desc *m, const struct lynx_cluster *c,
                        const struct lynx_layer_cost *lc, const struct lynx_problem_options *opt,
-                       uint32_t s, struct lynx_problem_stage *st)
+                       uint32_t s, uint32_t first_layer, struct lynx_problem_stage *st)
 {
 	uint32_t p = m->pp, micro = lynx_model_micro_batches(m);
 	uint32_t d_opt = opt->distributed_optimizer ? m->dp : 1;
@@ -158,8 +158,8 @@ static void fill_stage(const struct lynx_model_desc *m, const struct lynx_cluste
 	const struct lynx_link *dp_link = lynx_cost_link(c, m->dp, m->tp);
 
 	st->index = s;
-	st->layers = lynx_model_stage_layers(m);
-	st->first_layer = s * st->layers;
+	st->layers = opt->stage_layers ? opt->stage_layers[s] : lynx_model_stage_layers(m);
+	st->first_layer = first_layer;
 	st->inflight = lynx_model_inflight(m, s);
 	st->warmup = p - s - 1 < micro ? p - s - 1 : micro;
 	st->params = st->layers * lynx_model_layer_params_per_rank(m);
@@ -236,20 +236,32 @@ int lynx_problem_from_model(const struct lynx_model_desc *m, const struct lynx_c
                             char *why, size_t len)
 {
 	static const struct lynx_problem_options defaults;
+	struct lynx_model_desc even = *m;
 	struct lynx_layer_cost lc;
+	uint32_t first = 0;
 	char a[64], b[64];
 	int err;
 
 	*p = (struct lynx_problem){0};
 	if (!opt)
 		opt = &defaults;
-	err = lynx_cost_layer(m, c, &lc, why, len);
+	if (opt->stage_layers) {
+		err = lynx_model_validate_split(m, opt->stage_layers, why, len);
+		if (err)
+			return err;
+		/* cost.c prices one layer, which L and the split do not change; it validates
+		 * the uniform way, so it gets a description with L = p. */
+		even.layers = m->pp;
+	}
+	err = lynx_cost_layer(&even, c, &lc, why, len);
 	if (err)
 		return err;
 	p->model = *m;
 	p->cluster = c;
 	p->micro_batches = lynx_model_micro_batches(m);
 	p->budget_bytes = opt->budget_bytes ? opt->budget_bytes : c->gpu->mem_bytes;
+	p->search_seconds = opt->search_seconds;
+	p->d2h = p->h2d = c->host;
 	p->gpus = m->tp * m->pp * m->dp;
 	p->peak_flops = c->gpu->peak_flops;
 	p->model_flops = lynx_model_iter_flops(m);
@@ -263,7 +275,8 @@ int lynx_problem_from_model(const struct lynx_model_desc *m, const struct lynx_c
 	for (uint32_t s = 0; s < m->pp; s++) {
 		struct lynx_problem_stage *st = &p->stages[s];
 
-		fill_stage(m, c, &lc, opt, s, st);
+		fill_stage(m, c, &lc, opt, s, first, st);
+		first += st->layers;
 		if (st->static_bytes > p->budget_bytes) {
 			err = lynx_policy_refuse(
 			        why, len,

@@ -38,6 +38,11 @@
  * always), it is rebuilt on demand. Rebuilding in a window costs nothing while the window's
  * idle time lasts; what does not fit delays the compute stream.
  *
+ * Host link: OFFLOAD decisions copy a group to pinned host memory after its producer and
+ * back before its consumer, on the copy engines (one per direction), over `d2h` and `h2d`:
+ * a copy of B bytes takes latency_s + B / busbw. busbw 0: no host link (a problem built
+ * from a profile that measured none); the checker then refuses OFFLOAD.
+ *
  * Ownership: lynx_problem_from_model() allocates the stages and their windows;
  * lynx_problem_free() releases them. A built problem is read-only: any number of threads may
  * read it.
@@ -133,22 +138,30 @@ struct lynx_problem {
 	const struct lynx_cluster *cluster; /* NULL when built from a profile */
 	uint32_t micro_batches;             /* m, per pipeline and iteration */
 	uint64_t budget_bytes;              /* per rank */
+	struct lynx_link d2h, h2d;          /* per rank, to and from pinned host memory */
 	uint32_t gpus;                      /* t · p · d */
 	double peak_flops;                  /* per GPU, for MFU */
 	double model_flops;                 /* per iteration over all GPUs, for MFU */
 	struct lynx_problem_layer layer;
 	uint32_t n_stages;
 	struct lynx_problem_stage *stages;
+	double search_seconds; /* from the options: a planner's search limit; 0: its own */
 };
 
 struct lynx_problem_options {
 	uint64_t budget_bytes;      /* 0: the GPU's memory */
 	bool distributed_optimizer; /* Megatron's --use-distributed-optimizer */
+	/* Layers of each of the p stages (an uneven split, as policy/partition.h finds); NULL:
+	 * L / p each. Read during lynx_problem_from_model() only. */
+	const uint32_t *stage_layers;
+	/* Seconds per stage a searching planner (opt) may spend; 0: its own default. */
+	double search_seconds;
 };
 
 /*
  * Builds the problem of job m on cluster c into p. opt may be NULL (defaults). Returns 0;
- * -EINVAL when m fails lynx_model_validate() or the budget is below some stage's static
+ * -EINVAL when m fails lynx_model_validate() (lynx_model_validate_split() with
+ * opt->stage_layers) or the budget is below some stage's static
  * memory, with one sentence in why (truncated to len); -ENOMEM. On failure p holds nothing to
  * free.
  */

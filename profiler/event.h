@@ -43,6 +43,8 @@ struct lynx_prof_event {
 		} copy; /* COPY */
 		struct {
 			uint64_t function;
+			/* the kernel's name (interned), or NULL: the dump had none */
+			const char *name;
 			uint32_t grid[3], block[3], shared;
 			uint32_t param_count, param_bytes;
 			const uint8_t *params; /* param_bytes bytes, or NULL (runtime launches) */

@@ -55,8 +55,9 @@ static void *arena_alloc(struct storage *s, size_t bytes)
 	return p;
 }
 
-/* Linear in the number of distinct hooks (under 200: the shim's whole hook list), with the
- * last hit tried first since calls come in runs of the same hook. */
+/* Linear in the number of distinct names: hooks (under 200, the shim's whole hook list) and
+ * kernel names (tens in a transformer; a job with thousands of distinct kernels would want a
+ * hash here), with the last hit tried first since calls come in runs of the same hook. */
 static const char *intern(struct storage *s, const char *name)
 {
 	for (size_t i = s->name_count; i-- > 0;)
@@ -311,6 +312,21 @@ static int get_params(struct reader *r, struct storage *s, const cJSON *obj,
 	return 0;
 }
 
+/* "name": the kernel's name, a string or null; absent in older dumps (NULL then). */
+static int get_name(struct reader *r, struct storage *s, const cJSON *obj,
+                    struct lynx_prof_event *ev)
+{
+	const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, "name");
+
+	ev->u.launch.name = NULL;
+	if (!it || cJSON_IsNull(it))
+		return 0;
+	if (!cJSON_IsString(it))
+		return refuse(r, "name", "expected a string or null");
+	ev->u.launch.name = intern(s, it->valuestring);
+	return ev->u.launch.name ? 0 : -ENOMEM;
+}
+
 static int read_payload(struct reader *r, struct storage *s, const cJSON *obj,
                         struct lynx_prof_event *ev)
 {
@@ -337,7 +353,7 @@ static int read_payload(struct reader *r, struct storage *s, const cJSON *obj,
 		    (err = get_dim3(r, obj, "block", ev->u.launch.block)) ||
 		    (err = get_u32(r, obj, "shared", &ev->u.launch.shared)) ||
 		    (err = get_u32(r, obj, "param_count", &ev->u.launch.param_count)) ||
-		    (err = get_params(r, s, obj, ev)))
+		    (err = get_params(r, s, obj, ev)) || (err = get_name(r, s, obj, ev)))
 			return err;
 		return 0;
 	case PAYLOAD_sync:

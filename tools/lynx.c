@@ -7,6 +7,8 @@
 #include "doctor.h"
 #include "env.h"
 #include "lynx.h"
+#include "plan.h"
+#include "profile.h"
 #include "run.h"
 #include "sim.h"
 
@@ -33,6 +35,13 @@ static const struct lynx_command commands[] = {
          "--model NAME|--sweep --cluster NAME [--tp T] [--pp P] [--dp D] [--microbatches M] "
          "[--micro-batch B] [--budget BYTES] [--sp] [--json|--csv]",
          "compare every planner on a GPT job built from presets", lynx_sim_help},
+        {"profile", lynx_profile_main,
+         "EVENTS.jsonl [-o FILE] [--rank R] [--world W] | --read FILE",
+         "build one rank's profile from a LYNX_EVENTS dump, or check a profile", lynx_profile_help},
+        {"plan", lynx_plan_main,
+         "PROFILE | --model NAME --cluster NAME [--tp T] [--pp P] [--budget BYTES] "
+         "[--planner P] [--out FILE] [--partition]",
+         "plan one GPT job with one planner and write the plan", lynx_plan_help},
         {"help", help_main, "[COMMAND]", "show this help, or a command's", NULL},
 };
 

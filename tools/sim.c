@@ -18,6 +18,7 @@
 #include <cjson/cJSON.h>
 
 #include "checker.h"
+#include "jobargs.h"
 #include "lynx.h"
 #include "planner.h"
 #include "presets.h"
@@ -25,66 +26,33 @@
 #include "sim.h"
 
 struct sim_args {
-	const char *model, *cluster;
-	uint32_t tp, pp, dp, micro_batch, micro_batches;
-	uint64_t budget;
-	bool sp, distributed_optimizer, sweep, json, csv;
-	uint32_t layers, hidden, heads, seq, vocab; /* overrides of the preset; 0: keep */
+	struct lynx_job_args job;
+	bool sweep, json, csv;
+	const char *planners; /* comma-separated names; NULL: every planner */
 };
 
-enum kind { KIND_FLAG, KIND_NAME, KIND_UINT, KIND_SIZE };
+/* The planners this run compares (--planners); full is always among them, as the
+ * reference of every speedup. */
+static bool chosen[LYNX_PLANNER_COUNT];
 
 /* The command line, declared once: the parser and `lynx help sim` read this table. */
-struct sim_option {
-	const char *name, *arg;
-	enum kind kind;
-	size_t offset;
-	const char *help;
+static const struct lynx_option options[] = {
+        LYNX_OPTION(struct sim_args, "--model", "NAME", NAME, job.model,
+                    "GPT preset (required unless --sweep)"),
+        LYNX_JOB_OPTIONS(struct sim_args, job),
+        LYNX_OPTION(struct sim_args, "--sweep", NULL, FLAG, sweep,
+                    "every GPT preset of the Lynx paper's range instead of --model"),
+        LYNX_OPTION(struct sim_args, "--json", NULL, FLAG, json, "print JSON"),
+        LYNX_OPTION(struct sim_args, "--csv", NULL, FLAG, csv, "print CSV, one row per planner"),
+        LYNX_OPTION(struct sim_args, "--planners", "LIST", NAME, planners,
+                    "comma-separated planners to compare (default: all; full is always in)"),
 };
-
-#define SIM_OPTION(opt, arg, kind, field, help)                               \
-	{                                                                     \
-		opt, arg, KIND_##kind, offsetof(struct sim_args, field), help \
-	}
-static const struct sim_option options[] = {
-        SIM_OPTION("--model", "NAME", NAME, model, "GPT preset (required unless --sweep)"),
-        SIM_OPTION("--cluster", "NAME", NAME, cluster, "cluster preset (required)"),
-        SIM_OPTION("--tp", "T", UINT, tp, "tensor-parallel size (default 1)"),
-        SIM_OPTION("--pp", "P", UINT, pp, "pipeline stages (default 1)"),
-        SIM_OPTION("--dp", "D", UINT, dp, "data-parallel size (default 1)"),
-        SIM_OPTION("--microbatches", "M", UINT, micro_batches,
-                   "micro-batches per pipeline and iteration (default 4·P)"),
-        SIM_OPTION("--micro-batch", "B", UINT, micro_batch,
-                   "sequences per micro-batch (default 1)"),
-        SIM_OPTION("--budget", "BYTES", SIZE, budget,
-                   "memory budget per GPU: bytes, or K/M/G/T (powers of 1024); 0: the GPU's"),
-        SIM_OPTION("--sp", NULL, FLAG, sp, "Megatron sequence parallelism"),
-        SIM_OPTION("--distributed-optimizer", NULL, FLAG, distributed_optimizer,
-                   "optimizer states sharded over the data-parallel ranks"),
-        SIM_OPTION("--layers", "L", UINT, layers, "override the preset's layers"),
-        SIM_OPTION("--hidden", "H", UINT, hidden, "override the preset's hidden size"),
-        SIM_OPTION("--heads", "A", UINT, heads, "override the preset's attention heads"),
-        SIM_OPTION("--seq", "S", UINT, seq, "override the preset's sequence length"),
-        SIM_OPTION("--vocab", "V", UINT, vocab, "override the preset's vocabulary"),
-        SIM_OPTION("--sweep", NULL, FLAG, sweep,
-                   "every GPT preset of the Lynx paper's range instead of --model"),
-        SIM_OPTION("--json", NULL, FLAG, json, "print JSON"),
-        SIM_OPTION("--csv", NULL, FLAG, csv, "print CSV, one row per planner"),
-};
-#undef SIM_OPTION
 
 #define N_OPTIONS (sizeof(options) / sizeof(options[0]))
 
 void lynx_sim_help(FILE *out)
 {
-	fprintf(out, "options:\n");
-	for (size_t i = 0; i < N_OPTIONS; i++) {
-		char left[48];
-
-		snprintf(left, sizeof(left), "%s%s%s", options[i].name, options[i].arg ? " " : "",
-		         options[i].arg ? options[i].arg : "");
-		fprintf(out, "  %-26s %s\n", left, options[i].help);
-	}
+	lynx_jobargs_help(out, options, N_OPTIONS);
 	fprintf(out, "\nGPT presets (* in --sweep):");
 	for (int i = 0; i < LYNX_GPT_COUNT; i++)
 		fprintf(out, " %s%s", lynx_preset_gpts[i].name,
@@ -105,104 +73,40 @@ void lynx_sim_help(FILE *out)
 	        "numbers: policy/problem.h.\n");
 }
 
-/* Digits only, 1 to 2^32 - 1. */
-static int parse_uint(const char *text, uint32_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	if (text[0] < '0' || text[0] > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(text, &end, 10);
-	if (errno || *end || v == 0 || v > UINT32_MAX)
-		return -EINVAL;
-	*out = (uint32_t)v;
-	return 0;
-}
-
-/* "<digits>[K|M|G|T]", powers of 1024, as LYNX_BUDGET. */
-static int parse_size(const char *text, uint64_t *out)
-{
-	static const char suffixes[] = "KMGT";
-	const char *at;
-	char *end;
-	unsigned long long v;
-	uint64_t scale = 1;
-
-	if (text[0] < '0' || text[0] > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(text, &end, 10);
-	if (errno)
-		return -EINVAL;
-	if (*end) {
-		at = end[1] ? NULL : strchr(suffixes, *end);
-		if (!at)
-			return -EINVAL;
-		for (const char *s = suffixes; s <= at; s++)
-			scale <<= 10;
-	}
-	if (v > UINT64_MAX / scale)
-		return -EINVAL;
-	*out = v * scale;
-	return 0;
-}
-
 /* Parses argv into a. Returns 0, 1 after printing help, or LYNX_EXIT_USAGE after a message. */
 static int parse_args(int argc, char **argv, struct sim_args *a)
 {
-	for (int i = 1; i < argc; i++) {
-		const struct sim_option *o = NULL;
-		const char *arg = argv[i], *value = NULL, *eq;
-		size_t len;
-		char *field;
+	const struct lynx_job_args *j = &a->job;
+	int rc = lynx_jobargs_parse("sim", options, N_OPTIONS, argc, argv, a, NULL);
 
-		if (!strcmp(arg, "-h") || !strcmp(arg, "--help"))
-			return 1;
-		eq = strchr(arg, '=');
-		len = eq ? (size_t)(eq - arg) : strlen(arg);
-		for (size_t k = 0; k < N_OPTIONS && !o; k++)
-			if (strlen(options[k].name) == len && !strncmp(options[k].name, arg, len))
-				o = &options[k];
-		if (!o)
-			return lynx_usage_error("sim", "unknown argument '%s'", arg);
-		field = (char *)a + o->offset;
-		if (o->kind == KIND_FLAG) {
-			if (eq)
-				return lynx_usage_error("sim", "%s takes no value", o->name);
-			*(bool *)field = true;
-			continue;
-		}
-		if (eq)
-			value = eq + 1;
-		else if (i + 1 < argc)
-			value = argv[++i];
-		if (!value || !*value)
-			return lynx_usage_error("sim", "%s needs a value (%s)", o->name, o->arg);
-		if (o->kind == KIND_NAME)
-			*(const char **)field = value;
-		else if (o->kind == KIND_UINT && parse_uint(value, (uint32_t *)field))
-			return lynx_usage_error("sim", "%s '%s' is not a positive integer", o->name,
-			                        value);
-		else if (o->kind == KIND_SIZE && parse_size(value, (uint64_t *)field))
-			return lynx_usage_error(
-			        "sim",
-			        "%s '%s' is not a size (bytes, or a number with K, M, "
-			        "G or T)",
-			        o->name, value);
-	}
+	if (rc)
+		return rc;
 	if (a->json && a->csv)
 		return lynx_usage_error("sim", "--json and --csv exclude each other");
-	if (!a->cluster)
+	if (!j->cluster)
 		return lynx_usage_error("sim", "--cluster is required");
-	if (a->sweep && a->model)
+	if (a->sweep && j->model)
 		return lynx_usage_error("sim", "--sweep runs every preset: drop --model");
-	if (!a->sweep && !a->model)
+	if (!a->sweep && !j->model)
 		return lynx_usage_error("sim", "--model is required (or --sweep)");
-	if (a->sweep && (a->layers || a->hidden || a->heads || a->seq || a->vocab))
+	if (a->sweep && (j->layers || j->hidden || j->heads || j->seq || j->vocab))
 		return lynx_usage_error("sim",
 		                        "--sweep takes the presets' shapes: drop the overrides");
+	for (int k = 0; k < LYNX_PLANNER_COUNT; k++)
+		chosen[k] = !a->planners || k == LYNX_PLANNER_FULL;
+	for (const char *name = a->planners; name && *name;) {
+		size_t len = strcspn(name, ",");
+		bool known = false;
+		for (int k = 0; k < LYNX_PLANNER_COUNT; k++) {
+			if (strlen(lynx_planners[k].name) == len &&
+			    !strncmp(lynx_planners[k].name, name, len))
+				chosen[k] = known = true;
+		}
+		if (!known)
+			return lynx_usage_error("sim", "--planners: unknown planner '%.*s'",
+			                        (int)len, name);
+		name += len + (name[len] == ',');
+	}
 	return 0;
 }
 
@@ -223,6 +127,8 @@ static int run_planners(const struct lynx_problem *p, const char *model, struct 
 
 	for (int k = 0; k < LYNX_PLANNER_COUNT; k++) {
 		struct result *x = &r[k];
+		if (!chosen[k])
+			continue;
 		int err = lynx_planner_run(&lynx_planners[k], p, &x->plan, why, sizeof(why));
 
 		if (err) {
@@ -257,6 +163,8 @@ static int run_planners(const struct lynx_problem *p, const char *model, struct 
 		x->fits = x->check.fits;
 	}
 	for (int k = 0; k < LYNX_PLANNER_COUNT; k++) {
+		if (!chosen[k])
+			continue;
 		struct result *x = &r[k];
 
 		x->speedup = r[LYNX_PLANNER_FULL].step_s / x->step_s;
@@ -310,6 +218,8 @@ static void print_table(const struct lynx_problem *p, const char *model, const s
 	printf("%-10s %9s %8s %6s %4s %9s  %s\n", "planner", "step (s)", "vs full", "MFU", "fits",
 	       "search", "peak per stage (GiB)");
 	for (int k = 0; k < LYNX_PLANNER_COUNT; k++) {
+		if (!chosen[k])
+			continue;
 		const struct result *x = &r[k];
 
 		printf("%-10s %9.4f %7.2fx %5.1f%% %4s ", x->plan.planner, x->step_s, x->speedup,
@@ -318,6 +228,10 @@ static void print_table(const struct lynx_problem *p, const char *model, const s
 		printf(" ");
 		for (uint32_t s = 0; s < p->n_stages; s++)
 			printf(" %.2f", gib(x->peaks[s]));
+		if (!isnan(x->plan.gap))
+			printf("  gap %.2f%%", 100 * x->plan.gap);
+		if (x->plan.note[0])
+			printf("  (%s)", x->plan.note);
 		printf("%s\n", x->checked ? "" : "  (unchecked)");
 	}
 }
@@ -327,6 +241,8 @@ static void print_csv(const struct lynx_problem *p, const char *model, const str
 	const struct lynx_model_desc *m = &p->model;
 
 	for (int k = 0; k < LYNX_PLANNER_COUNT; k++) {
+		if (!chosen[k])
+			continue;
 		const struct result *x = &r[k];
 		uint64_t max = 0;
 
@@ -371,6 +287,8 @@ static cJSON *job_json(const struct lynx_problem *p, const char *model, const st
 	planners = stat ? cJSON_AddArrayToObject(o, "planners") : NULL;
 	ok = planners != NULL;
 	for (int k = 0; ok && k < LYNX_PLANNER_COUNT; k++) {
+		if (!chosen[k])
+			continue;
 		const struct result *x = &r[k];
 		cJSON *e = cJSON_CreateObject(), *peaks;
 
@@ -387,6 +305,10 @@ static cJSON *job_json(const struct lynx_problem *p, const char *model, const st
 		ok = ok && cJSON_AddBoolToObject(e, "fits", x->fits);
 		ok = ok && cJSON_AddNumberToObject(e, "mfu", x->mfu);
 		ok = ok && cJSON_AddNumberToObject(e, "search_time_s", x->plan.search_time_s);
+		if (ok && !isnan(x->plan.gap))
+			ok = cJSON_AddNumberToObject(e, "gap", x->plan.gap) != NULL;
+		if (ok && x->plan.note[0])
+			ok = cJSON_AddStringToObject(e, "note", x->plan.note) != NULL;
 		ok = ok && cJSON_AddBoolToObject(e, "checked", x->checked);
 	}
 	if (!ok) {
@@ -404,33 +326,20 @@ static cJSON *job_json(const struct lynx_problem *p, const char *model, const st
 static int sim_job(const struct sim_args *a, const struct lynx_gpt *gpt,
                    const struct lynx_cluster *c, cJSON *jobs)
 {
-	struct lynx_problem_options opt = {.budget_bytes = a->budget,
-	                                   .distributed_optimizer = a->distributed_optimizer};
+	struct lynx_problem_options opt = {.search_seconds = a->job.time_limit,
+	                                   .budget_bytes = a->job.budget,
+	                                   .distributed_optimizer = a->job.distributed_optimizer};
 	struct result r[LYNX_PLANNER_COUNT];
-	uint64_t global = (uint64_t)a->micro_batches * a->micro_batch * a->dp;
 	struct lynx_model_desc m;
 	struct lynx_problem p;
 	char why[256];
 	int err, rc;
 
 	memset(r, 0, sizeof(r));
-	lynx_preset_fill_model(gpt, &m);
-	m.layers = a->layers ? a->layers : m.layers;
-	m.hidden = a->hidden ? a->hidden : m.hidden;
-	m.heads = a->heads ? a->heads : m.heads;
-	m.seq = a->seq ? a->seq : m.seq;
-	m.vocab = a->vocab ? a->vocab : m.vocab;
-	m.tp = a->tp;
-	m.pp = a->pp;
-	m.dp = a->dp;
-	m.micro_batch = a->micro_batch;
-	m.sp = a->sp;
-	if (global > UINT32_MAX) {
-		fprintf(stderr, "lynx sim: %s: the global batch M·B·D = %llu is too large\n",
-		        gpt->name, (unsigned long long)global);
+	if (lynx_jobargs_model(&a->job, gpt, &m, why, sizeof(why))) {
+		fprintf(stderr, "lynx sim: %s: %s\n", gpt->name, why);
 		return LYNX_EXIT_USAGE;
 	}
-	m.global_batch = (uint32_t)global;
 	err = lynx_problem_from_model(&m, c, &opt, &p, why, sizeof(why));
 	if (err) {
 		fprintf(stderr, "lynx sim: %s: %s\n", gpt->name,
@@ -460,21 +369,9 @@ static int sim_job(const struct sim_args *a, const struct lynx_gpt *gpt,
 	return rc;
 }
 
-static void list_names(char *buf, size_t len, bool gpts)
-{
-	size_t used = 0;
-	int n = gpts ? LYNX_GPT_COUNT : LYNX_CLUSTER_COUNT;
-
-	buf[0] = '\0';
-	for (int i = 0; i < n && used < len; i++)
-		used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? ", " : "",
-		                         gpts ? lynx_preset_gpts[i].name
-		                              : lynx_preset_clusters[i].name);
-}
-
 int lynx_sim_main(int argc, char **argv)
 {
-	struct sim_args a = {.tp = 1, .pp = 1, .dp = 1, .micro_batch = 1};
+	struct sim_args a = {.job = LYNX_JOB_ARGS_INIT};
 	const struct lynx_cluster *c;
 	const struct lynx_gpt *gpt = NULL;
 	cJSON *root = NULL, *jobs = NULL;
@@ -485,18 +382,19 @@ int lynx_sim_main(int argc, char **argv)
 		return lynx_command_help("sim");
 	if (rc)
 		return rc;
-	c = lynx_preset_find_cluster(a.cluster);
+	c = lynx_preset_find_cluster(a.job.cluster);
 	if (!c) {
-		list_names(names, sizeof(names), false);
-		return lynx_usage_error("sim", "unknown cluster '%s' (known: %s)", a.cluster,
+		lynx_jobargs_list_names(names, sizeof(names), false);
+		return lynx_usage_error("sim", "unknown cluster '%s' (known: %s)", a.job.cluster,
 		                        names);
 	}
-	if (a.model && !(gpt = lynx_preset_find_gpt(a.model))) {
-		list_names(names, sizeof(names), true);
-		return lynx_usage_error("sim", "unknown model '%s' (known: %s)", a.model, names);
+	if (a.job.model && !(gpt = lynx_preset_find_gpt(a.job.model))) {
+		lynx_jobargs_list_names(names, sizeof(names), true);
+		return lynx_usage_error("sim", "unknown model '%s' (known: %s)", a.job.model,
+		                        names);
 	}
-	if (!a.micro_batches)
-		a.micro_batches = 4 * a.pp;
+	if (!a.job.micro_batches)
+		a.job.micro_batches = 4 * a.job.pp;
 	if (a.json) {
 		root = cJSON_CreateObject();
 		jobs = root ? cJSON_CreateArray() : NULL;

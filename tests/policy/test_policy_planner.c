@@ -63,8 +63,10 @@ static void test_planner_table_has_unique_names(void **state)
 	assert_non_null(lynx_planner_find("none"));
 	assert_non_null(lynx_planner_find("full"));
 	assert_non_null(lynx_planner_find("selective"));
+	assert_non_null(lynx_planner_find("offload"));
 	assert_non_null(lynx_planner_find("heu"));
-	assert_null(lynx_planner_find("opt"));
+	assert_non_null(lynx_planner_find("opt"));
+	assert_null(lynx_planner_find("no-such-planner"));
 }
 
 /* Per layer, what each baseline keeps sums to its row of Korthikanti et al.'s Table 2. */

@@ -36,6 +36,9 @@ static void test_every_cluster_constant_is_positive_and_links_are_ordered(void *
 		assert_true(c->gpus_per_node >= 1);
 		assert_true(c->intra.busbw > 0 && c->inter.busbw > 0);
 		assert_true(c->intra.latency_s > 0 && c->inter.latency_s > 0);
+		assert_true(c->host.busbw > 0 && c->host.latency_s > 0);
+		/* The host link is one PCIe x16: no faster than the node's fabric. */
+		assert_true(c->host.busbw <= c->intra.busbw);
 		/* No cluster's network is faster than its node's fabric. */
 		assert_true(c->inter.busbw <= c->intra.busbw);
 		assert_ptr_equal(lynx_preset_find_cluster(c->name), c);
@@ -79,6 +82,9 @@ static void test_hardware_generations_are_ordered(void **state)
 	assert_true(h800->peak_flops == h100->peak_flops);
 	assert_true(c800->intra.busbw < c100->intra.busbw);
 	assert_true(pc->intra.busbw < nv->intra.busbw / 10);
+	/* PCIe Gen5 on Hopper, Gen4 on A100; the PCIe cluster's cards share switch uplinks. */
+	assert_true(c100->host.busbw > nv->host.busbw && c800->host.busbw == c100->host.busbw);
+	assert_true(pc->host.busbw < nv->host.busbw);
 	assert_ptr_equal(nv->gpu, a100);
 	assert_ptr_equal(pc->gpu, pcie);
 }

@@ -213,6 +213,9 @@ static void test_budget_defaults_to_gpu_memory_and_must_cover_static_memory(void
 
 	build(&m, "a100-nvlink", NULL, &p);
 	assert_int_equal(p.budget_bytes, lynx_preset_find_gpu("a100-80gb")->mem_bytes);
+	/* The host link for offloading is the cluster's, the same both ways. */
+	assert_true(p.d2h.busbw == lynx_preset_find_cluster("a100-nvlink")->host.busbw);
+	assert_true(p.h2d.busbw == p.d2h.busbw && p.h2d.latency_s > 0);
 	lynx_problem_free(&p);
 	assert_int_equal(lynx_problem_from_model(&m, lynx_preset_find_cluster("a100-nvlink"),
 	                                         &tight, &p, why, sizeof(why)),

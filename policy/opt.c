@@ -1,0 +1,756 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Lynx's exact planner (OPT): one MILP per stage, solved by COIN-OR CBC through its C
+ * interface, loaded at run time (opt.h). Every layer is decided on its own (HEU decides one
+ * representative layer and mixes two policies over the identical layers).
+ *
+ * Units. As in HEU, a layer's groups that rerun the same ops are one unit (the checker
+ * rebuilds dropped siblings together); the layer's input is always kept.
+ *
+ * Slots: the stage's windows, each with one occurrence per micro-batch j that serves j's
+ * rebuilds (problem.h), its idle capacity c_k, the share f_k of micro-batches it serves (the
+ * others rebuild on demand), and whether what it rebuilds is resident at the stage's peak:
+ *   - PP_RECV_FWD, before the forward that precedes j's backward: stages with warm-up
+ *     forwards only, f = max(m - warmup, 1) / m, held; open to every layer;
+ *   - TP_FWD of layer l' at op o: with warm-up forwards, in that same forward, open to every
+ *     layer, f as above; without (the last stage), in j's own forward, open to layers l < l',
+ *     f = 1; held;
+ *   - PP_RECV_BWD, before j's backward: f = 1, held, every layer;
+ *   - TP_BWD of layer l' at op o, in j's backward: f = 1, not held; open to layer l' - 1 and
+ *     to layer l' itself for units all of whose consumers precede o.
+ * Windows of zero capacity are left out (rebuilding there costs as much as on demand).
+ * HEU uses the same slots but TP_FWD of the layer itself only, and gives each layer 1/n of
+ * a PP window.
+ *
+ * Variables. Binary x[l,u,c] for each layer l, unit u and choice c in {keep, on demand, each
+ * slot open to (l, u)}; continuous ov_k >= 0 per slot: the time by which the slot's
+ * occurrence overflows.
+ * Constraints.
+ *   - choice:     sum_c x[l,u,c] = 1;
+ *   - dependency: for u in slot k and each unit d that u needs,
+ *                 x[l,d,keep] + sum over slots k' of d occurring no later than k of
+ *                 x[l,d,k'] >= x[l,u,k] (a dependency on demand or rebuilt later would be
+ *                 rebuilt inside k too, which the checker does and the MILP would not count);
+ *   - capacity:   sum over (l,u) of r_u · x[l,u,k] - ov_k <= c_k;
+ *   - memory, at the end of the forward of the last in-flight micro-batch (where 1F1B
+ *     peaks; planner.c), at n + 1 event points: after each layer l's forward,
+ *       static + k·emb + (k - 1)·K + sum_{l' < l} kept(l') + all(l) + H <= B,
+ *     and after the head's forward, static + k·emb + k·K + head + H <= B, where K is the
+ *     stage's kept bytes, kept(l) layer l's, all(l) its kept and dropped bytes (the dropped
+ *     ones are freed at the end of its forward), H the bytes rebuilt in held slots (counted
+ *     at every point, as HEU does: an upper bound) and B the budget. Backward-side points
+ *     are not modelled: a backward frees at least the head before it rebuilds, and TP_BWD
+ *     rebuilds stay within one layer's transient (HEU's argument).
+ * Objective (added time per micro-batch): sum r_u · x[l,u,on demand]
+ *   + sum_k (f_k · ov_k + (1 - f_k) · sum r_u · x[l,u,k]).
+ * Scaled to milliseconds and MiB for CBC's tolerances. The gap is reported relative to the
+ * stage's whole micro-batch time, (added - bound) / (forward + backward + added), and CBC
+ * stops once the absolute gap is below stop_gap times the forward and backward; the gap of
+ * the added time alone is in the report (added_gap).
+ *
+ * The MILP's accounting, like HEU's, ignores pipeline timing and bounds memory, so OPT
+ * replays its plan in the checker and re-solves a stage whose replayed peak exceeds the
+ * budget with the budget lowered by the excess (up to MAX_ROUNDS). The plan's step time,
+ * peaks and fits are the checker's; the plan's gap is the largest stage gap of the last
+ * solves (a bound on the step time's gap only as far as the MILP's accounting is the
+ * checker's). Then it compares with HEU's plan, by the checker, and keeps the faster one that
+ * fits.
+ *
+ * Size: n · U · (4n + 4) binaries at most (n layers, U units, two TP windows per direction
+ * per layer without sequence parallelism): about 7,000 for a 16-layer stage.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <coin/Cbc_C_Interface.h>
+
+#include "checker.h"
+#include "opt.h"
+#include "planner.h"
+
+#define MAX_ROUNDS 6
+#define MIB (1024.0 * 1024.0)
+#define MS 1e3
+#define C_KEEP 0
+#define C_DEMAND 1
+
+/* The CBC functions OPT calls, resolved by name from the library. */
+#define CBC_FUNCTIONS(X)               \
+	X(Cbc_newModel)                \
+	X(Cbc_deleteModel)             \
+	X(Cbc_addCol)                  \
+	X(Cbc_addRow)                  \
+	X(Cbc_setObjSense)             \
+	X(Cbc_setMIPStartI)            \
+	X(Cbc_setMaximumSeconds)       \
+	X(Cbc_setAllowableGap)         \
+	X(Cbc_setLogLevel)             \
+	X(Cbc_solve)                   \
+	X(Cbc_bestSolution)            \
+	X(Cbc_getObjValue)             \
+	X(Cbc_getBestPossibleObjValue) \
+	X(Cbc_isProvenOptimal)
+
+struct cbc {
+	void *lib;
+#define CBC_MEMBER(f) __typeof__(f) *f;
+	CBC_FUNCTIONS(CBC_MEMBER)
+#undef CBC_MEMBER
+};
+
+static const struct {
+	const char *name;
+	size_t offset;
+} cbc_symbols[] = {
+#define CBC_SYMBOL(f) {#f, offsetof(struct cbc, f)},
+        CBC_FUNCTIONS(CBC_SYMBOL)
+#undef CBC_SYMBOL
+};
+
+/* Loads CBC into c. Returns 0, or -ENOENT with the loader's reason in why. */
+static int cbc_open(struct cbc *c, const char *library, char *why, size_t len)
+{
+	memset(c, 0, sizeof(*c));
+	c->lib = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+	if (!c->lib) {
+		snprintf(why, len, "CBC is not available (%s)", dlerror());
+		return -ENOENT;
+	}
+	for (size_t i = 0; i < sizeof(cbc_symbols) / sizeof(cbc_symbols[0]); i++) {
+		void *sym = dlsym(c->lib, cbc_symbols[i].name);
+
+		if (!sym) {
+			snprintf(why, len, "CBC (%s) has no %s", library, cbc_symbols[i].name);
+			dlclose(c->lib);
+			c->lib = NULL;
+			return -ENOENT;
+		}
+		memcpy((char *)c + cbc_symbols[i].offset, &sym, sizeof(sym));
+	}
+	return 0;
+}
+
+/* Groups rebuilt by the same ops. */
+struct unit {
+	uint32_t groups; /* bit g */
+	uint32_t deps;   /* units (bit u) its groups need, other than itself */
+	uint64_t bytes;
+	double rerun_s;
+	int32_t max_consumer;
+};
+
+/* A stage window as a place to rebuild in. */
+struct slot {
+	uint32_t window; /* the stage's window index */
+	enum lynx_window_kind kind;
+	int32_t layer, op;
+	int key; /* order of occurrence within one micro-batch's service */
+	double cap_s, served;
+	bool held;
+	int ov; /* column of its overflow */
+};
+
+struct layer_units {
+	uint32_t n_units;
+	struct unit units[LYNX_PROBLEM_MAX_GROUPS];
+	uint64_t input_bytes, all_bytes;
+};
+
+/* One stage's MILP: columns of x[l][u] are first[l][u] + choice, choices in ch[l][u]. */
+struct model {
+	const struct lynx_problem *p;
+	const struct lynx_problem_stage *st;
+	uint32_t s, n;
+	const struct layer_units *lu;
+	struct slot *slots;
+	uint32_t n_slots;
+	int *first;    /* [l * U + u]: the column of choice 0 (keep) */
+	int *n_choice; /* [l * U + u]: 2 + slots open to it */
+	int *slot_of;  /* [column]: the slot of a slot choice, -1 for keep and on demand */
+	int n_cols;
+};
+
+static void find_units(const struct lynx_problem_layer *L, struct layer_units *h)
+{
+	int unit_of[LYNX_PROBLEM_MAX_GROUPS];
+
+	memset(h, 0, sizeof(*h));
+	for (uint32_t g = 0; g < L->n_groups; g++) {
+		const struct lynx_problem_group *gr = &L->groups[g];
+		uint32_t u;
+
+		unit_of[g] = -1;
+		h->all_bytes += gr->bytes;
+		if (!gr->ops) {
+			h->input_bytes += gr->bytes;
+			continue;
+		}
+		for (u = 0; u < h->n_units; u++)
+			if (L->groups[__builtin_ctz(h->units[u].groups)].ops == gr->ops)
+				break;
+		if (u == h->n_units)
+			h->units[h->n_units++] = (struct unit){.max_consumer = -1};
+		h->units[u].groups |= 1u << g;
+		h->units[u].bytes += gr->bytes;
+		h->units[u].rerun_s = gr->recompute_s;
+		if (gr->consumer > h->units[u].max_consumer)
+			h->units[u].max_consumer = gr->consumer;
+		unit_of[g] = (int)u;
+	}
+	for (uint32_t u = 0; u < h->n_units; u++)
+		for (uint32_t g = 0; g < L->n_groups; g++)
+			if (h->units[u].groups & (1u << g))
+				for (uint32_t d = 0; d < L->n_groups; d++)
+					if ((L->groups[g].deps & (1u << d)) && unit_of[d] >= 0 &&
+					    unit_of[d] != (int)u)
+						h->units[u].deps |= 1u << unit_of[d];
+}
+
+/* The slots of stage st (see the top comment), into m->slots. Returns 0 or -ENOMEM. */
+static int find_slots(struct model *m)
+{
+	const struct lynx_problem_stage *st = m->st;
+	uint32_t ops = m->p->layer.n_ops, n = m->n, mb = m->p->micro_batches;
+	double fwd_served =
+	        st->warmup >= 1 ? (double)(mb > st->warmup ? mb - st->warmup : 1) / mb : 1;
+
+	m->slots = calloc(st->n_windows ? st->n_windows : 1, sizeof(*m->slots));
+	if (!m->slots)
+		return -ENOMEM;
+	for (uint32_t w = 0; w < st->n_windows; w++) {
+		const struct lynx_window *win = &st->windows[w];
+		struct slot k = {.window = w,
+		                 .kind = win->kind,
+		                 .layer = win->layer,
+		                 .op = win->op,
+		                 .cap_s = win->capacity_s,
+		                 .served = 1,
+		                 .held = true};
+
+		if (!(win->capacity_s > 0))
+			continue;
+		switch (win->kind) {
+		case LYNX_WINDOW_PP_RECV_FWD:
+			if (st->warmup < 1)
+				continue;
+			k.served = fwd_served;
+			k.key = 0;
+			break;
+		case LYNX_WINDOW_TP_FWD:
+			k.served = fwd_served;
+			k.key = 1 + win->layer * (int)ops + win->op;
+			break;
+		case LYNX_WINDOW_PP_RECV_BWD:
+			k.key = 1 + (int)(n * ops);
+			break;
+		case LYNX_WINDOW_TP_BWD:
+			k.held = false;
+			k.key = 2 + (int)(n * ops) +
+			        (int)(n - 1 - (uint32_t)win->layer) * (int)ops +
+			        (int)(ops - 1 - (uint32_t)win->op);
+			break;
+		default:
+			continue; /* DP_GRAD: after every backward, never in time */
+		}
+		m->slots[m->n_slots++] = k;
+	}
+	return 0;
+}
+
+/* Whether slot k can serve unit u of layer l. */
+static bool open_to(const struct model *m, const struct slot *k, uint32_t l, const struct unit *u)
+{
+	switch (k->kind) {
+	case LYNX_WINDOW_TP_FWD:
+		return m->st->warmup >= 1 || k->layer > (int32_t)l;
+	case LYNX_WINDOW_TP_BWD:
+		return k->layer == (int32_t)l + 1 ||
+		       (k->layer == (int32_t)l && u->max_consumer < k->op);
+	default:
+		return true;
+	}
+}
+
+/* Lays out the columns. Returns 0 or -ENOMEM. */
+static int layout(struct model *m)
+{
+	uint32_t U = m->lu->n_units;
+	int col = 0;
+
+	m->first = calloc((size_t)m->n * U + 1, sizeof(int));
+	m->n_choice = calloc((size_t)m->n * U + 1, sizeof(int));
+	if (!m->first || !m->n_choice)
+		return -ENOMEM;
+	for (uint32_t l = 0; l < m->n; l++)
+		for (uint32_t u = 0; u < U; u++) {
+			int c = 2;
+
+			for (uint32_t k = 0; k < m->n_slots; k++)
+				c += open_to(m, &m->slots[k], l, &m->lu->units[u]);
+			m->first[l * U + u] = col;
+			m->n_choice[l * U + u] = c;
+			col += c;
+		}
+	for (uint32_t k = 0; k < m->n_slots; k++)
+		m->slots[k].ov = col++;
+	m->n_cols = col;
+	m->slot_of = malloc((size_t)col * sizeof(int));
+	if (!m->slot_of)
+		return -ENOMEM;
+	for (int i = 0; i < col; i++)
+		m->slot_of[i] = -1;
+	for (uint32_t l = 0; l < m->n; l++)
+		for (uint32_t u = 0; u < U; u++) {
+			int c = m->first[l * U + u] + 2;
+
+			for (uint32_t k = 0; k < m->n_slots; k++)
+				if (open_to(m, &m->slots[k], l, &m->lu->units[u]))
+					m->slot_of[c++] = (int)k;
+		}
+	return 0;
+}
+
+/* The column of unit u of layer l in slot k, or -1. */
+static int slot_col(const struct model *m, uint32_t l, uint32_t u, uint32_t k)
+{
+	int c = m->first[l * m->lu->n_units + u];
+
+	for (int i = 2; i < m->n_choice[l * m->lu->n_units + u]; i++)
+		if (m->slot_of[c + i] == (int)k)
+			return c + i;
+	return -1;
+}
+
+static void model_free(struct model *m)
+{
+	free(m->slots);
+	free(m->first);
+	free(m->n_choice);
+	free(m->slot_of);
+}
+
+/* A row under construction. */
+struct row {
+	int n;
+	int *col;
+	double *val;
+};
+
+static void put(struct row *r, int col, double val)
+{
+	r->col[r->n] = col;
+	r->val[r->n++] = val;
+}
+
+/* Adds every column and row of m with budget `budget` to CBC model cm. */
+static void build(const struct cbc *c, Cbc_Model *cm, const struct model *m, uint64_t budget,
+                  struct row *r)
+{
+	const struct lynx_problem_stage *st = m->st;
+	uint32_t U = m->lu->n_units, n = m->n, k_in = st->inflight;
+	double emb = st->embedding.present ? (double)st->embedding.act_bytes : 0;
+	double head = st->head.present ? (double)st->head.act_bytes : 0;
+	double base = (double)st->static_bytes + k_in * emb, in = (double)m->lu->input_bytes;
+
+	/* Columns, with their objective coefficients (in r->val for now). */
+	memset(r->val, 0, (size_t)m->n_cols * sizeof(double));
+	for (uint32_t l = 0; l < n; l++)
+		for (uint32_t u = 0; u < U; u++) {
+			int f = m->first[l * U + u];
+			double rerun = m->lu->units[u].rerun_s * MS;
+
+			r->val[f + C_DEMAND] = rerun;
+			for (int i = 2; i < m->n_choice[l * U + u]; i++)
+				r->val[f + i] = (1 - m->slots[m->slot_of[f + i]].served) * rerun;
+		}
+	for (uint32_t k = 0; k < m->n_slots; k++)
+		r->val[m->slots[k].ov] = m->slots[k].served;
+	for (int col = 0; col < m->n_cols; col++) {
+		bool binary = col < m->n_cols - (int)m->n_slots;
+
+		c->Cbc_addCol(cm, "", 0, binary ? 1 : 1e30, r->val[col], binary, 0, NULL, NULL);
+	}
+	/* One choice per unit and layer. */
+	for (uint32_t lu = 0; lu < n * U; lu++) {
+		r->n = 0;
+		for (int i = 0; i < m->n_choice[lu]; i++)
+			put(r, m->first[lu] + i, 1);
+		c->Cbc_addRow(cm, "", r->n, r->col, r->val, 'E', 1);
+	}
+	/* Dependencies. */
+	for (uint32_t l = 0; l < n; l++)
+		for (uint32_t u = 0; u < U; u++)
+			for (int i = 2; i < m->n_choice[l * U + u]; i++) {
+				int col = m->first[l * U + u] + i;
+				const struct slot *k = &m->slots[m->slot_of[col]];
+
+				for (uint32_t d = 0; d < U; d++) {
+					if (!(m->lu->units[u].deps & (1u << d)))
+						continue;
+					r->n = 0;
+					put(r, col, -1);
+					put(r, m->first[l * U + d] + C_KEEP, 1);
+					for (uint32_t k2 = 0; k2 < m->n_slots; k2++) {
+						int c2 = m->slots[k2].key <= k->key
+						                 ? slot_col(m, l, d, k2)
+						                 : -1;
+
+						if (c2 >= 0)
+							put(r, c2, 1);
+					}
+					c->Cbc_addRow(cm, "", r->n, r->col, r->val, 'G', 0);
+				}
+			}
+	/* Capacity. */
+	for (uint32_t k = 0; k < m->n_slots; k++) {
+		r->n = 0;
+		for (uint32_t l = 0; l < n; l++)
+			for (uint32_t u = 0; u < U; u++) {
+				int col = slot_col(m, l, u, k);
+
+				if (col >= 0)
+					put(r, col, m->lu->units[u].rerun_s * MS);
+			}
+		if (!r->n)
+			continue;
+		put(r, m->slots[k].ov, -1);
+		c->Cbc_addRow(cm, "", r->n, r->col, r->val, 'L', m->slots[k].cap_s * MS);
+	}
+	/*
+	 * Memory: after layer l's forward (l < n), and after the head's (l == n). The constant
+	 * is the row's value with every unit dropped on demand and nothing held.
+	 */
+	for (uint32_t l = 0; l <= n; l++) {
+		double cst = l < n ? base + (k_in - 1) * n * in + l * in + (double)m->lu->all_bytes
+		                   : base + k_in * n * in + head;
+
+		if (l == n && !st->head.present)
+			continue;
+		r->n = 0;
+		for (uint32_t l2 = 0; l2 < n; l2++)
+			for (uint32_t u = 0; u < U; u++) {
+				double b = (double)m->lu->units[u].bytes / MIB;
+				double keep = l < n ? (k_in - 1 + (l2 < l)) * b : k_in * b;
+				int f = m->first[l2 * U + u];
+
+				if (keep > 0)
+					put(r, f + C_KEEP, keep);
+				for (int i = 2; i < m->n_choice[l2 * U + u]; i++)
+					if (m->slots[m->slot_of[f + i]].held)
+						put(r, f + i, b);
+			}
+		c->Cbc_addRow(cm, "", r->n, r->col, r->val, 'L', ((double)budget - cst) / MIB);
+	}
+}
+
+/* The MIP start from plan `from` (HEU's) for stage m->s, into x. */
+static void start_from(const struct model *m, const struct lynx_plan *from, double *x)
+{
+	uint32_t U = m->lu->n_units;
+	double *work = calloc(m->n_slots + 1, sizeof(double));
+
+	memset(x, 0, (size_t)m->n_cols * sizeof(*x));
+	for (uint32_t l = 0; l < m->n; l++)
+		for (uint32_t u = 0; u < U; u++) {
+			const struct lynx_decision *d = lynx_plan_get(
+			        from, m->s, l, (uint32_t)__builtin_ctz(m->lu->units[u].groups));
+			int col = m->first[l * U + u] + C_DEMAND;
+
+			if (d->action == LYNX_ACTION_KEEP)
+				col = m->first[l * U + u] + C_KEEP;
+			for (uint32_t k = 0;
+			     d->action == LYNX_ACTION_RECOMPUTE_IN_WINDOW && k < m->n_slots; k++)
+				if (m->slots[k].window == d->window && slot_col(m, l, u, k) >= 0)
+					col = slot_col(m, l, u, k);
+			x[col] = 1;
+			if (m->slot_of[col] >= 0 && work)
+				work[m->slot_of[col]] += m->lu->units[u].rerun_s * MS;
+		}
+	for (uint32_t k = 0; work && k < m->n_slots; k++)
+		x[m->slots[k].ov] = fmax(0, work[k] - m->slots[k].cap_s * MS);
+	free(work);
+}
+
+/* Writes the solution x of stage m->s into plan. */
+static void write_stage(const struct model *m, const double *x, struct lynx_plan *plan)
+{
+	const struct lynx_problem_layer *L = &m->p->layer;
+	uint32_t U = m->lu->n_units;
+
+	for (uint32_t l = 0; l < m->n; l++)
+		for (uint32_t u = 0; u < U; u++) {
+			int f = m->first[l * U + u], best = C_DEMAND;
+			struct lynx_decision dec = {.action = LYNX_ACTION_RECOMPUTE_ON_DEMAND};
+
+			for (int i = 0; i < m->n_choice[l * U + u]; i++)
+				if (x[f + i] > x[f + best])
+					best = i;
+			if (best == C_KEEP)
+				dec.action = LYNX_ACTION_KEEP;
+			else if (best >= 2)
+				dec = (struct lynx_decision){
+				        .action = LYNX_ACTION_RECOMPUTE_IN_WINDOW,
+				        .window = m->slots[m->slot_of[f + best]].window};
+			for (uint32_t g = 0; g < L->n_groups; g++)
+				if (m->lu->units[u].groups & (1u << g))
+					*lynx_plan_decision(plan, m->s, l, g) = dec;
+		}
+}
+
+static double seconds_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/*
+ * What a micro-batch's forward and backward take on stage st without recomputation, in ms:
+ * the constant part of the stage's per-micro-batch time, whose variable part the MILP
+ * minimises. Gaps are relative to the whole, (added - bound) / (base + added): a gap on the
+ * added time alone is ill-conditioned when windows hide nearly all of it.
+ */
+static double stage_base_ms(const struct lynx_problem *p, const struct lynx_problem_stage *st)
+{
+	double t = st->layers * (p->layer.fwd_s + p->layer.bwd_s);
+
+	if (st->embedding.present)
+		t += st->embedding.fwd_s + st->embedding.bwd_s;
+	if (st->head.present)
+		t += st->head.fwd_s + st->head.bwd_s;
+	return t * MS;
+}
+
+/* One stage's solve. */
+struct stage_solve {
+	bool solved, optimal;
+	double gap, added_gap;
+};
+
+/*
+ * Solves stage s within `budget`, starting from `from`, into plan. Returns 0 (out->solved
+ * false when CBC found nothing) or -ENOMEM.
+ */
+static int solve_stage(const struct cbc *c, const struct lynx_opt_options *o,
+                       const struct lynx_problem *p, const struct layer_units *lu, uint32_t s,
+                       uint64_t budget, const struct lynx_plan *from, struct lynx_plan *plan,
+                       struct stage_solve *out)
+{
+	struct model m = {.p = p, .st = &p->stages[s], .s = s, .n = p->stages[s].layers, .lu = lu};
+	struct row r = {0};
+	Cbc_Model *cm = NULL;
+	double *x0 = NULL;
+	int *idx = NULL;
+	double base_ms = stage_base_ms(p, &p->stages[s]);
+	int err = find_slots(&m);
+
+	*out = (struct stage_solve){.gap = NAN, .added_gap = NAN};
+	err = err ? err : layout(&m);
+	if (err)
+		goto out;
+	r.col = malloc((size_t)m.n_cols * sizeof(int));
+	r.val = malloc((size_t)m.n_cols * sizeof(double));
+	x0 = malloc((size_t)m.n_cols * sizeof(double));
+	idx = malloc((size_t)m.n_cols * sizeof(int));
+	cm = c->Cbc_newModel();
+	if (!r.col || !r.val || !x0 || !idx || !cm) {
+		err = -ENOMEM;
+		goto out;
+	}
+	build(c, cm, &m, budget, &r);
+	c->Cbc_setObjSense(cm, 1);
+	c->Cbc_setLogLevel(cm, o->log_level);
+	c->Cbc_setMaximumSeconds(cm, o->time_limit_s);
+	c->Cbc_setAllowableGap(cm, o->stop_gap * base_ms);
+	start_from(&m, from, x0);
+	for (int i = 0; i < m.n_cols; i++)
+		idx[i] = i;
+	c->Cbc_setMIPStartI(cm, m.n_cols, idx, x0);
+	c->Cbc_solve(cm);
+	if (c->Cbc_bestSolution(cm)) {
+		double obj = c->Cbc_getObjValue(cm), bound = c->Cbc_getBestPossibleObjValue(cm);
+
+		write_stage(&m, c->Cbc_bestSolution(cm), plan);
+		out->solved = true;
+		out->gap = fmax(0, (obj - bound) / (base_ms + obj));
+		out->added_gap = obj > 1e-9 ? fmax(0, (obj - bound) / obj) : 0;
+		out->optimal = c->Cbc_isProvenOptimal(cm) || out->gap <= o->stop_gap;
+	}
+out:
+	if (cm)
+		c->Cbc_deleteModel(cm);
+	free(r.col);
+	free(r.val);
+	free(x0);
+	free(idx);
+	model_free(&m);
+	return err;
+}
+
+/* Copies src's decisions into dst (same shape; src may be uniform). */
+static void copy_decisions(const struct lynx_problem *p, const struct lynx_plan *src,
+                           struct lynx_plan *dst)
+{
+	for (uint32_t s = 0; s < p->n_stages; s++)
+		for (uint32_t l = 0; l < p->stages[s].layers; l++)
+			for (uint32_t g = 0; g < p->layer.n_groups; g++)
+				*lynx_plan_decision(dst, s, l, g) = *lynx_plan_get(src, s, l, g);
+}
+
+/*
+ * The MILP's plan into plan (initialised, holding HEU's decisions). Returns 0 with
+ * rep->solved set when every stage solved; -ENOENT (CBC missing) or a solve failure with
+ * why; -ENOMEM.
+ */
+static int milp_plan(const struct cbc *c, const struct lynx_opt_options *o,
+                     const struct lynx_problem *p, const struct lynx_plan *heu,
+                     struct lynx_plan *plan, struct lynx_opt_report *rep, char *why, size_t len)
+{
+	struct layer_units lu;
+	uint64_t *budget = calloc(p->n_stages + 1, sizeof(*budget));
+	bool *redo = calloc(p->n_stages + 1, sizeof(*redo));
+	double *gap = calloc(2 * p->n_stages + 1, sizeof(*gap));
+	int err = budget && redo && gap ? 0 : -ENOMEM;
+
+	find_units(&p->layer, &lu);
+	for (uint32_t s = 0; !err && s < p->n_stages; s++) {
+		budget[s] = p->budget_bytes;
+		redo[s] = true;
+	}
+	rep->solved = rep->optimal = true;
+	for (unsigned round = 0; !err && round < MAX_ROUNDS; round++) {
+		struct lynx_checker_result r;
+		bool again = false;
+
+		for (uint32_t s = 0; !err && s < p->n_stages; s++) {
+			struct stage_solve ss;
+			double t0 = seconds_now();
+
+			if (!redo[s])
+				continue;
+			err = solve_stage(c, o, p, &lu, s, budget[s], heu, plan, &ss);
+			rep->solve_s += seconds_now() - t0;
+			rep->rounds = round + 1;
+			if (!err && !ss.solved) {
+				snprintf(why, len,
+				         "CBC found no plan for stage %u within %.3g GiB in %.3g s",
+				         s, (double)budget[s] / (MIB * 1024), o->time_limit_s);
+				err = -ESRCH;
+			}
+			if (!err) {
+				gap[s] = ss.gap;
+				gap[p->n_stages + s] = ss.added_gap;
+				rep->optimal = rep->optimal && ss.optimal;
+			}
+			redo[s] = false;
+		}
+		if (err)
+			break;
+		err = lynx_checker_replay(p, plan, &r, why, len);
+		if (err)
+			break;
+		plan->step_time_s = r.step_time_s;
+		plan->fits = r.fits;
+		for (uint32_t s = 0; s < p->n_stages; s++) {
+			uint64_t excess = r.peak_bytes[s] > p->budget_bytes
+			                          ? r.peak_bytes[s] - p->budget_bytes
+			                          : 0;
+
+			plan->stages[s].peak_bytes = r.peak_bytes[s];
+			if (!excess || round + 1 == MAX_ROUNDS || budget[s] <= excess)
+				continue;
+			budget[s] -= excess;
+			redo[s] = again = true;
+		}
+		lynx_checker_free(&r);
+		if (!again)
+			break;
+	}
+	rep->gap = rep->added_gap = 0;
+	for (uint32_t s = 0; !err && s < p->n_stages; s++) {
+		rep->gap = fmax(rep->gap, gap[s]);
+		rep->added_gap = fmax(rep->added_gap, gap[p->n_stages + s]);
+	}
+	if (err) {
+		rep->solved = rep->optimal = false;
+		rep->gap = rep->added_gap = NAN;
+	}
+	free(budget);
+	free(redo);
+	free(gap);
+	return err;
+}
+
+int lynx_opt_plan(const struct lynx_problem *p, const struct lynx_opt_options *o,
+                  struct lynx_plan *plan, struct lynx_opt_report *report, char *why, size_t len)
+{
+	struct lynx_opt_options opt = o ? *o : (struct lynx_opt_options){0};
+	struct lynx_opt_report rep = {.gap = NAN, .added_gap = NAN, .milp_step_s = NAN};
+	struct lynx_plan heu, milp;
+	struct cbc c;
+	char reason[200] = "";
+	int err;
+
+	if (!(opt.time_limit_s > 0))
+		opt.time_limit_s = LYNX_OPT_DEFAULT_TIME_LIMIT_S;
+	if (!(opt.stop_gap > 0))
+		opt.stop_gap = 1e-3;
+	err = lynx_planner_heu(p, &heu, why, len);
+	if (err)
+		return err;
+	rep.heu_step_s = heu.step_time_s;
+	err = cbc_open(&c, opt.library ? opt.library : LYNX_OPT_LIBRARY, reason, sizeof(reason));
+	if (!err) {
+		err = lynx_plan_init(&milp, p, "opt", false);
+		if (!err) {
+			copy_decisions(p, &heu, &milp);
+			err = milp_plan(&c, &opt, p, &heu, &milp, &rep, reason, sizeof(reason));
+			if (err)
+				lynx_plan_free(&milp);
+		}
+		dlclose(c.lib);
+	}
+	if (err == -ENOMEM) {
+		lynx_plan_free(&heu);
+		return err;
+	}
+	if (!err) {
+		rep.milp_step_s = milp.step_time_s;
+		if (milp.fits && (!heu.fits || milp.step_time_s <= heu.step_time_s)) {
+			lynx_plan_free(&heu);
+			*plan = milp;
+			plan->gap = rep.gap;
+		} else {
+			snprintf(reason, sizeof(reason),
+			         "the checker finds HEU's plan better (MILP %.6g s%s, gap %.2g%%)",
+			         milp.step_time_s, milp.fits ? "" : ", over budget", 100 * rep.gap);
+			lynx_plan_free(&milp);
+			err = 1;
+		}
+	}
+	if (err) {
+		*plan = heu;
+		rep.used_heu = true;
+		snprintf(plan->note, sizeof(plan->note), "HEU's plan: %s", reason);
+	}
+	if (report)
+		*report = rep;
+	return 0;
+}
+
+/* The planner table's entry: the problem's search limit (the command's --time-limit), if
+ * set, bounds each stage's solve. */
+int lynx_planner_opt(const struct lynx_problem *p, struct lynx_plan *plan, char *why, size_t len)
+{
+	struct lynx_opt_options o = {.time_limit_s = p->search_seconds};
+
+	return lynx_opt_plan(p, &o, plan, NULL, why, len);
+}

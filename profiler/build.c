@@ -1,0 +1,543 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Builds one rank's profile from its trace: iterations, layer segments, lifetimes, windows
+ * (build.h says what each number means and where it comes from).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "build.h"
+#include "lifetime.h"
+#include "period.h"
+#include "segment.h"
+
+size_t lynx_prof_nccl_type_size(int32_t type)
+{
+	/* ncclDataType_t: int8, uint8, int32, uint32, int64, uint64, float16, float32, float64,
+	 * bfloat16, float8 e4m3, float8 e5m2 (nccl.h, 2.19 and later). */
+	static const unsigned char size[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+
+	return type >= 0 && (size_t)type < sizeof(size) ? size[type] : 0;
+}
+
+__attribute__((format(printf, 3, 4))) static int refuse(char *why, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (why && len) {
+		va_start(ap, fmt);
+		vsnprintf(why, len, fmt, ap);
+		va_end(ap);
+	}
+	return -EINVAL;
+}
+
+/* Host time before events [first, end): the return of the call before them. */
+static uint64_t span_start(const struct lynx_prof_trace *t, size_t first)
+{
+	return t->events[first ? first - 1 : first].t_ns;
+}
+
+static uint64_t span_ns(const struct lynx_prof_trace *t, size_t first, size_t end)
+{
+	uint64_t a = span_start(t, first), b = t->events[end - 1].t_ns;
+
+	return b > a ? b - a : 0;
+}
+
+static bool is_program_launch(const struct lynx_prof_event *e)
+{
+	return e->kind == LYNX_PROF_LAUNCH && !e->nested;
+}
+
+static bool is_nccl_call(const struct lynx_prof_event *e)
+{
+	return (e->kind == LYNX_PROF_COLL || e->kind == LYNX_PROF_P2P) && !e->nested;
+}
+
+/* The program's launches in [first, at). */
+static int32_t launches_before(const struct lynx_prof_trace *t, size_t first, size_t at)
+{
+	int32_t n = 0;
+
+	for (size_t i = first; i < at; i++)
+		n += is_program_launch(&t->events[i]);
+	return n;
+}
+
+static int by_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The median (the lower middle one), range and count of v[0..n); sorts v. */
+static struct lynx_profile_time host_time(uint64_t *v, size_t n)
+{
+	if (!n)
+		return (struct lynx_profile_time){.source = LYNX_PROFILE_SOURCE_UNKNOWN};
+	qsort(v, n, sizeof(*v), by_u64);
+	return (struct lynx_profile_time){.source = LYNX_PROFILE_SOURCE_HOST,
+	                                  .ns = v[(n - 1) / 2],
+	                                  .min_ns = v[0],
+	                                  .max_ns = v[n - 1],
+	                                  .samples = (uint32_t)n};
+}
+
+static int kernel_names(const struct lynx_prof_trace *t, const struct lynx_prof_segment *s,
+                        struct lynx_profile_kernels *k)
+{
+	size_t n = (size_t)launches_before(t, s->first, s->end), j = 0;
+	char addr[32];
+
+	k->count = 0;
+	k->name = n ? calloc(n, sizeof(*k->name)) : NULL;
+	if (n && !k->name)
+		return -ENOMEM;
+	k->count = n;
+	for (size_t i = s->first; i < s->end; i++) {
+		const struct lynx_prof_event *e = &t->events[i];
+		if (!is_program_launch(e))
+			continue;
+		snprintf(addr, sizeof(addr), "0x%" PRIx64, e->u.launch.function);
+		k->name[j] = strdup(e->u.launch.name ? e->u.launch.name : addr);
+		if (!k->name[j++])
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* What the build keeps between its steps. */
+struct build {
+	const struct lynx_prof_trace *t;
+	struct lynx_prof_iterations its;
+	struct lynx_prof_layers *layers; /* per iteration; .fwd NULL where segmenting failed */
+	size_t chosen;                   /* the iteration windows, kernels and groups describe */
+	struct lynx_prof_span *iter_spans;
+	struct lynx_prof_layer_span *spans;
+	size_t span_count;
+	struct lynx_prof_lifetimes lt;
+	bool have_lt;
+};
+
+static void build_free(struct build *b)
+{
+	if (b->layers)
+		for (size_t i = 0; i < b->its.count; i++)
+			lynx_prof_layers_free(&b->layers[i]);
+	free(b->layers);
+	free(b->iter_spans);
+	free(b->spans);
+	if (b->have_lt)
+		lynx_prof_lifetimes_free(&b->lt);
+	lynx_prof_iterations_free(&b->its);
+}
+
+/* Segments every iteration; the chosen one is the last that segments, and the others must
+ * agree with it (same layers and micro-batches) to count. */
+static int segment_all(struct build *b, char *why, size_t len)
+{
+	char reason[256] = "";
+	bool found = false;
+
+	b->layers = calloc(b->its.count, sizeof(*b->layers));
+	if (!b->layers)
+		return -ENOMEM;
+	for (size_t i = b->its.count; i-- > 0;) {
+		int err = lynx_prof_segment_layers(b->t, &b->its.iter[i], &b->layers[i], reason,
+		                                   sizeof(reason));
+		if (err == -ENOMEM)
+			return err;
+		if (err) {
+			memset(&b->layers[i], 0, sizeof(b->layers[i]));
+			if (!found && i + 1 == b->its.count)
+				return refuse(why, len, "the last iteration has no layers: %s",
+				              reason);
+			continue;
+		}
+		if (!found) {
+			found = true;
+			b->chosen = i;
+		} else if (b->layers[i].layers != b->layers[b->chosen].layers ||
+		           b->layers[i].microbatches != b->layers[b->chosen].microbatches) {
+			lynx_prof_layers_free(&b->layers[i]);
+			memset(&b->layers[i], 0, sizeof(b->layers[i]));
+		}
+	}
+	return 0;
+}
+
+/* The lifetimes, classified against every segmented iteration's layers. */
+static int lifetimes(struct build *b, char *why, size_t len)
+{
+	size_t n = 0;
+	int err;
+
+	b->iter_spans = calloc(b->its.count, sizeof(*b->iter_spans));
+	if (!b->iter_spans)
+		return -ENOMEM;
+	for (size_t i = 0; i < b->its.count; i++) {
+		b->iter_spans[i] = (struct lynx_prof_span){(uint32_t)b->its.iter[i].first,
+		                                           (uint32_t)b->its.iter[i].end};
+		n += b->layers[i].layers * b->layers[i].microbatches;
+	}
+	b->spans = calloc(n ? n : 1, sizeof(*b->spans));
+	if (!b->spans)
+		return -ENOMEM;
+	for (size_t i = 0; i < b->its.count; i++) {
+		const struct lynx_prof_layers *l = &b->layers[i];
+		for (size_t m = 0; l->fwd && m < l->microbatches; m++)
+			for (size_t k = 0; k < l->layers; k++) {
+				const struct lynx_prof_segment *f = &l->fwd[m * l->layers + k];
+				const struct lynx_prof_segment *bw = &l->bwd[m * l->layers + k];
+				b->spans[b->span_count++] = (struct lynx_prof_layer_span){
+				        (uint32_t)i,
+				        (uint32_t)k,
+				        (uint32_t)m,
+				        {(uint32_t)f->first, (uint32_t)f->end},
+				        {(uint32_t)bw->first, (uint32_t)bw->end}};
+			}
+	}
+	err = lynx_prof_lifetimes_build(b->t, &b->lt, why, len);
+	if (err)
+		return err;
+	b->have_lt = true;
+	struct lynx_prof_structure s = {b->iter_spans, b->its.count, b->spans, b->span_count};
+	return lynx_prof_lifetimes_classify(&b->lt, &s, b->t->count, why, len);
+}
+
+static int fill_layers(struct build *b, struct lynx_profile *p)
+{
+	const struct lynx_prof_layers *c = &b->layers[b->chosen];
+	struct lynx_prof_structure s = {b->iter_spans, b->its.count, b->spans, b->span_count};
+	uint64_t *fwd = calloc(b->its.count * c->microbatches + 1, sizeof(*fwd));
+	uint64_t *bwd = calloc(b->its.count * c->microbatches + 1, sizeof(*bwd));
+	int err = 0;
+
+	p->layers = calloc(c->layers, sizeof(*p->layers));
+	if (!fwd || !bwd || !p->layers) {
+		err = -ENOMEM;
+		goto out;
+	}
+	p->layer_count = c->layers;
+	for (size_t k = 0; k < c->layers; k++) {
+		struct lynx_profile_layer *l = &p->layers[k];
+		size_t n = 0;
+		for (size_t i = 0; i < b->its.count; i++) {
+			const struct lynx_prof_layers *li = &b->layers[i];
+			for (size_t m = 0; li->fwd && m < li->microbatches; m++) {
+				const struct lynx_prof_segment *f = &li->fwd[m * li->layers + k];
+				const struct lynx_prof_segment *bw = &li->bwd[m * li->layers + k];
+				fwd[n] = span_ns(b->t, f->first, f->end);
+				bwd[n++] = span_ns(b->t, bw->first, bw->end);
+			}
+		}
+		l->forward = host_time(fwd, n);
+		l->backward = host_time(bwd, n);
+		for (size_t m = 0; m < c->microbatches; m++) {
+			uint64_t saved = lynx_prof_lifetimes_saved_bytes(&b->lt, &s, (uint32_t)k,
+			                                                 (uint32_t)m);
+			l->saved_bytes = saved > l->saved_bytes ? saved : l->saved_bytes;
+		}
+		if ((err = kernel_names(b->t, &c->fwd[k], &l->fwd_kernels)) ||
+		    (err = kernel_names(b->t, &c->bwd[k], &l->bwd_kernels)))
+			goto out;
+	}
+out:
+	free(fwd);
+	free(bwd);
+	return err;
+}
+
+/* The position of event e in segment s: launches before it, or -1 outside. */
+static int32_t position(const struct lynx_prof_trace *t, const struct lynx_prof_segment *s,
+                        uint32_t e)
+{
+	if (e == LYNX_PROF_NONE || e < s->first || e >= s->end)
+		return -1;
+	return launches_before(t, s->first, e);
+}
+
+/* The saved activations of each layer on micro-batch 0 of the chosen iteration. */
+static int fill_groups(struct build *b, struct lynx_profile *p)
+{
+	const struct lynx_prof_layers *c = &b->layers[b->chosen];
+	size_t n = 0;
+
+	for (size_t pass = 0; pass < 2; pass++) {
+		if (pass) {
+			p->groups = calloc(n ? n : 1, sizeof(*p->groups));
+			if (!p->groups)
+				return -ENOMEM;
+		}
+		for (size_t k = 0; k < c->layers; k++) {
+			for (size_t i = 0; i < b->lt.count; i++) {
+				const struct lynx_prof_buffer *buf = &b->lt.buffers[i];
+				if (buf->cls != LYNX_PROF_CLASS_SAVED || buf->span >= b->span_count)
+					continue;
+				const struct lynx_prof_layer_span *sp = &b->spans[buf->span];
+				if (sp->iteration != b->chosen || sp->microbatch || sp->layer != k)
+					continue;
+				if (!pass) {
+					n++;
+					continue;
+				}
+				const struct lynx_prof_segment *f = &c->fwd[k], *bw = &c->bwd[k];
+				struct lynx_profile_group *g = &p->groups[p->group_count++];
+				g->layer = (uint32_t)k;
+				g->bytes = buf->bytes;
+				g->producer = position(b->t, f, buf->producer);
+				g->first_consumer = g->last_consumer = -1;
+				for (size_t r = 0; r < buf->ref_count; r++) {
+					int32_t at = position(b->t, bw,
+					                      b->lt.refs[buf->first_ref + r].event);
+					if (at < 0)
+						continue;
+					if (g->first_consumer < 0)
+						g->first_consumer = at;
+					g->last_consumer = at;
+				}
+			}
+		}
+	}
+	return 0;
+}
+
+/* A layer segment of the chosen iteration, for placing NCCL calls. */
+struct place {
+	size_t first, end;
+	bool backward;
+	int32_t microbatch, layer;
+};
+
+static int by_first(const void *a, const void *b)
+{
+	const struct place *x = a, *y = b;
+
+	return x->first < y->first ? -1 : x->first > y->first;
+}
+
+/* Communicators numbered by first use in the trace. */
+struct comms {
+	uint64_t *handle;
+	size_t count;
+	bool *tp; /* used by a collective inside a layer segment */
+};
+
+static int number_comms(const struct lynx_prof_trace *t, struct comms *c)
+{
+	size_t cap = 0;
+
+	for (size_t i = 0; i < t->count; i++) {
+		const struct lynx_prof_event *e = &t->events[i];
+		size_t j = 0;
+		if (!is_nccl_call(e))
+			continue;
+		while (j < c->count && c->handle[j] != e->u.nccl.comm)
+			j++;
+		if (j < c->count)
+			continue;
+		if (c->count == cap) {
+			cap = cap ? 2 * cap : 8;
+			uint64_t *h = realloc(c->handle, cap * sizeof(*h));
+			if (!h)
+				return -ENOMEM;
+			c->handle = h;
+		}
+		c->handle[c->count++] = e->u.nccl.comm;
+	}
+	c->tp = calloc(c->count ? c->count : 1, sizeof(*c->tp));
+	return c->tp ? 0 : -ENOMEM;
+}
+
+static uint32_t comm_index(const struct comms *c, uint64_t handle)
+{
+	uint32_t j = 0;
+
+	while (j < c->count && c->handle[j] != handle)
+		j++;
+	return j;
+}
+
+static const struct place *containing(const struct place *pl, size_t n, size_t e)
+{
+	for (size_t i = 0; i < n; i++)
+		if (e >= pl[i].first && e < pl[i].end)
+			return &pl[i];
+	return NULL;
+}
+
+static void classify_p2p(const struct lynx_prof_event *e, const struct place *pl, size_t n,
+                         size_t at, struct lynx_profile_window *w)
+{
+	const struct place *prev = NULL, *next = NULL;
+	bool recv = strstr(e->hook, "Recv") != NULL;
+
+	for (size_t i = 0; i < n; i++) {
+		if (pl[i].end <= at)
+			prev = &pl[i];
+		if (pl[i].first > at && !next)
+			next = &pl[i];
+	}
+	const struct place *by = recv ? next : prev;
+	if (!by)
+		return;
+	w->microbatch = by->microbatch;
+	if (recv)
+		w->kind = by->backward ? LYNX_PROFILE_WINDOW_PP_RECV_BWD
+		                       : LYNX_PROFILE_WINDOW_PP_RECV_FWD;
+	else
+		w->kind = by->backward ? LYNX_PROFILE_WINDOW_PP_SEND_BWD
+		                       : LYNX_PROFILE_WINDOW_PP_SEND_FWD;
+}
+
+static int fill_windows(struct build *b, struct lynx_profile *p)
+{
+	const struct lynx_prof_layers *c = &b->layers[b->chosen];
+	const struct lynx_prof_iteration *it = &b->its.iter[b->chosen];
+	const struct lynx_prof_trace *t = b->t;
+	size_t n = 2 * c->layers * c->microbatches, count = 0, last_bwd_end = 0;
+	struct place *pl = calloc(n ? n : 1, sizeof(*pl));
+	struct comms comms = {0};
+	uint64_t t0 = span_start(t, it->first);
+	int err = pl ? number_comms(t, &comms) : -ENOMEM;
+
+	if (err)
+		goto out;
+	for (size_t m = 0; m < c->microbatches; m++)
+		for (size_t k = 0; k < c->layers; k++) {
+			const struct lynx_prof_segment *f = &c->fwd[m * c->layers + k];
+			const struct lynx_prof_segment *bw = &c->bwd[m * c->layers + k];
+			pl[2 * (m * c->layers + k)] =
+			        (struct place){f->first, f->end, false, (int32_t)m, (int32_t)k};
+			pl[2 * (m * c->layers + k) + 1] =
+			        (struct place){bw->first, bw->end, true, (int32_t)m, (int32_t)k};
+			last_bwd_end = bw->end > last_bwd_end ? bw->end : last_bwd_end;
+		}
+	qsort(pl, n, sizeof(*pl), by_first);
+	for (size_t i = it->first; i < it->end; i++) {
+		const struct lynx_prof_event *e = &t->events[i];
+		if (!is_nccl_call(e))
+			continue;
+		count++;
+		if (e->kind == LYNX_PROF_COLL && containing(pl, n, i))
+			comms.tp[comm_index(&comms, e->u.nccl.comm)] = true;
+	}
+	p->windows = calloc(count ? count : 1, sizeof(*p->windows));
+	if (!p->windows) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = it->first; i < it->end; i++) {
+		const struct lynx_prof_event *e = &t->events[i];
+		if (!is_nccl_call(e))
+			continue;
+		struct lynx_profile_window *w = &p->windows[p->window_count++];
+		const struct place *in = containing(pl, n, i);
+		uint32_t comm = comm_index(&comms, e->u.nccl.comm);
+		*w = (struct lynx_profile_window){
+		        .kind = LYNX_PROFILE_WINDOW_OTHER,
+		        .comm = comm,
+		        .peer = e->kind == LYNX_PROF_P2P ? e->u.nccl.peer : -1,
+		        .count = e->u.nccl.count,
+		        .bytes = e->u.nccl.count * lynx_prof_nccl_type_size(e->u.nccl.type),
+		        .microbatch = -1,
+		        .layer = -1,
+		        .ordinal = -1,
+		        .kernel = -1,
+		        .offset_ns = e->t_ns > t0 ? e->t_ns - t0 : 0,
+		        .duration = {.source = LYNX_PROFILE_SOURCE_UNKNOWN},
+		        .idle = {.source = LYNX_PROFILE_SOURCE_UNKNOWN}};
+		w->call = strdup(e->hook);
+		if (!w->call) {
+			err = -ENOMEM;
+			goto out;
+		}
+		if (e->kind == LYNX_PROF_P2P) {
+			classify_p2p(e, pl, n, i, w);
+		} else if (in) {
+			int32_t ordinal = 0;
+			for (size_t j = in->first; j < i; j++)
+				ordinal +=
+				        t->events[j].kind == LYNX_PROF_COLL && !t->events[j].nested;
+			w->kind = in->backward ? LYNX_PROFILE_WINDOW_TP_BWD
+			                       : LYNX_PROFILE_WINDOW_TP_FWD;
+			w->microbatch = in->microbatch;
+			w->layer = in->layer;
+			w->ordinal = ordinal;
+			w->kernel = launches_before(t, in->first, i);
+		} else if (i >= last_bwd_end && !comms.tp[comm]) {
+			w->kind = LYNX_PROFILE_WINDOW_DP_GRAD;
+		}
+	}
+out:
+	free(pl);
+	free(comms.handle);
+	free(comms.tp);
+	return err;
+}
+
+static void fill_memory(const struct build *b, struct lynx_profile *p)
+{
+	p->memory.source = LYNX_PROFILE_SOURCE_HOST;
+	p->memory.peak_bytes = b->lt.peak_bytes;
+	p->memory.buffers = b->lt.count;
+	for (int c = 0; c < LYNX_PROF_CLASS_COUNT; c++)
+		for (int m = 0; m < LYNX_PROFILE_MEMORY_CLASS_COUNT; m++)
+			if (!strcmp(lynx_prof_class_name(c), lynx_profile_memory_class_name(m)))
+				p->memory.at_peak[m] += b->lt.peak_by_class[c];
+}
+
+int lynx_prof_build_profile(const struct lynx_prof_trace *trace,
+                            const struct lynx_prof_build_options *opt, struct lynx_profile *out,
+                            char *why, size_t why_len)
+{
+	struct build b = {.t = trace};
+	uint64_t *iter_ns = NULL;
+	int err;
+
+	memset(out, 0, sizeof(*out));
+	out->rank = opt ? opt->rank : -1;
+	out->world = opt ? opt->world : -1;
+	out->env.pid = trace->pid;
+	out->env.gpu = strdup("unknown");
+	out->env.driver = strdup("unknown");
+	out->env.nccl = strdup("unknown");
+	if (!out->env.gpu || !out->env.driver || !out->env.nccl) {
+		err = -ENOMEM;
+		goto out;
+	}
+	if ((err = lynx_prof_find_iterations(trace, &b.its, why, why_len)) ||
+	    (err = segment_all(&b, why, why_len)) || (err = lifetimes(&b, why, why_len)))
+		goto out;
+	iter_ns = calloc(b.its.count, sizeof(*iter_ns));
+	if (!iter_ns) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < b.its.count; i++)
+		iter_ns[i] = span_ns(trace, b.its.iter[i].first, b.its.iter[i].end);
+	out->iteration.period_tokens = b.its.period;
+	out->iteration.count = (uint32_t)b.its.count;
+	out->iteration.prefix_events = b.its.prefix_end;
+	out->iteration.events = b.its.iter[b.chosen].end - b.its.iter[b.chosen].first;
+	out->iteration.time = host_time(iter_ns, b.its.count);
+	out->microbatches = (uint32_t)b.layers[b.chosen].microbatches;
+	out->rerun = b.layers[b.chosen].rerun;
+	if ((err = fill_layers(&b, out)) || (err = fill_groups(&b, out)) ||
+	    (err = fill_windows(&b, out)))
+		goto out;
+	fill_memory(&b, out);
+out:
+	free(iter_ns);
+	build_free(&b);
+	if (err)
+		lynx_profile_free(out);
+	return err;
+}

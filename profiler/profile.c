@@ -1,0 +1,854 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The profile's JSON form, written and read here only. Version 1, every key:
+ *
+ *   {"format": "lynx-profile", "version": 1,
+ *    "rank": 0 | null, "world": 4 | null,                    (null: unknown)
+ *    "environment": {"pid": 1234, "gpu": "unknown", "driver": "unknown", "nccl": "unknown"},
+ *    "iteration": {"period_tokens": 1370, "count": 2, "prefix_events": 5120,
+ *                  "events": 4400, "time": TIME},
+ *    "microbatches": 4, "rerun": false,
+ *    "layers": [{"index": 0, "forward": TIME, "backward": TIME, "saved_bytes": 1048576,
+ *                "kernels": {"forward": ["tt_layernorm_fwd", ...], "backward": [...]}}, ...],
+ *    "groups": [{"layer": 0, "bytes": 65536, "producer": 3, "first_consumer": 10,
+ *                "last_consumer": 12}, ...],
+ *    "windows": [{"kind": "tp_fwd", "call": "ncclAllReduce", "comm": 1, "peer": -1,
+ *                 "count": 2048, "bytes": 8192, "microbatch": 0, "layer": 0, "ordinal": 0,
+ *                 "kernel": 7, "offset_ns": 1500000, "duration": TIME, "idle": TIME}, ...],
+ *    "memory": {"source": "host", "peak_bytes": 123456, "buffers": 1206,
+ *               "at_peak": {"weight": ..., "saved_activation": ..., "workspace": ...,
+ *                           "temporary": ..., "other": ...}}}
+ *
+ *   TIME = {"source": "host" | "device", "ns": median, "min_ns": ..., "max_ns": ...,
+ *           "samples": n} or {"source": "unknown"}.
+ *
+ * Integers are below 2^53 (exact in any JSON reader); -1 means "none" for indices. The
+ * writer prints keys in this order with cJSON's formatting, so write -> read -> write gives
+ * the same bytes.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "profile.h"
+
+#define MAX_EXACT 9007199254740992.0 /* 2^53 */
+
+const char *lynx_profile_source_name(enum lynx_profile_source s)
+{
+	static const char *const names[] = {
+#define LYNX_PROFILE_SOURCE_NAME(id, name) [LYNX_PROFILE_SOURCE_##id] = name,
+	        LYNX_PROFILE_SOURCES(LYNX_PROFILE_SOURCE_NAME)
+#undef LYNX_PROFILE_SOURCE_NAME
+	};
+
+	return (unsigned)s < LYNX_PROFILE_SOURCE_COUNT ? names[s] : NULL;
+}
+
+const char *lynx_profile_window_kind_name(enum lynx_profile_window_kind k)
+{
+	static const char *const names[] = {
+#define LYNX_PROFILE_WINDOW_NAME(id, name) [LYNX_PROFILE_WINDOW_##id] = name,
+	        LYNX_PROFILE_WINDOW_KINDS(LYNX_PROFILE_WINDOW_NAME)
+#undef LYNX_PROFILE_WINDOW_NAME
+	};
+
+	return (unsigned)k < LYNX_PROFILE_WINDOW_KIND_COUNT ? names[k] : NULL;
+}
+
+const char *lynx_profile_memory_class_name(enum lynx_profile_memory_class c)
+{
+	static const char *const names[] = {
+#define LYNX_PROFILE_MEMORY_NAME(id, name) [LYNX_PROFILE_MEMORY_##id] = name,
+	        LYNX_PROFILE_MEMORY_CLASSES(LYNX_PROFILE_MEMORY_NAME)
+#undef LYNX_PROFILE_MEMORY_NAME
+	};
+
+	return (unsigned)c < LYNX_PROFILE_MEMORY_CLASS_COUNT ? names[c] : NULL;
+}
+
+void lynx_profile_free(struct lynx_profile *p)
+{
+	if (!p)
+		return;
+	free(p->env.gpu);
+	free(p->env.driver);
+	free(p->env.nccl);
+	for (size_t i = 0; i < p->layer_count; i++) {
+		struct lynx_profile_kernels *k[2] = {&p->layers[i].fwd_kernels,
+		                                     &p->layers[i].bwd_kernels};
+		for (int d = 0; d < 2; d++) {
+			for (size_t j = 0; j < k[d]->count; j++)
+				free(k[d]->name[j]);
+			free(k[d]->name);
+		}
+	}
+	free(p->layers);
+	free(p->groups);
+	for (size_t i = 0; i < p->window_count; i++)
+		free(p->windows[i].call);
+	free(p->windows);
+	memset(p, 0, sizeof(*p));
+}
+
+/* ---- Writer ------------------------------------------------------------------------------ */
+
+static bool add_num(cJSON *o, const char *key, double v)
+{
+	return cJSON_AddNumberToObject(o, key, v) != NULL;
+}
+
+/* An int32 that is -1 for unknown, written as null. */
+static bool add_opt_int(cJSON *o, const char *key, int32_t v)
+{
+	return v < 0 ? cJSON_AddNullToObject(o, key) != NULL : add_num(o, key, v);
+}
+
+static bool add_time(cJSON *o, const char *key, const struct lynx_profile_time *t)
+{
+	cJSON *obj = cJSON_AddObjectToObject(o, key);
+	const char *source = lynx_profile_source_name(t->source);
+	bool ok = obj && cJSON_AddStringToObject(obj, "source", source ? source : "unknown");
+
+	if (!ok || t->source == LYNX_PROFILE_SOURCE_UNKNOWN)
+		return ok;
+	return add_num(obj, "ns", (double)t->ns) && add_num(obj, "min_ns", (double)t->min_ns) &&
+	       add_num(obj, "max_ns", (double)t->max_ns) && add_num(obj, "samples", t->samples);
+}
+
+static bool add_kernels(cJSON *o, const char *key, const struct lynx_profile_kernels *k)
+{
+	cJSON *arr = cJSON_AddArrayToObject(o, key);
+
+	for (size_t i = 0; arr && i < k->count; i++) {
+		cJSON *s = cJSON_CreateString(k->name[i] ? k->name[i] : "");
+		if (!s)
+			return false;
+		cJSON_AddItemToArray(arr, s);
+	}
+	return arr != NULL;
+}
+
+static bool add_layer(cJSON *arr, const struct lynx_profile_layer *l, size_t index)
+{
+	cJSON *o = cJSON_CreateObject(), *k;
+	bool ok = o != NULL;
+
+	if (ok)
+		cJSON_AddItemToArray(arr, o);
+	ok = ok && add_num(o, "index", (double)index);
+	ok = ok && add_time(o, "forward", &l->forward) && add_time(o, "backward", &l->backward);
+	ok = ok && add_num(o, "saved_bytes", (double)l->saved_bytes);
+	k = ok ? cJSON_AddObjectToObject(o, "kernels") : NULL;
+	return k && add_kernels(k, "forward", &l->fwd_kernels) &&
+	       add_kernels(k, "backward", &l->bwd_kernels);
+}
+
+static bool add_group(cJSON *arr, const struct lynx_profile_group *g)
+{
+	cJSON *o = cJSON_CreateObject();
+
+	if (!o)
+		return false;
+	cJSON_AddItemToArray(arr, o);
+	return add_num(o, "layer", g->layer) && add_num(o, "bytes", (double)g->bytes) &&
+	       add_num(o, "producer", g->producer) &&
+	       add_num(o, "first_consumer", g->first_consumer) &&
+	       add_num(o, "last_consumer", g->last_consumer);
+}
+
+static bool add_window(cJSON *arr, const struct lynx_profile_window *w)
+{
+	cJSON *o = cJSON_CreateObject();
+	const char *kind = lynx_profile_window_kind_name(w->kind);
+
+	if (!o)
+		return false;
+	cJSON_AddItemToArray(arr, o);
+	return cJSON_AddStringToObject(o, "kind", kind ? kind : "other") &&
+	       cJSON_AddStringToObject(o, "call", w->call ? w->call : "") &&
+	       add_num(o, "comm", w->comm) && add_num(o, "peer", w->peer) &&
+	       add_num(o, "count", (double)w->count) && add_num(o, "bytes", (double)w->bytes) &&
+	       add_num(o, "microbatch", w->microbatch) && add_num(o, "layer", w->layer) &&
+	       add_num(o, "ordinal", w->ordinal) && add_num(o, "kernel", w->kernel) &&
+	       add_num(o, "offset_ns", (double)w->offset_ns) &&
+	       add_time(o, "duration", &w->duration) && add_time(o, "idle", &w->idle);
+}
+
+static bool add_memory(cJSON *root, const struct lynx_profile_memory *m)
+{
+	cJSON *o = cJSON_AddObjectToObject(root, "memory"), *at;
+	const char *source = lynx_profile_source_name(m->source);
+	bool ok = o && cJSON_AddStringToObject(o, "source", source ? source : "unknown") &&
+	          add_num(o, "peak_bytes", (double)m->peak_bytes) &&
+	          add_num(o, "buffers", (double)m->buffers);
+
+	at = ok ? cJSON_AddObjectToObject(o, "at_peak") : NULL;
+	ok = at != NULL;
+	for (int c = 0; ok && c < LYNX_PROFILE_MEMORY_CLASS_COUNT; c++)
+		ok = add_num(at, lynx_profile_memory_class_name(c), (double)m->at_peak[c]);
+	return ok;
+}
+
+static cJSON *profile_json(const struct lynx_profile *p)
+{
+	cJSON *root = cJSON_CreateObject(), *o, *arr;
+	bool ok = root != NULL;
+
+	ok = ok && cJSON_AddStringToObject(root, "format", LYNX_PROFILE_FORMAT);
+	ok = ok && add_num(root, "version", LYNX_PROFILE_VERSION);
+	ok = ok && add_opt_int(root, "rank", p->rank) && add_opt_int(root, "world", p->world);
+	o = ok ? cJSON_AddObjectToObject(root, "environment") : NULL;
+	ok = o && add_num(o, "pid", p->env.pid) &&
+	     cJSON_AddStringToObject(o, "gpu", p->env.gpu ? p->env.gpu : "unknown") &&
+	     cJSON_AddStringToObject(o, "driver", p->env.driver ? p->env.driver : "unknown") &&
+	     cJSON_AddStringToObject(o, "nccl", p->env.nccl ? p->env.nccl : "unknown");
+	o = ok ? cJSON_AddObjectToObject(root, "iteration") : NULL;
+	ok = o && add_num(o, "period_tokens", (double)p->iteration.period_tokens) &&
+	     add_num(o, "count", p->iteration.count) &&
+	     add_num(o, "prefix_events", (double)p->iteration.prefix_events) &&
+	     add_num(o, "events", (double)p->iteration.events) &&
+	     add_time(o, "time", &p->iteration.time);
+	ok = ok && add_num(root, "microbatches", p->microbatches) &&
+	     cJSON_AddBoolToObject(root, "rerun", p->rerun);
+	arr = ok ? cJSON_AddArrayToObject(root, "layers") : NULL;
+	ok = arr != NULL;
+	for (size_t i = 0; ok && i < p->layer_count; i++)
+		ok = add_layer(arr, &p->layers[i], i);
+	arr = ok ? cJSON_AddArrayToObject(root, "groups") : NULL;
+	ok = arr != NULL;
+	for (size_t i = 0; ok && i < p->group_count; i++)
+		ok = add_group(arr, &p->groups[i]);
+	arr = ok ? cJSON_AddArrayToObject(root, "windows") : NULL;
+	ok = arr != NULL;
+	for (size_t i = 0; ok && i < p->window_count; i++)
+		ok = add_window(arr, &p->windows[i]);
+	ok = ok && add_memory(root, &p->memory);
+	if (!ok) {
+		cJSON_Delete(root);
+		return NULL;
+	}
+	return root;
+}
+
+char *lynx_profile_to_json(const struct lynx_profile *p)
+{
+	cJSON *root = profile_json(p);
+	char *text = root ? cJSON_Print(root) : NULL, *line;
+	size_t len;
+
+	cJSON_Delete(root);
+	if (!text)
+		return NULL;
+	len = strlen(text);
+	line = realloc(text, len + 2);
+	if (!line) {
+		free(text);
+		return NULL;
+	}
+	line[len] = '\n';
+	line[len + 1] = '\0';
+	return line;
+}
+
+int lynx_profile_write(const struct lynx_profile *p, const char *path)
+{
+	char *text = lynx_profile_to_json(p), *tmp = NULL;
+	FILE *f = NULL;
+	int fd = -1, err = 0;
+
+	if (!text)
+		return -ENOMEM;
+	tmp = malloc(strlen(path) + sizeof(".tmp.XXXXXX"));
+	if (!tmp) {
+		err = -ENOMEM;
+		goto out_free_text;
+	}
+	sprintf(tmp, "%s.tmp.XXXXXX", path);
+	fd = mkstemp(tmp);
+	if (fd < 0) {
+		err = -errno;
+		goto out_free_tmp;
+	}
+	f = fdopen(fd, "w");
+	if (!f) {
+		err = -errno;
+		close(fd);
+		goto out_unlink;
+	}
+	if (fputs(text, f) == EOF || fflush(f) || fsync(fileno(f)))
+		err = errno ? -errno : -EIO;
+	if (fclose(f) && !err)
+		err = errno ? -errno : -EIO;
+	if (!err && rename(tmp, path))
+		err = -errno;
+out_unlink:
+	if (err)
+		unlink(tmp);
+out_free_tmp:
+	free(tmp);
+out_free_text:
+	free(text);
+	return err;
+}
+
+/* ---- Reader ------------------------------------------------------------------------------ */
+
+struct reader {
+	char *why;
+	size_t len;
+};
+
+__attribute__((format(printf, 2, 3))) static int refuse(struct reader *r, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (r->why && r->len) {
+		va_start(ap, fmt);
+		vsnprintf(r->why, r->len, fmt, ap);
+		va_end(ap);
+	}
+	return -EINVAL;
+}
+
+/* A field's path, "layers[3].forward", for messages. */
+struct path {
+	char buf[128];
+};
+
+__attribute__((format(printf, 2, 3))) static const char *at(struct path *p, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(p->buf, sizeof(p->buf), fmt, ap);
+	va_end(ap);
+	return p->buf;
+}
+
+static const char *dot(const char *where)
+{
+	return *where ? "." : "";
+}
+
+static int get(struct reader *r, const cJSON *obj, const char *where, const char *key,
+               const cJSON **out)
+{
+	*out = cJSON_GetObjectItemCaseSensitive(obj, key);
+	return *out ? 0 : refuse(r, "%s%s%s: missing", where, dot(where), key);
+}
+
+static int get_object(struct reader *r, const cJSON *obj, const char *where, const char *key,
+                      const cJSON **out)
+{
+	int err = get(r, obj, where, key, out);
+
+	if (!err && !cJSON_IsObject(*out))
+		return refuse(r, "%s%s%s: expected an object", where, dot(where), key);
+	return err;
+}
+
+static int get_array(struct reader *r, const cJSON *obj, const char *where, const char *key,
+                     const cJSON **out)
+{
+	int err = get(r, obj, where, key, out);
+
+	if (!err && !cJSON_IsArray(*out))
+		return refuse(r, "%s%s%s: expected an array", where, dot(where), key);
+	return err;
+}
+
+/* An integer in [min, max], max at most 2^53. */
+static int get_int(struct reader *r, const cJSON *obj, const char *where, const char *key,
+                   double min, double max, double *out)
+{
+	const cJSON *it;
+	int err = get(r, obj, where, key, &it);
+
+	if (err)
+		return err;
+	if (!cJSON_IsNumber(it))
+		return refuse(r, "%s%s%s: expected a number", where, dot(where), key);
+	if (!(it->valuedouble >= min && it->valuedouble <= max) ||
+	    it->valuedouble != floor(it->valuedouble))
+		return refuse(r, "%s%s%s: expected an integer in [%.0f, %.0f], got %.17g", where,
+		              dot(where), key, min, max, it->valuedouble);
+	*out = it->valuedouble;
+	return 0;
+}
+
+static int get_u64(struct reader *r, const cJSON *obj, const char *where, const char *key,
+                   uint64_t *out)
+{
+	double v;
+	int err = get_int(r, obj, where, key, 0, MAX_EXACT - 1, &v);
+
+	if (!err)
+		*out = (uint64_t)v;
+	return err;
+}
+
+static int get_u32(struct reader *r, const cJSON *obj, const char *where, const char *key,
+                   uint32_t *out)
+{
+	double v;
+	int err = get_int(r, obj, where, key, 0, UINT32_MAX, &v);
+
+	if (!err)
+		*out = (uint32_t)v;
+	return err;
+}
+
+/* An index: -1 (none) up to max. */
+static int get_index(struct reader *r, const cJSON *obj, const char *where, const char *key,
+                     double max, int32_t *out)
+{
+	double v;
+	int err = get_int(r, obj, where, key, -1, max, &v);
+
+	if (!err)
+		*out = (int32_t)v;
+	return err;
+}
+
+/* null (unknown: -1) or a non-negative int32. */
+static int get_opt_int(struct reader *r, const cJSON *obj, const char *where, const char *key,
+                       int32_t *out)
+{
+	const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+	double v;
+	int err;
+
+	if (cJSON_IsNull(it)) {
+		*out = -1;
+		return 0;
+	}
+	err = get_int(r, obj, where, key, 0, INT32_MAX, &v);
+	if (err == -EINVAL && it && !cJSON_IsNumber(it))
+		return refuse(r, "%s%s%s: expected a number or null", where, dot(where), key);
+	if (!err)
+		*out = (int32_t)v;
+	return err;
+}
+
+static int get_string(struct reader *r, const cJSON *obj, const char *where, const char *key,
+                      char **out)
+{
+	const cJSON *it;
+	int err = get(r, obj, where, key, &it);
+
+	if (err)
+		return err;
+	if (!cJSON_IsString(it))
+		return refuse(r, "%s%s%s: expected a string", where, dot(where), key);
+	*out = strdup(it->valuestring);
+	return *out ? 0 : -ENOMEM;
+}
+
+static int get_bool(struct reader *r, const cJSON *obj, const char *where, const char *key,
+                    bool *out)
+{
+	const cJSON *it;
+	int err = get(r, obj, where, key, &it);
+
+	if (err)
+		return err;
+	if (!cJSON_IsBool(it))
+		return refuse(r, "%s%s%s: expected true or false", where, dot(where), key);
+	*out = cJSON_IsTrue(it);
+	return 0;
+}
+
+/* One of names[0..n): its index. */
+static int get_name(struct reader *r, const cJSON *obj, const char *where, const char *key,
+                    const char *(*name)(int), int n, int *out)
+{
+	const cJSON *it;
+	int err = get(r, obj, where, key, &it);
+
+	if (err)
+		return err;
+	if (!cJSON_IsString(it))
+		return refuse(r, "%s%s%s: expected a string", where, dot(where), key);
+	for (int i = 0; i < n; i++)
+		if (!strcmp(name(i), it->valuestring)) {
+			*out = i;
+			return 0;
+		}
+	return refuse(r, "%s%s%s: unknown value \"%.40s\"", where, dot(where), key,
+	              it->valuestring);
+}
+
+static const char *source_name(int i)
+{
+	return lynx_profile_source_name((enum lynx_profile_source)i);
+}
+
+static const char *window_kind_name(int i)
+{
+	return lynx_profile_window_kind_name((enum lynx_profile_window_kind)i);
+}
+
+static int get_time(struct reader *r, const cJSON *obj, const char *where, const char *key,
+                    struct lynx_profile_time *t)
+{
+	const cJSON *o;
+	struct path p;
+	int source, err = get_object(r, obj, where, key, &o);
+
+	if (err)
+		return err;
+	at(&p, "%s%s%s", where, dot(where), key);
+	memset(t, 0, sizeof(*t));
+	err = get_name(r, o, p.buf, "source", source_name, LYNX_PROFILE_SOURCE_COUNT, &source);
+	if (err)
+		return err;
+	t->source = (enum lynx_profile_source)source;
+	if (t->source == LYNX_PROFILE_SOURCE_UNKNOWN)
+		return 0;
+	if ((err = get_u64(r, o, p.buf, "ns", &t->ns)) ||
+	    (err = get_u64(r, o, p.buf, "min_ns", &t->min_ns)) ||
+	    (err = get_u64(r, o, p.buf, "max_ns", &t->max_ns)) ||
+	    (err = get_u32(r, o, p.buf, "samples", &t->samples)))
+		return err;
+	if (t->min_ns > t->ns || t->ns > t->max_ns)
+		return refuse(r, "%s: expected min_ns <= ns <= max_ns", p.buf);
+	return 0;
+}
+
+static int read_kernels(struct reader *r, const cJSON *obj, const char *where, const char *key,
+                        struct lynx_profile_kernels *k)
+{
+	const cJSON *arr, *it;
+	int err = get_array(r, obj, where, key, &arr);
+	size_t i = 0;
+
+	if (err)
+		return err;
+	k->count = (size_t)cJSON_GetArraySize(arr);
+	k->name = k->count ? calloc(k->count, sizeof(*k->name)) : NULL;
+	if (k->count && !k->name) {
+		k->count = 0;
+		return -ENOMEM;
+	}
+	cJSON_ArrayForEach(it, arr)
+	{
+		if (!cJSON_IsString(it))
+			return refuse(r, "%s.%s[%zu]: expected a string", where, key, i);
+		k->name[i] = strdup(it->valuestring);
+		if (!k->name[i])
+			return -ENOMEM;
+		i++;
+	}
+	return 0;
+}
+
+static int read_layer(struct reader *r, const cJSON *o, size_t i, struct lynx_profile_layer *l)
+{
+	struct path p, pk;
+	const cJSON *k;
+	double index;
+	int err;
+
+	at(&p, "layers[%zu]", i);
+	if (!cJSON_IsObject(o))
+		return refuse(r, "%s: expected an object", p.buf);
+	if ((err = get_int(r, o, p.buf, "index", 0, MAX_EXACT - 1, &index)))
+		return err;
+	if (index != (double)i)
+		return refuse(r, "%s.index: expected %zu, got %.0f", p.buf, i, index);
+	if ((err = get_time(r, o, p.buf, "forward", &l->forward)) ||
+	    (err = get_time(r, o, p.buf, "backward", &l->backward)) ||
+	    (err = get_u64(r, o, p.buf, "saved_bytes", &l->saved_bytes)) ||
+	    (err = get_object(r, o, p.buf, "kernels", &k)))
+		return err;
+	at(&pk, "%s.kernels", p.buf);
+	if ((err = read_kernels(r, k, pk.buf, "forward", &l->fwd_kernels)))
+		return err;
+	return read_kernels(r, k, pk.buf, "backward", &l->bwd_kernels);
+}
+
+static int read_group(struct reader *r, const cJSON *o, size_t i, size_t layers,
+                      struct lynx_profile_group *g)
+{
+	struct path p;
+	int err;
+
+	at(&p, "groups[%zu]", i);
+	if (!cJSON_IsObject(o))
+		return refuse(r, "%s: expected an object", p.buf);
+	if ((err = get_u32(r, o, p.buf, "layer", &g->layer)) ||
+	    (err = get_u64(r, o, p.buf, "bytes", &g->bytes)) ||
+	    (err = get_index(r, o, p.buf, "producer", INT32_MAX, &g->producer)) ||
+	    (err = get_index(r, o, p.buf, "first_consumer", INT32_MAX, &g->first_consumer)) ||
+	    (err = get_index(r, o, p.buf, "last_consumer", INT32_MAX, &g->last_consumer)))
+		return err;
+	if (g->layer >= layers)
+		return refuse(r, "%s.layer: %u is not one of the %zu layers", p.buf, g->layer,
+		              layers);
+	return 0;
+}
+
+static int read_window(struct reader *r, const cJSON *o, size_t i, const struct lynx_profile *pr,
+                       struct lynx_profile_window *w)
+{
+	struct path p;
+	int kind, err;
+
+	at(&p, "windows[%zu]", i);
+	if (!cJSON_IsObject(o))
+		return refuse(r, "%s: expected an object", p.buf);
+	if ((err = get_name(r, o, p.buf, "kind", window_kind_name, LYNX_PROFILE_WINDOW_KIND_COUNT,
+	                    &kind)))
+		return err;
+	w->kind = (enum lynx_profile_window_kind)kind;
+	if ((err = get_string(r, o, p.buf, "call", &w->call)) ||
+	    (err = get_u32(r, o, p.buf, "comm", &w->comm)) ||
+	    (err = get_index(r, o, p.buf, "peer", INT32_MAX, &w->peer)) ||
+	    (err = get_u64(r, o, p.buf, "count", &w->count)) ||
+	    (err = get_u64(r, o, p.buf, "bytes", &w->bytes)) ||
+	    (err = get_index(r, o, p.buf, "microbatch", (double)pr->microbatches - 1,
+	                     &w->microbatch)) ||
+	    (err = get_index(r, o, p.buf, "layer", (double)pr->layer_count - 1, &w->layer)) ||
+	    (err = get_index(r, o, p.buf, "ordinal", INT32_MAX, &w->ordinal)) ||
+	    (err = get_index(r, o, p.buf, "kernel", INT32_MAX, &w->kernel)) ||
+	    (err = get_u64(r, o, p.buf, "offset_ns", &w->offset_ns)) ||
+	    (err = get_time(r, o, p.buf, "duration", &w->duration)) ||
+	    (err = get_time(r, o, p.buf, "idle", &w->idle)))
+		return err;
+	return 0;
+}
+
+static int read_memory(struct reader *r, const cJSON *root, struct lynx_profile_memory *m)
+{
+	const cJSON *o, *a;
+	int source, err = get_object(r, root, "", "memory", &o);
+
+	if (err ||
+	    (err = get_name(r, o, "memory", "source", source_name, LYNX_PROFILE_SOURCE_COUNT,
+	                    &source)) ||
+	    (err = get_u64(r, o, "memory", "peak_bytes", &m->peak_bytes)) ||
+	    (err = get_u64(r, o, "memory", "buffers", &m->buffers)) ||
+	    (err = get_object(r, o, "memory", "at_peak", &a)))
+		return err;
+	m->source = (enum lynx_profile_source)source;
+	for (int c = 0; c < LYNX_PROFILE_MEMORY_CLASS_COUNT; c++)
+		if ((err = get_u64(r, a, "memory.at_peak", lynx_profile_memory_class_name(c),
+		                   &m->at_peak[c])))
+			return err;
+	return 0;
+}
+
+/* The array at key: its size, and a calloc'ed array of n elements of size bytes. */
+static int alloc_array(struct reader *r, const cJSON *root, const char *key, size_t size,
+                       const cJSON **arr, void **out, size_t *n)
+{
+	int err = get_array(r, root, "", key, arr);
+
+	if (err)
+		return err;
+	*n = (size_t)cJSON_GetArraySize(*arr);
+	*out = *n ? calloc(*n, size) : NULL;
+	if (*n && !*out) {
+		*n = 0;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static int read_profile(struct reader *r, const cJSON *root, struct lynx_profile *p)
+{
+	const cJSON *o, *arr, *it;
+	double version, pid;
+	char *format = NULL;
+	size_t i;
+	int err;
+
+	if (!cJSON_IsObject(root))
+		return refuse(r, "the document is not a JSON object");
+	if ((err = get_string(r, root, "", "format", &format)))
+		return err;
+	if (strcmp(format, LYNX_PROFILE_FORMAT)) {
+		err = refuse(r, "format: expected \"%s\", got \"%.40s\"", LYNX_PROFILE_FORMAT,
+		             format);
+		free(format);
+		return err;
+	}
+	free(format);
+	if ((err = get_int(r, root, "", "version", 0, INT32_MAX, &version)))
+		return err;
+	if (version != LYNX_PROFILE_VERSION)
+		return refuse(r, "version: %.0f is not supported (this reader knows %s version %d)",
+		              version, LYNX_PROFILE_FORMAT, LYNX_PROFILE_VERSION);
+	if ((err = get_opt_int(r, root, "", "rank", &p->rank)) ||
+	    (err = get_opt_int(r, root, "", "world", &p->world)))
+		return err;
+	if ((err = get_object(r, root, "", "environment", &o)) ||
+	    (err = get_int(r, o, "environment", "pid", 0, INT32_MAX, &pid)) ||
+	    (err = get_string(r, o, "environment", "gpu", &p->env.gpu)) ||
+	    (err = get_string(r, o, "environment", "driver", &p->env.driver)) ||
+	    (err = get_string(r, o, "environment", "nccl", &p->env.nccl)))
+		return err;
+	p->env.pid = (int32_t)pid;
+	if ((err = get_object(r, root, "", "iteration", &o)) ||
+	    (err = get_u64(r, o, "iteration", "period_tokens", &p->iteration.period_tokens)) ||
+	    (err = get_u32(r, o, "iteration", "count", &p->iteration.count)) ||
+	    (err = get_u64(r, o, "iteration", "prefix_events", &p->iteration.prefix_events)) ||
+	    (err = get_u64(r, o, "iteration", "events", &p->iteration.events)) ||
+	    (err = get_time(r, o, "iteration", "time", &p->iteration.time)))
+		return err;
+	if ((err = get_u32(r, root, "", "microbatches", &p->microbatches)) ||
+	    (err = get_bool(r, root, "", "rerun", &p->rerun)))
+		return err;
+
+	if ((err = alloc_array(r, root, "layers", sizeof(*p->layers), &arr, (void **)&p->layers,
+	                       &p->layer_count)))
+		return err;
+	i = 0;
+	cJSON_ArrayForEach(it, arr)
+	{
+		if ((err = read_layer(r, it, i, &p->layers[i])))
+			return err;
+		i++;
+	}
+	if ((err = alloc_array(r, root, "groups", sizeof(*p->groups), &arr, (void **)&p->groups,
+	                       &p->group_count)))
+		return err;
+	i = 0;
+	cJSON_ArrayForEach(it, arr)
+	{
+		if ((err = read_group(r, it, i, p->layer_count, &p->groups[i])))
+			return err;
+		i++;
+	}
+	if ((err = alloc_array(r, root, "windows", sizeof(*p->windows), &arr, (void **)&p->windows,
+	                       &p->window_count)))
+		return err;
+	i = 0;
+	cJSON_ArrayForEach(it, arr)
+	{
+		if ((err = read_window(r, it, i, p, &p->windows[i])))
+			return err;
+		i++;
+	}
+	return read_memory(r, root, &p->memory);
+}
+
+/* Whether text ends inside a string, an object or an array: a truncated document. A
+ * corruption that drops a closing bracket looks the same; the message gives cJSON's offset
+ * either way. */
+static bool unclosed(const char *text, size_t len)
+{
+	bool in_string = false;
+	long depth = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		char c = text[i];
+		if (in_string) {
+			if (c == '\\')
+				i++;
+			else if (c == '"')
+				in_string = false;
+		} else if (c == '"') {
+			in_string = true;
+		} else if (c == '{' || c == '[') {
+			depth++;
+		} else if ((c == '}' || c == ']') && --depth < 0) {
+			return false;
+		}
+	}
+	return in_string || depth > 0;
+}
+
+/* Where cJSON stopped, as "byte N (line L, column C)", and whether the text ends early. */
+static int refuse_syntax(struct reader *r, const char *text, size_t len, size_t offset)
+{
+	size_t line = 1, col = 1;
+
+	for (size_t i = 0; i < offset && i < len; i++) {
+		if (text[i] == '\n') {
+			line++;
+			col = 1;
+		} else {
+			col++;
+		}
+	}
+	if (unclosed(text, len))
+		return refuse(r,
+		              "not valid JSON: the text ends early (after %zu bytes, inside an "
+		              "unclosed string, object or array); parsing stopped at byte %zu "
+		              "(line %zu, column %zu)",
+		              len, offset, line, col);
+	return refuse(r, "not valid JSON: parsing stopped at byte %zu (line %zu, column %zu)",
+	              offset, line, col);
+}
+
+int lynx_profile_from_json(const char *text, size_t len, struct lynx_profile *out, char *why,
+                           size_t why_len)
+{
+	struct reader r = {why, why_len};
+	const char *end = NULL, *nul = memchr(text, '\0', len);
+	char *copy;
+	cJSON *root;
+	int err;
+
+	memset(out, 0, sizeof(*out));
+	out->rank = out->world = -1;
+	if (nul)
+		return refuse(&r, "not valid JSON: a NUL byte at byte %zu", (size_t)(nul - text));
+	copy = malloc(len + 1);
+	if (!copy)
+		return -ENOMEM;
+	memcpy(copy, text, len);
+	copy[len] = '\0';
+	root = cJSON_ParseWithOpts(copy, &end, true);
+	if (!root) {
+		err = refuse_syntax(&r, copy, len, end && end >= copy ? (size_t)(end - copy) : 0);
+		free(copy);
+		return err;
+	}
+	free(copy);
+	err = read_profile(&r, root, out);
+	cJSON_Delete(root);
+	if (err)
+		lynx_profile_free(out);
+	return err;
+}
+
+int lynx_profile_read(const char *path, struct lynx_profile *out, char *why, size_t why_len)
+{
+	FILE *f = fopen(path, "rb");
+	char *text = NULL;
+	size_t len = 0, cap = 0, n;
+	int err;
+
+	memset(out, 0, sizeof(*out));
+	if (!f)
+		return -errno;
+	do {
+		if (cap - len < 65536) {
+			char *t = realloc(text, cap + 65536 + cap / 2);
+			if (!t) {
+				free(text);
+				fclose(f);
+				return -ENOMEM;
+			}
+			text = t;
+			cap += 65536 + cap / 2;
+		}
+		n = fread(text + len, 1, cap - len, f);
+		len += n;
+	} while (n);
+	err = ferror(f) ? -EIO : 0;
+	fclose(f);
+	if (!err)
+		err = lynx_profile_from_json(text ? text : "", len, out, why, why_len);
+	free(text);
+	return err;
+}

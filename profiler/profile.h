@@ -1,0 +1,185 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Lynx's profile: what one rank learned about its training iteration, in memory and as the
+ * versioned JSON file ("format": "lynx-profile", "version": 1) that profiling-only mode
+ * writes and the planners read. This module is the format's one writer and one reader;
+ * profile.c describes every key. build.h fills a profile from a trace.
+ *
+ * Every time carries its source: "host" (spans between host-side call returns, what a
+ * LYNX_EVENTS dump knows), "device" (GPU event timing, once the shim records it) or
+ * "unknown" (no number at all: nothing pretends). Integer indices use -1 for "none", as
+ * policy/problem.h does.
+ *
+ * Ownership: a struct lynx_profile owns its arrays and strings (malloc'ed); release with
+ * lynx_profile_free. A profile is read-only once built: any number of threads may read it.
+ */
+#ifndef LYNX_PROF_PROFILE_H
+#define LYNX_PROF_PROFILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define LYNX_PROFILE_FORMAT "lynx-profile"
+#define LYNX_PROFILE_VERSION 1 /* the major version: a reader refuses any other */
+
+/* Where a time comes from: X(ID, name). */
+#define LYNX_PROFILE_SOURCES(X) \
+	X(UNKNOWN, "unknown")   \
+	X(HOST, "host")         \
+	X(DEVICE, "device")
+
+enum lynx_profile_source {
+#define LYNX_PROFILE_SOURCE_ENUM(id, name) LYNX_PROFILE_SOURCE_##id,
+	LYNX_PROFILE_SOURCES(LYNX_PROFILE_SOURCE_ENUM)
+#undef LYNX_PROFILE_SOURCE_ENUM
+	        LYNX_PROFILE_SOURCE_COUNT
+};
+
+/*
+ * What an NCCL call is to the compute stream: X(ID, name). The names shared with
+ * policy/problem.h's window kinds mean the same: tp_fwd/tp_bwd (a collective inside a
+ * layer's forward/backward segment), pp_recv_fwd (activations received before a forward),
+ * pp_recv_bwd (gradients received before a backward), dp_grad (a collective after the
+ * iteration's last backward, not on a tensor-parallel communicator). The sends are the
+ * other side of the pipeline's transfers; other is everything else (the embedding's or the
+ * loss's collectives, set-up).
+ */
+#define LYNX_PROFILE_WINDOW_KINDS(X)  \
+	X(TP_FWD, "tp_fwd")           \
+	X(TP_BWD, "tp_bwd")           \
+	X(PP_RECV_FWD, "pp_recv_fwd") \
+	X(PP_RECV_BWD, "pp_recv_bwd") \
+	X(PP_SEND_FWD, "pp_send_fwd") \
+	X(PP_SEND_BWD, "pp_send_bwd") \
+	X(DP_GRAD, "dp_grad")         \
+	X(OTHER, "other")
+
+enum lynx_profile_window_kind {
+#define LYNX_PROFILE_WINDOW_ENUM(id, name) LYNX_PROFILE_WINDOW_##id,
+	LYNX_PROFILE_WINDOW_KINDS(LYNX_PROFILE_WINDOW_ENUM)
+#undef LYNX_PROFILE_WINDOW_ENUM
+	        LYNX_PROFILE_WINDOW_KIND_COUNT
+};
+
+/* The memory classes of profiler/lifetime.h, by name: X(ID, name). */
+#define LYNX_PROFILE_MEMORY_CLASSES(X) \
+	X(WEIGHT, "weight")            \
+	X(SAVED, "saved_activation")   \
+	X(WORKSPACE, "workspace")      \
+	X(TEMPORARY, "temporary")      \
+	X(OTHER, "other")
+
+enum lynx_profile_memory_class {
+#define LYNX_PROFILE_MEMORY_ENUM(id, name) LYNX_PROFILE_MEMORY_##id,
+	LYNX_PROFILE_MEMORY_CLASSES(LYNX_PROFILE_MEMORY_ENUM)
+#undef LYNX_PROFILE_MEMORY_ENUM
+	        LYNX_PROFILE_MEMORY_CLASS_COUNT
+};
+
+/* A measured duration: the median of samples, their range, and the source. With source
+ * UNKNOWN the numbers are 0 and not written. */
+struct lynx_profile_time {
+	enum lynx_profile_source source;
+	uint64_t ns, min_ns, max_ns;
+	uint32_t samples;
+};
+
+/* A list of kernel names, in launch order. */
+struct lynx_profile_kernels {
+	char **name;
+	size_t count;
+};
+
+struct lynx_profile_layer {
+	struct lynx_profile_time forward, backward;
+	struct lynx_profile_kernels fwd_kernels, bwd_kernels; /* one micro-batch's segment */
+	uint64_t saved_bytes; /* saved activations, the largest over micro-batches */
+};
+
+/* A place in a layer's segment: before kernel `kernel` (0-based count of the program's
+ * launches in the segment before it); -1: outside the segment (a layer input, ...). */
+struct lynx_profile_group {
+	uint32_t layer;
+	uint64_t bytes;
+	int32_t producer;       /* forward kernel that first touched it; -1: the layer's input */
+	int32_t first_consumer; /* first backward kernel that touches it; -1: none seen */
+	int32_t last_consumer;  /* last backward kernel that touches it; -1: none seen */
+};
+
+struct lynx_profile_window {
+	enum lynx_profile_window_kind kind;
+	char *call;         /* the NCCL function, e.g. "ncclAllReduce" */
+	uint32_t comm;      /* communicator, numbered by first use in the trace */
+	int32_t peer;       /* point-to-point peer; -1 for collectives */
+	uint64_t count;     /* elements, as the call passed them */
+	uint64_t bytes;     /* count times the datatype's size; 0 for an unknown datatype */
+	int32_t microbatch; /* of the adjacent layer segment; -1: none */
+	int32_t layer;      /* tp_*: the layer; -1 for the others */
+	int32_t ordinal;    /* tp_*: the collective's rank among the segment's; -1 otherwise */
+	int32_t kernel;     /* tp_*: launches of the segment before it; -1 otherwise */
+	uint64_t offset_ns; /* host time of the call from the iteration's start */
+	struct lynx_profile_time duration, idle; /* idle: the compute stream's idle time */
+};
+
+struct lynx_profile_memory {
+	enum lynx_profile_source source;                   /* HOST: from the allocation calls */
+	uint64_t peak_bytes;                               /* most live device bytes at once */
+	uint64_t at_peak[LYNX_PROFILE_MEMORY_CLASS_COUNT]; /* live bytes by class then */
+	uint64_t buffers;                                  /* allocations counted */
+};
+
+struct lynx_profile {
+	int32_t rank, world; /* -1: unknown (written as null) */
+	struct {
+		int32_t pid;
+		char *gpu, *driver, *nccl; /* "unknown" until the shim records them */
+	} env;
+	struct {
+		uint64_t period_tokens; /* work signatures per iteration (period.h) */
+		uint32_t count;         /* identical iterations found */
+		uint64_t prefix_events; /* events before the first one */
+		uint64_t events;        /* events of the iteration windows describe (the last) */
+		struct lynx_profile_time time;
+	} iteration;
+	uint32_t microbatches;
+	bool rerun; /* each backward reruns its forward (full recompute was on) */
+	struct lynx_profile_layer *layers;
+	size_t layer_count;
+	struct lynx_profile_group *groups; /* by layer, then allocation order */
+	size_t group_count;
+	struct lynx_profile_window *windows; /* one iteration's NCCL calls, in call order */
+	size_t window_count;
+	struct lynx_profile_memory memory;
+};
+
+/* The profile as JSON text (malloc'ed, ends in a newline), or NULL when out of memory. */
+char *lynx_profile_to_json(const struct lynx_profile *p);
+
+/*
+ * Writes the profile to path atomically: a temporary file in the same directory, flushed,
+ * then renamed over path. Returns 0, -ENOMEM or -errno (the temporary file is removed).
+ */
+int lynx_profile_write(const struct lynx_profile *p, const char *path);
+
+/*
+ * Reads a profile from text[0..len) (no NUL needed). Returns 0; -EINVAL with one sentence
+ * in why naming the field's path ("layers[3].forward.ns: ...") or, for text that is not
+ * JSON, the byte offset where parsing stopped; -ENOMEM. On failure out holds nothing to
+ * free. Unknown keys are ignored (a minor version may add some); another major version is
+ * refused.
+ */
+int lynx_profile_from_json(const char *text, size_t len, struct lynx_profile *out, char *why,
+                           size_t why_len);
+
+/* Reads the file at path; as lynx_profile_from_json, or -errno when it cannot be read. */
+int lynx_profile_read(const char *path, struct lynx_profile *out, char *why, size_t why_len);
+
+void lynx_profile_free(struct lynx_profile *p);
+
+/* Names of the enums above; NULL when out of range. */
+const char *lynx_profile_source_name(enum lynx_profile_source s);
+const char *lynx_profile_window_kind_name(enum lynx_profile_window_kind k);
+const char *lynx_profile_memory_class_name(enum lynx_profile_memory_class c);
+
+#endif /* LYNX_PROF_PROFILE_H */

@@ -1,0 +1,225 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * policy/opt: Lynx's OPT planner solves small stages to a 1% gap within its time limit, fits
+ * by the checker's count, carries the checker's numbers, is never slower than HEU, falls back
+ * to HEU's plan (and says so) without CBC, and its gap survives the plan's JSON.
+ */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "checker.h"
+#include "opt.h"
+#include "planner.h"
+
+#define LIMIT_S 4.0
+/* CBC checks its limit between phases: the MIP start's repair and the root may overrun it. */
+#define OVERRUN_S (1.5 * LIMIT_S + 2)
+
+struct job {
+	const char *gpt, *cluster;
+	uint32_t t, p;
+};
+
+static void build(const struct job *j, uint64_t budget, struct lynx_problem *p)
+{
+	struct lynx_model_desc m;
+	struct lynx_problem_options opt = {.budget_bytes = budget};
+	char why[256] = "";
+
+	lynx_preset_fill_model(lynx_preset_find_gpt(j->gpt), &m);
+	m.tp = j->t;
+	m.pp = j->p;
+	m.dp = 1;
+	m.micro_batch = 1;
+	m.global_batch = 16;
+	m.sp = false;
+	if (lynx_problem_from_model(&m, lynx_preset_find_cluster(j->cluster), &opt, p, why,
+	                            sizeof(why)))
+		fail_msg("problem refused: %s", why);
+}
+
+static uint64_t max_peak(const struct lynx_plan *plan)
+{
+	uint64_t max = 0;
+
+	for (uint32_t s = 0; s < plan->n_stages; s++)
+		max = plan->stages[s].peak_bytes > max ? plan->stages[s].peak_bytes : max;
+	return max;
+}
+
+/* The checker's step time of planner `name` on p; its largest peak in *peak. */
+static double step_of(const struct lynx_problem *p, const char *name, uint64_t *peak)
+{
+	struct lynx_plan plan;
+	char why[256] = "";
+	double step;
+
+	if (lynx_planner_run(lynx_planner_find(name), p, &plan, why, sizeof(why)))
+		fail_msg("%s refused: %s", name, why);
+	step = plan.step_time_s;
+	if (peak)
+		*peak = max_peak(&plan);
+	lynx_plan_free(&plan);
+	return step;
+}
+
+/*
+ * A budget that forces recomputation: 40% of the way from full recomputation's peak to
+ * keeping everything.
+ */
+static uint64_t tight_budget(const struct job *j)
+{
+	struct lynx_problem p;
+	uint64_t none, full;
+
+	build(j, 0, &p);
+	step_of(&p, "none", &none);
+	step_of(&p, "full", &full);
+	lynx_problem_free(&p);
+	return full + (none - full) * 2 / 5;
+}
+
+/* Solves job j; checks the plan against the checker and HEU. */
+static void solve_and_check(const struct job *j)
+{
+	struct lynx_opt_options o = {.time_limit_s = LIMIT_S};
+	struct lynx_opt_report rep;
+	struct lynx_problem p;
+	struct lynx_plan plan;
+	struct lynx_checker_result r;
+	char why[256] = "";
+	double heu, dtr;
+
+	build(j, tight_budget(j), &p);
+	heu = step_of(&p, "heu", NULL);
+	dtr = step_of(&p, "dtr", NULL);
+	if (lynx_opt_plan(&p, &o, &plan, &rep, why, sizeof(why)))
+		fail_msg("opt refused: %s", why);
+	if (lynx_checker_replay(&p, &plan, &r, why, sizeof(why)))
+		fail_msg("the checker refused OPT's plan: %s", why);
+	printf("# %s %s t=%u p=%u budget %.2f GiB: dtr %.4f heu %.4f opt %.4f (milp %.4f) s, "
+	       "heu +%.2f%% over opt, gap %.3f%%, solve %.2f s, rounds %u%s\n",
+	       j->gpt, j->cluster, j->t, j->p, p.budget_bytes / 1073741824.0, dtr, heu,
+	       plan.step_time_s, rep.milp_step_s, 100 * (heu / plan.step_time_s - 1), 100 * rep.gap,
+	       rep.solve_s, rep.rounds, rep.used_heu ? " (HEU's plan)" : "");
+	assert_true(rep.solved);
+	assert_true(rep.gap <= 0.01);
+	assert_true(rep.solve_s <= rep.rounds * p.n_stages * (LIMIT_S + OVERRUN_S));
+	assert_true(r.fits);
+	assert_true(plan.fits);
+	assert_true(plan.step_time_s == r.step_time_s);
+	for (uint32_t s = 0; s < p.n_stages; s++)
+		assert_true(plan.stages[s].peak_bytes == r.peak_bytes[s]);
+	assert_true(plan.step_time_s <= heu);
+	assert_true(rep.heu_step_s == heu);
+	if (!rep.used_heu)
+		assert_true(fabs(plan.gap - rep.gap) < 1e-12);
+	lynx_checker_free(&r);
+	lynx_plan_free(&plan);
+	lynx_problem_free(&p);
+}
+
+static void test_opt_solves_small_nvlink_stages(void **state)
+{
+	static const struct job jobs[] = {
+	        {"gpt-1.3b", "a100-nvlink", 8, 2},
+	        {"gpt-1.3b", "a100-nvlink", 8, 4},
+	        {"gpt-2.7b", "a100-nvlink", 8, 2},
+	        {"gpt-2.7b", "a100-nvlink", 8, 4},
+	};
+
+	for (size_t i = 0; i < sizeof(jobs) / sizeof(jobs[0]); i++)
+		solve_and_check(&jobs[i]);
+}
+
+static void test_opt_solves_small_pcie_stages(void **state)
+{
+	static const struct job jobs[] = {
+	        {"gpt-1.3b", "a100-pcie", 8, 2},
+	        {"gpt-1.3b", "a100-pcie", 8, 4},
+	        {"gpt-2.7b", "a100-pcie", 8, 2},
+	        {"gpt-2.7b", "a100-pcie", 8, 4},
+	};
+
+	for (size_t i = 0; i < sizeof(jobs) / sizeof(jobs[0]); i++)
+		solve_and_check(&jobs[i]);
+}
+
+/* Without CBC, OPT returns HEU's plan and says why. */
+static void test_opt_without_cbc_returns_heus_plan(void **state)
+{
+	static const struct job j = {"gpt-1.3b", "a100-nvlink", 8, 2};
+	struct lynx_opt_options o = {.time_limit_s = LIMIT_S, .library = "libLynxNoSuchCbc.so"};
+	struct lynx_opt_report rep;
+	struct lynx_problem p;
+	struct lynx_plan plan;
+	char why[256] = "";
+
+	build(&j, tight_budget(&j), &p);
+	assert_int_equal(lynx_opt_plan(&p, &o, &plan, &rep, why, sizeof(why)), 0);
+	assert_true(rep.used_heu);
+	assert_false(rep.solved);
+	assert_true(isnan(plan.gap));
+	assert_non_null(strstr(plan.note, "CBC is not available"));
+	assert_true(plan.step_time_s == step_of(&p, "heu", NULL));
+	lynx_plan_free(&plan);
+	lynx_problem_free(&p);
+}
+
+/* The gap and the note are written to the plan's JSON and read back; plans without stay so. */
+static void test_opt_gap_survives_json(void **state)
+{
+	static const struct job j = {"gpt-1.3b", "a100-nvlink", 8, 4};
+	struct lynx_opt_options o = {.time_limit_s = LIMIT_S};
+	struct lynx_problem p;
+	struct lynx_plan plan, back, heu;
+	char why[256] = "", *text;
+
+	build(&j, tight_budget(&j), &p);
+	assert_int_equal(lynx_opt_plan(&p, &o, &plan, NULL, why, sizeof(why)), 0);
+	plan.gap = 0.0025;
+	snprintf(plan.note, sizeof(plan.note), "a note");
+	text = lynx_plan_to_json(&plan, &p);
+	assert_non_null(text);
+	assert_non_null(strstr(text, "\"gap\""));
+	if (lynx_plan_from_json(text, &p, &back, why, sizeof(why)))
+		fail_msg("reading OPT's plan back: %s", why);
+	assert_true(back.gap == 0.0025);
+	assert_string_equal(back.note, "a note");
+	free(text);
+	lynx_plan_free(&back);
+
+	if (lynx_planner_run(lynx_planner_find("heu"), &p, &heu, why, sizeof(why)))
+		fail_msg("heu refused: %s", why);
+	text = lynx_plan_to_json(&heu, &p);
+	assert_non_null(text);
+	assert_null(strstr(text, "\"gap\""));
+	assert_null(strstr(text, "\"note\""));
+	assert_int_equal(lynx_plan_from_json(text, &p, &back, why, sizeof(why)), 0);
+	assert_true(isnan(back.gap));
+	free(text);
+	lynx_plan_free(&back);
+	lynx_plan_free(&heu);
+	lynx_plan_free(&plan);
+	lynx_problem_free(&p);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_opt_solves_small_nvlink_stages),
+	        cmocka_unit_test(test_opt_solves_small_pcie_stages),
+	        cmocka_unit_test(test_opt_without_cbc_returns_heus_plan),
+	        cmocka_unit_test(test_opt_gap_survives_json),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,505 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The profile (profiler/profile.c, profiler/build.c): built from tinytrain's real traces
+ * (pp2 tp2 L8 M4: L/pp layers per stage, host-timed; TP all-reduces and PP sends/receives as
+ * windows with the right kinds and counts per iteration; dp2: the gradient reductions); the
+ * JSON round trip (write -> read -> write gives the same bytes, also through a file written
+ * atomically); truncated, corrupted and wrong-version files refused with the field's path or
+ * the byte offset, never a crash; `lynx profile` end to end.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "build.h"
+#include "profile.h"
+#include "record.h"
+
+static void count_kinds(const struct lynx_profile *p, size_t n[LYNX_PROFILE_WINDOW_KIND_COUNT])
+{
+	memset(n, 0, sizeof(size_t) * LYNX_PROFILE_WINDOW_KIND_COUNT);
+	for (size_t i = 0; i < p->window_count; i++)
+		n[p->windows[i].kind]++;
+}
+
+/* write -> read -> write: the same bytes, and the same numbers. */
+static void check_round_trip(const struct lynx_profile *p)
+{
+	struct lynx_profile back;
+	char why[256];
+	char *text = lynx_profile_to_json(p), *again;
+
+	assert_non_null(text);
+	if (lynx_profile_from_json(text, strlen(text), &back, why, sizeof(why)))
+		fail_msg("own output refused: %s", why);
+	again = lynx_profile_to_json(&back);
+	assert_non_null(again);
+	assert_string_equal(text, again);
+	assert_int_equal(back.layer_count, p->layer_count);
+	assert_int_equal(back.window_count, p->window_count);
+	assert_int_equal(back.group_count, p->group_count);
+	assert_int_equal(back.memory.peak_bytes, p->memory.peak_bytes);
+	assert_int_equal(back.rank, p->rank);
+	free(text);
+	free(again);
+	lynx_profile_free(&back);
+}
+
+static void check_stage(const struct lynx_profile *p, size_t layers, size_t microbatches)
+{
+	assert_int_equal(p->iteration.count, 2);
+	assert_int_equal(p->iteration.time.source, LYNX_PROFILE_SOURCE_HOST);
+	assert_true(p->iteration.time.ns > 0);
+	assert_int_equal(p->layer_count, layers);
+	assert_int_equal(p->microbatches, microbatches);
+	assert_false(p->rerun);
+	for (size_t k = 0; k < p->layer_count; k++) {
+		const struct lynx_profile_layer *l = &p->layers[k], *l0 = &p->layers[0];
+		assert_int_equal(l->forward.source, LYNX_PROFILE_SOURCE_HOST);
+		assert_int_equal(l->backward.source, LYNX_PROFILE_SOURCE_HOST);
+		assert_int_equal(l->forward.samples, 2 * microbatches);
+		assert_true(l->forward.min_ns <= l->forward.ns &&
+		            l->forward.ns <= l->forward.max_ns);
+		assert_true(l->forward.ns > 0 && l->backward.ns > 0);
+		/* Identical layers: the same kernels, named by the dump. */
+		assert_true(l->fwd_kernels.count > 0 && l->bwd_kernels.count > 0);
+		assert_int_equal(l->fwd_kernels.count, l0->fwd_kernels.count);
+		assert_int_equal(l->bwd_kernels.count, l0->bwd_kernels.count);
+		for (size_t i = 0; i < l->fwd_kernels.count; i++)
+			assert_string_equal(l->fwd_kernels.name[i], l0->fwd_kernels.name[i]);
+		assert_true(l->fwd_kernels.name[0][0] == 't'); /* tinytrain's "tt_..." */
+		assert_true(l->saved_bytes > 0);
+		assert_int_equal(l->saved_bytes, l0->saved_bytes);
+	}
+	uint64_t sum = 0;
+	for (int c = 0; c < LYNX_PROFILE_MEMORY_CLASS_COUNT; c++)
+		sum += p->memory.at_peak[c];
+	assert_int_equal(sum, p->memory.peak_bytes);
+	assert_true(p->memory.at_peak[LYNX_PROFILE_MEMORY_SAVED] > 0);
+	assert_true(p->group_count > 0);
+	for (size_t g = 0; g < p->group_count; g++) {
+		assert_true(p->groups[g].layer < layers);
+		assert_true(p->groups[g].bytes > 0);
+	}
+	for (size_t i = 0; i < p->window_count; i++) {
+		const struct lynx_profile_window *w = &p->windows[i];
+		assert_int_equal(w->idle.source, LYNX_PROFILE_SOURCE_UNKNOWN);
+		assert_int_equal(w->bytes, w->count * 4); /* tinytrain's floats */
+		assert_true(w->bytes > 0);
+		if (i)
+			assert_true(w->offset_ns >= p->windows[i - 1].offset_ns);
+	}
+}
+
+static void test_profile_pp2_tp2_layers_and_windows(void **state)
+{
+	struct recording rec;
+	int first_stage = 0, last_stage = 0;
+
+	(void)state;
+	assert_int_equal(record_tinytrain("--nproc 4 --pp 2 --tp 2 --layers 8 --microbatches 4 "
+	                                  "--steps 2",
+	                                  &rec),
+	                 0);
+	assert_int_equal(rec.ranks, 4);
+	for (int r = 0; r < rec.ranks; r++) {
+		struct lynx_prof_build_options opt = {r, 4};
+		struct lynx_profile p;
+		size_t n[LYNX_PROFILE_WINDOW_KIND_COUNT];
+		char why[256];
+
+		if (lynx_prof_build_profile(&rec.rank[r], &opt, &p, why, sizeof(why)))
+			fail_msg("pid %d: %s", rec.rank[r].pid, why);
+		check_stage(&p, 8 / 2, 4);
+		count_kinds(&p, n);
+		/* Megatron's two TP all-reduces per layer and direction, every micro-batch. */
+		assert_int_equal(n[LYNX_PROFILE_WINDOW_TP_FWD], 2 * 4 * 4);
+		assert_int_equal(n[LYNX_PROFILE_WINDOW_TP_BWD], 2 * 4 * 4);
+		assert_int_equal(n[LYNX_PROFILE_WINDOW_DP_GRAD], 0);
+		assert_int_equal(n[LYNX_PROFILE_WINDOW_OTHER], 0);
+		if (n[LYNX_PROFILE_WINDOW_PP_SEND_FWD]) { /* the first stage */
+			first_stage++;
+			assert_int_equal(n[LYNX_PROFILE_WINDOW_PP_SEND_FWD], 4);
+			assert_int_equal(n[LYNX_PROFILE_WINDOW_PP_RECV_BWD], 4);
+			assert_int_equal(n[LYNX_PROFILE_WINDOW_PP_RECV_FWD], 0);
+			assert_int_equal(n[LYNX_PROFILE_WINDOW_PP_SEND_BWD], 0);
+		} else {
+			last_stage++;
+			assert_int_equal(n[LYNX_PROFILE_WINDOW_PP_RECV_FWD], 4);
+			assert_int_equal(n[LYNX_PROFILE_WINDOW_PP_SEND_BWD], 4);
+			assert_int_equal(n[LYNX_PROFILE_WINDOW_PP_RECV_BWD], 0);
+		}
+		for (size_t i = 0; i < p.window_count; i++) {
+			const struct lynx_profile_window *w = &p.windows[i];
+			bool tp = w->kind == LYNX_PROFILE_WINDOW_TP_FWD ||
+			          w->kind == LYNX_PROFILE_WINDOW_TP_BWD;
+			assert_string_equal(
+			        w->call, tp ? "ncclAllReduce"
+			                 : w->kind == LYNX_PROFILE_WINDOW_PP_RECV_FWD ||
+			                                 w->kind == LYNX_PROFILE_WINDOW_PP_RECV_BWD
+			                         ? "ncclRecv"
+			                         : "ncclSend");
+			assert_true(w->microbatch >= 0 && w->microbatch < 4);
+			if (tp) {
+				assert_true(w->layer >= 0 && w->layer < 4);
+				assert_true(w->ordinal == 0 || w->ordinal == 1);
+				assert_true(w->kernel > 0);
+				assert_int_equal(w->peer, -1);
+			} else {
+				assert_int_equal(w->layer, -1);
+				assert_true(w->peer >= 0);
+			}
+		}
+		check_round_trip(&p);
+		lynx_profile_free(&p);
+	}
+	assert_int_equal(first_stage, 2);
+	assert_int_equal(last_stage, 2);
+	record_release(&rec);
+}
+
+static void test_profile_dp2_gradient_reductions(void **state)
+{
+	struct recording rec;
+
+	(void)state;
+	assert_int_equal(
+	        record_tinytrain("--nproc 2 --dp 2 --layers 6 --microbatches 2 --steps 2", &rec),
+	        0);
+	assert_int_equal(rec.ranks, 2);
+	for (int r = 0; r < rec.ranks; r++) {
+		struct lynx_profile p;
+		size_t n[LYNX_PROFILE_WINDOW_KIND_COUNT];
+		char why[256];
+
+		if (lynx_prof_build_profile(&rec.rank[r], NULL, &p, why, sizeof(why)))
+			fail_msg("pid %d: %s", rec.rank[r].pid, why);
+		check_stage(&p, 6, 2);
+		count_kinds(&p, n);
+		assert_true(n[LYNX_PROFILE_WINDOW_DP_GRAD] > 0);
+		assert_int_equal(n[LYNX_PROFILE_WINDOW_DP_GRAD], p.window_count);
+		assert_int_equal(p.rank, -1);
+		check_round_trip(&p);
+		lynx_profile_free(&p);
+	}
+	record_release(&rec);
+}
+
+/* A small profile by hand, with every optional form: unknown rank, device and unknown
+ * times, a group, two windows. */
+static char *kernel_list[] = {"k0", "k1"};
+
+static void small_profile(struct lynx_profile *p)
+{
+	static struct lynx_profile_layer layers[2];
+	static struct lynx_profile_group groups[1] = {{1, 4096, -1, 0, 1}};
+	static struct lynx_profile_window windows[2];
+
+	for (int i = 0; i < 2; i++)
+		layers[i] =
+		        (struct lynx_profile_layer){{LYNX_PROFILE_SOURCE_HOST, 100 + i, 90, 200, 4},
+		                                    {LYNX_PROFILE_SOURCE_DEVICE, 300, 300, 300, 1},
+		                                    {kernel_list, 2},
+		                                    {kernel_list, 1},
+		                                    1 << 20};
+	windows[0] = (struct lynx_profile_window){.kind = LYNX_PROFILE_WINDOW_TP_FWD,
+	                                          .call = "ncclAllReduce",
+	                                          .peer = -1,
+	                                          .count = 10,
+	                                          .bytes = 40,
+	                                          .microbatch = 1,
+	                                          .layer = 0,
+	                                          .ordinal = 0,
+	                                          .kernel = 1,
+	                                          .offset_ns = 5};
+	windows[1] = (struct lynx_profile_window){.kind = LYNX_PROFILE_WINDOW_PP_RECV_BWD,
+	                                          .call = "ncclRecv",
+	                                          .comm = 1,
+	                                          .peer = 3,
+	                                          .count = 2,
+	                                          .bytes = 4,
+	                                          .microbatch = 0,
+	                                          .layer = -1,
+	                                          .ordinal = -1,
+	                                          .kernel = -1,
+	                                          .offset_ns = 9,
+	                                          .idle = {LYNX_PROFILE_SOURCE_DEVICE, 7, 7, 7, 1}};
+	*p = (struct lynx_profile){
+	        .rank = -1,
+	        .world = 8,
+	        .env = {42, "H200", "unknown", "2.21.5"},
+	        .iteration = {10, 3, 7, 100, {LYNX_PROFILE_SOURCE_HOST, 5, 4, 6, 3}},
+	        .microbatches = 2,
+	        .rerun = true,
+	        .layers = layers,
+	        .layer_count = 2,
+	        .groups = groups,
+	        .group_count = 1,
+	        .windows = windows,
+	        .window_count = 2,
+	        .memory = {LYNX_PROFILE_SOURCE_HOST, 1000, {600, 300, 50, 50, 0}, 9}};
+}
+
+static void test_profile_round_trip_keeps_every_field(void **state)
+{
+	struct lynx_profile p, back;
+	char why[256];
+	char *text;
+
+	(void)state;
+	small_profile(&p);
+	text = lynx_profile_to_json(&p);
+	assert_non_null(text);
+	assert_non_null(strstr(text, "\"rank\":\tnull"));
+	if (lynx_profile_from_json(text, strlen(text), &back, why, sizeof(why)))
+		fail_msg("%s", why);
+	assert_int_equal(back.rank, -1);
+	assert_int_equal(back.world, 8);
+	assert_string_equal(back.env.gpu, "H200");
+	assert_true(back.rerun);
+	assert_int_equal(back.layers[1].forward.ns, 101);
+	assert_int_equal(back.layers[1].backward.source, LYNX_PROFILE_SOURCE_DEVICE);
+	assert_int_equal(back.layers[0].bwd_kernels.count, 1);
+	assert_string_equal(back.layers[0].fwd_kernels.name[1], "k1");
+	assert_int_equal(back.groups[0].producer, -1);
+	assert_int_equal(back.windows[0].duration.source, LYNX_PROFILE_SOURCE_UNKNOWN);
+	assert_int_equal(back.windows[1].kind, LYNX_PROFILE_WINDOW_PP_RECV_BWD);
+	assert_int_equal(back.windows[1].idle.ns, 7);
+	assert_int_equal(back.windows[1].peer, 3);
+	assert_int_equal(back.memory.at_peak[LYNX_PROFILE_MEMORY_SAVED], 300);
+	check_round_trip(&back);
+	lynx_profile_free(&back);
+	free(text);
+}
+
+static void test_profile_write_is_atomic_and_reads_back(void **state)
+{
+	struct lynx_profile p, back;
+	char dir[] = "/tmp/test-profile.XXXXXX", path[64], why[256], cmd[128];
+	char *text, *again;
+
+	(void)state;
+	small_profile(&p);
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/profile.0.json", dir);
+	assert_int_equal(lynx_profile_write(&p, path), 0);
+	assert_int_equal(lynx_profile_write(&p, path), 0); /* replaces it */
+	if (lynx_profile_read(path, &back, why, sizeof(why)))
+		fail_msg("%s", why);
+	text = lynx_profile_to_json(&p);
+	again = lynx_profile_to_json(&back);
+	assert_string_equal(text, again);
+	lynx_profile_free(&back);
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int files = 0;
+	while ((e = readdir(d)))
+		files += e->d_name[0] != '.';
+	closedir(d);
+	assert_int_equal(files, 1); /* no temporary file left */
+	snprintf(path, sizeof(path), "%s/missing/profile.json", dir);
+	assert_int_equal(lynx_profile_write(&p, path), -ENOENT);
+	assert_int_equal(lynx_profile_read(path, &back, why, sizeof(why)), -ENOENT);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+	free(text);
+	free(again);
+}
+
+/* Refused with exactly this reason. */
+static void refused(const char *text, const char *want)
+{
+	struct lynx_profile p;
+	char why[256] = "";
+
+	assert_int_equal(lynx_profile_from_json(text, strlen(text), &p, why, sizeof(why)), -EINVAL);
+	if (!strstr(why, want))
+		fail_msg("wanted \"%s\", got \"%s\"", want, why);
+	assert_null(p.layers);
+}
+
+/* text with the first occurrence of from replaced by to (malloc'ed). */
+static char *replace(const char *text, const char *from, const char *to)
+{
+	const char *at = strstr(text, from);
+	char *out;
+
+	assert_non_null(at);
+	out = malloc(strlen(text) + strlen(to) + 1);
+	assert_non_null(out);
+	sprintf(out, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+	return out;
+}
+
+static void test_profile_refuses_bad_fields_with_their_path(void **state)
+{
+	static const struct {
+		const char *from, *to, *want;
+	} cases[] = {
+	        {"\"lynx-profile\"", "\"lynx-plan\"",
+	         "format: expected \"lynx-profile\", got \"lynx-plan\""},
+	        {"\"version\":\t1", "\"version\":\t2",
+	         "version: 2 is not supported (this reader knows lynx-profile version 1)"},
+	        {"\"ns\":\t100", "\"ns\":\t-5",
+	         "layers[0].forward.ns: expected an integer in [0, 9007199254740991], got -5"},
+	        {"\"ns\":\t101", "\"ns\":\t1e300", "layers[1].forward.ns: expected an integer"},
+	        {"\"min_ns\":\t90", "\"min_ns\":\t150",
+	         "layers[0].forward: expected min_ns <= ns <= max_ns"},
+	        {"\"kind\":\t\"pp_recv_bwd\"", "\"kind\":\t\"pp_sideways\"",
+	         "windows[1].kind: unknown value \"pp_sideways\""},
+	        {"\"source\":\t\"device\"", "\"source\":\t\"sundial\"",
+	         "layers[0].backward.source: unknown value \"sundial\""},
+	        {"\"k1\"", "17", "layers[0].kernels.forward[1]: expected a string"},
+	        {"\"layer\":\t1", "\"layer\":\t2", "groups[0].layer: 2 is not one of the 2 layers"},
+	        {"\"microbatch\":\t1", "\"microbatch\":\t2",
+	         "windows[0].microbatch: expected an integer in [-1, 1], got 2"},
+	        {"\"index\":\t1", "\"index\":\t0", "layers[1].index: expected 1, got 0"},
+	        {"\"rank\":\tnull", "\"rank\":\t\"zero\"", "rank: expected a number or null"},
+	        {"\"memory\":", "\"mem\":", "memory: missing"},
+	        {"\"saved_activation\":", "\"saved\":", "memory.at_peak.saved_activation: missing"},
+	        {"\"rerun\":\ttrue", "\"rerun\":\t1", "rerun: expected true or false"},
+	        {"\"windows\":", "\"windows\":\t7,\n\t\"x\":", "windows: expected an array"},
+	};
+	struct lynx_profile p;
+	char *text;
+
+	(void)state;
+	small_profile(&p);
+	text = lynx_profile_to_json(&p);
+	assert_non_null(text);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *bad = replace(text, cases[i].from, cases[i].to);
+		refused(bad, cases[i].want);
+		free(bad);
+	}
+	refused("[1, 2]", "the document is not a JSON object");
+	free(text);
+}
+
+static void test_profile_refuses_truncated_and_corrupted_text_with_offset(void **state)
+{
+	struct lynx_profile p, back;
+	char why[256], want[128];
+	char *text;
+	size_t len;
+
+	(void)state;
+	small_profile(&p);
+	text = lynx_profile_to_json(&p);
+	assert_non_null(text);
+	len = strlen(text);
+	/* Every truncation: never accepted (the last newline is optional), always a reason. */
+	for (size_t n = 0; n + 2 < len; n++) {
+		int err = lynx_profile_from_json(text, n, &back, why, sizeof(why));
+		if (err != -EINVAL)
+			fail_msg("truncated at %zu: %d", n, err);
+		assert_non_null(strstr(why, "byte"));
+	}
+	assert_int_equal(lynx_profile_from_json(text, len / 2, &back, why, sizeof(why)), -EINVAL);
+	snprintf(want, sizeof(want), "not valid JSON: the text ends early (after %zu bytes",
+	         len / 2);
+	assert_non_null(strstr(why, want));
+	/* A syntax error: its byte, line and column. */
+	char *bad = replace(text, "\"world\":", "\"world\"=");
+	size_t at = (size_t)(strchr(strstr(bad, "\"world\""), '=') - bad);
+	assert_int_equal(lynx_profile_from_json(bad, strlen(bad), &back, why, sizeof(why)),
+	                 -EINVAL);
+	snprintf(want, sizeof(want), "parsing stopped at byte %zu (line 5, column 9)", at);
+	if (!strstr(why, want))
+		fail_msg("wanted \"%s\", got \"%s\"", want, why);
+	free(bad);
+	/* A NUL inside, and garbage after the document. */
+	assert_int_equal(lynx_profile_from_json("{}\0{}", 5, &back, why, sizeof(why)), -EINVAL);
+	assert_string_equal(why, "not valid JSON: a NUL byte at byte 2");
+	assert_int_equal(lynx_profile_from_json("{} x", 4, &back, why, sizeof(why)), -EINVAL);
+	assert_non_null(strstr(why, "parsing stopped at byte 3"));
+	/* Byte flips: accepted or refused with a reason, never a crash (ASan runs this too). */
+	uint64_t seed = 0x9e3779b97f4a7c15ull;
+	char *copy = malloc(len);
+	assert_non_null(copy);
+	for (int round = 0; round < 3000; round++) {
+		memcpy(copy, text, len);
+		for (int f = 0; f < 1 + round % 4; f++) {
+			seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+			copy[(seed >> 33) % len] = (char)(seed >> 17);
+		}
+		why[0] = '\0';
+		int err = lynx_profile_from_json(copy, len, &back, why, sizeof(why));
+		if (!err) {
+			check_round_trip(&back);
+			lynx_profile_free(&back);
+		} else {
+			assert_int_equal(err, -EINVAL);
+			assert_true(why[0] != '\0');
+		}
+	}
+	free(copy);
+	free(text);
+}
+
+/* `lynx profile` on a recorded dump, then --read on its output and on a truncated copy. */
+static void test_profile_command_writes_reads_and_refuses(void **state)
+{
+	struct recording rec;
+	char cmd[4096], path[1200], events[1400];
+	struct dirent *d;
+	FILE *f;
+
+	(void)state;
+	assert_int_equal(record_tinytrain("--nproc 1 --layers 4 --microbatches 2 --steps 2", &rec),
+	                 0);
+	DIR *dir = opendir(rec.dir);
+	assert_non_null(dir);
+	events[0] = '\0';
+	while ((d = readdir(dir)))
+		if (!strncmp(d->d_name, "ev.", 3) && rec.rank[0].pid == atoi(d->d_name + 3))
+			snprintf(events, sizeof(events), "%s/%s", rec.dir, d->d_name);
+	closedir(dir);
+	assert_true(events[0] != '\0');
+	snprintf(path, sizeof(path), "%s/profile.0.json", rec.dir);
+	snprintf(cmd, sizeof(cmd), "%s/bin/lynx profile %s -o %s --rank 0 --world 1 >%s/out 2>&1",
+	         record_build_dir, events, path, rec.dir);
+	assert_int_equal(system(cmd), 0);
+	snprintf(cmd, sizeof(cmd), "grep -q 'layers: 4 on this stage' %s/out", rec.dir);
+	assert_int_equal(system(cmd), 0);
+	snprintf(cmd, sizeof(cmd), "%s/bin/lynx profile --read %s >%s/out 2>&1", record_build_dir,
+	         path, rec.dir);
+	assert_int_equal(system(cmd), 0);
+	snprintf(cmd, sizeof(cmd), "head -c 3000 %s > %s.cut", path, path);
+	assert_int_equal(system(cmd), 0);
+	snprintf(cmd, sizeof(cmd), "%s/bin/lynx profile --read %s.cut >%s/out 2>&1",
+	         record_build_dir, path, rec.dir);
+	int status = system(cmd);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 2);
+	snprintf(cmd, sizeof(cmd), "%s/out", rec.dir);
+	f = fopen(cmd, "r");
+	assert_non_null(f);
+	assert_non_null(fgets(cmd, sizeof(cmd), f));
+	fclose(f);
+	if (!strstr(cmd, "not valid JSON: the text ends early (after 3000 bytes"))
+		fail_msg("got: %s", cmd);
+	record_release(&rec);
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_profile_pp2_tp2_layers_and_windows),
+	        cmocka_unit_test(test_profile_dp2_gradient_reductions),
+	        cmocka_unit_test(test_profile_round_trip_keeps_every_field),
+	        cmocka_unit_test(test_profile_write_is_atomic_and_reads_back),
+	        cmocka_unit_test(test_profile_refuses_bad_fields_with_their_path),
+	        cmocka_unit_test(test_profile_refuses_truncated_and_corrupted_text_with_offset),
+	        cmocka_unit_test(test_profile_command_writes_reads_and_refuses),
+	};
+
+	if (argc < 1 || record_init(argv[0])) {
+		fprintf(stderr, "cannot find the build directory from %s\n", argc ? argv[0] : "?");
+		return 1;
+	}
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

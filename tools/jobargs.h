@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The command line of a GPT job built from presets, shared by `lynx sim` and `lynx plan`:
+ * one option table type and its strict parser (positive integers, sizes with K/M/G/T), the
+ * job's options declared once (LYNX_JOB_OPTIONS), and the description they make.
+ */
+#ifndef LYNX_JOBARGS_H
+#define LYNX_JOBARGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "model.h"
+#include "presets.h"
+
+/* What the job options set; a command's own arguments struct embeds it. */
+struct lynx_job_args {
+	const char *model, *cluster;
+	uint32_t tp, pp, dp, micro_batch, micro_batches;
+	uint64_t budget;
+	bool sp, distributed_optimizer;
+	uint32_t layers, hidden, heads, seq, vocab; /* overrides of the preset; 0: keep */
+	uint32_t time_limit; /* seconds per stage for planners that search (opt); 0: theirs */
+};
+
+/* The defaults: t = p = d = 1, micro-batch 1, micro-batches 0 (4·P once parsed). */
+#define LYNX_JOB_ARGS_INIT                                  \
+	{                                                   \
+		.tp = 1, .pp = 1, .dp = 1, .micro_batch = 1 \
+	}
+
+enum lynx_option_kind { LYNX_OPTION_FLAG, LYNX_OPTION_NAME, LYNX_OPTION_UINT, LYNX_OPTION_SIZE };
+
+/* One option: its field is at `offset` in the command's arguments struct. */
+struct lynx_option {
+	const char *name, *arg; /* arg: NULL for a flag */
+	enum lynx_option_kind kind;
+	size_t offset;
+	const char *help;
+};
+
+#define LYNX_OPTION(type, opt, arg, kind, field, help)                    \
+	{                                                                 \
+		opt, arg, LYNX_OPTION_##kind, offsetof(type, field), help \
+	}
+
+/* The job's options, for a command whose arguments struct `type` embeds them as `member`. */
+#define LYNX_JOB_OPTIONS(type, member)                                                             \
+	LYNX_OPTION(type, "--cluster", "NAME", NAME, member.cluster, "cluster preset (required)"), \
+	        LYNX_OPTION(type, "--tp", "T", UINT, member.tp,                                    \
+	                    "tensor-parallel size (default 1)"),                                   \
+	        LYNX_OPTION(type, "--pp", "P", UINT, member.pp, "pipeline stages (default 1)"),    \
+	        LYNX_OPTION(type, "--dp", "D", UINT, member.dp, "data-parallel size (default 1)"), \
+	        LYNX_OPTION(type, "--microbatches", "M", UINT, member.micro_batches,               \
+	                    "micro-batches per pipeline and iteration (default 4·P)"),             \
+	        LYNX_OPTION(type, "--micro-batch", "B", UINT, member.micro_batch,                  \
+	                    "sequences per micro-batch (default 1)"),                              \
+	        LYNX_OPTION(type, "--budget", "BYTES", SIZE, member.budget,                        \
+	                    "memory budget per GPU: bytes, or K/M/G/T (powers of 1024); 0: the "   \
+	                    "GPU's"),                                                              \
+	        LYNX_OPTION(type, "--sp", NULL, FLAG, member.sp, "Megatron sequence parallelism"), \
+	        LYNX_OPTION(type, "--distributed-optimizer", NULL, FLAG,                           \
+	                    member.distributed_optimizer,                                          \
+	                    "optimizer states sharded over the data-parallel ranks"),              \
+	        LYNX_OPTION(type, "--layers", "L", UINT, member.layers,                            \
+	                    "override the preset's layers"),                                       \
+	        LYNX_OPTION(type, "--hidden", "H", UINT, member.hidden,                            \
+	                    "override the preset's hidden size"),                                  \
+	        LYNX_OPTION(type, "--heads", "A", UINT, member.heads,                              \
+	                    "override the preset's attention heads"),                              \
+	        LYNX_OPTION(type, "--seq", "S", UINT, member.seq,                                  \
+	                    "override the preset's sequence length"),                              \
+	        LYNX_OPTION(type, "--vocab", "V", UINT, member.vocab,                              \
+	                    "override the preset's vocabulary"),                                   \
+	        LYNX_OPTION(type, "--time-limit", "SECONDS", UINT, member.time_limit,              \
+	                    "search time per stage for planners that search (opt; default 60)")
+
+/*
+ * Parses argv[1..] into the struct at base with options opts[0..n). An argument that is not
+ * an option goes to *positional (at most one; NULL: none allowed). Returns 0; 1 for -h or
+ * --help; LYNX_EXIT_USAGE after a message naming command cmd.
+ */
+int lynx_jobargs_parse(const char *cmd, const struct lynx_option *opts, size_t n, int argc,
+                       char **argv, void *base, const char **positional);
+
+/* The options' help, one line each. */
+void lynx_jobargs_help(FILE *out, const struct lynx_option *opts, size_t n);
+
+/* The known preset names, comma-separated, into buf (GPT presets if gpts, else clusters). */
+void lynx_jobargs_list_names(char *buf, size_t len, bool gpts);
+
+/*
+ * Fills m from preset gpt and a (overrides, parallelism, micro-batch, sequence parallelism,
+ * global batch M·B·D; a->micro_batches must be set). Returns 0, or -EINVAL with a sentence
+ * in why when the global batch does not fit 32 bits. Validation is lynx_model_validate()'s.
+ */
+int lynx_jobargs_model(const struct lynx_job_args *a, const struct lynx_gpt *gpt,
+                       struct lynx_model_desc *m, char *why, size_t len);
+
+#endif /* LYNX_JOBARGS_H */
