@@ -56,6 +56,7 @@
 
 #include "checker.h"
 #include "planner.h"
+#include "units.h"
 
 #define MAX_UNITS LYNX_PROBLEM_MAX_GROUPS
 #define MAX_WINDOWS 24
@@ -64,14 +65,6 @@
 #define ON_DEMAND (-2)
 
 /* Groups rebuilt by the same ops. */
-struct unit {
-	uint32_t groups; /* bit g */
-	uint32_t deps;   /* units (bit u) its groups need, other than itself */
-	uint64_t bytes;
-	double rerun_s;
-	int32_t max_consumer; /* the latest op in forward order that consumes one of its groups */
-};
-
 /* A window as the representative layer sees it. */
 struct lwin {
 	enum lynx_window_kind kind;
@@ -92,7 +85,7 @@ struct policy {
 
 struct heu_layer {
 	uint32_t n_units, n_wins;
-	struct unit units[MAX_UNITS];
+	struct lynx_unit units[MAX_UNITS];
 	struct lwin wins[MAX_WINDOWS];
 	uint64_t input_bytes; /* groups that cannot be rebuilt: always kept */
 	struct policy *pol;
@@ -100,38 +93,15 @@ struct heu_layer {
 	size_t *hull, n_hull; /* knapsack(): indices into pol */
 };
 
+/* HEU keeps the units in its per-layer state, next to its windows and policies. */
 static void find_units(const struct lynx_problem_layer *L, struct heu_layer *h)
 {
-	int unit_of[LYNX_PROBLEM_MAX_GROUPS];
+	struct lynx_layer_units lu;
 
-	for (uint32_t g = 0; g < L->n_groups; g++) {
-		const struct lynx_problem_group *gr = &L->groups[g];
-		uint32_t u;
-
-		unit_of[g] = -1;
-		if (!gr->ops) {
-			h->input_bytes += gr->bytes;
-			continue;
-		}
-		for (u = 0; u < h->n_units; u++)
-			if (L->groups[__builtin_ctz(h->units[u].groups)].ops == gr->ops)
-				break;
-		if (u == h->n_units)
-			h->units[h->n_units++] = (struct unit){.max_consumer = -1};
-		h->units[u].groups |= 1u << g;
-		h->units[u].bytes += gr->bytes;
-		h->units[u].rerun_s = gr->recompute_s;
-		if (gr->consumer > h->units[u].max_consumer)
-			h->units[u].max_consumer = gr->consumer;
-		unit_of[g] = (int)u;
-	}
-	for (uint32_t u = 0; u < h->n_units; u++)
-		for (uint32_t g = 0; g < L->n_groups; g++)
-			if (h->units[u].groups & (1u << g))
-				for (uint32_t d = 0; d < L->n_groups; d++)
-					if ((L->groups[g].deps & (1u << d)) && unit_of[d] >= 0 &&
-					    unit_of[d] != (int)u)
-						h->units[u].deps |= 1u << unit_of[d];
+	lynx_layer_units_find(L, &lu);
+	memcpy(h->units, lu.units, lu.n_units * sizeof(lu.units[0]));
+	h->n_units = lu.n_units;
+	h->input_bytes += lu.input_bytes;
 }
 
 static void add_win(struct heu_layer *h, struct lwin w)

@@ -73,6 +73,7 @@
 
 #include "checker.h"
 #include "opt.h"
+#include "units.h"
 #include "planner.h"
 
 #define MAX_ROUNDS 6
@@ -138,14 +139,6 @@ static int cbc_open(struct cbc *c, const char *library, char *why, size_t len)
 }
 
 /* Groups rebuilt by the same ops. */
-struct unit {
-	uint32_t groups; /* bit g */
-	uint32_t deps;   /* units (bit u) its groups need, other than itself */
-	uint64_t bytes;
-	double rerun_s;
-	int32_t max_consumer;
-};
-
 /* A stage window as a place to rebuild in. */
 struct slot {
 	uint32_t window; /* the stage's window index */
@@ -157,18 +150,12 @@ struct slot {
 	int ov; /* column of its overflow */
 };
 
-struct layer_units {
-	uint32_t n_units;
-	struct unit units[LYNX_PROBLEM_MAX_GROUPS];
-	uint64_t input_bytes, all_bytes;
-};
-
 /* One stage's MILP: columns of x[l][u] are first[l][u] + choice, choices in ch[l][u]. */
 struct model {
 	const struct lynx_problem *p;
 	const struct lynx_problem_stage *st;
 	uint32_t s, n;
-	const struct layer_units *lu;
+	const struct lynx_layer_units *lu;
 	struct slot *slots;
 	uint32_t n_slots;
 	int *first;    /* [l * U + u]: the column of choice 0 (keep) */
@@ -176,42 +163,6 @@ struct model {
 	int *slot_of;  /* [column]: the slot of a slot choice, -1 for keep and on demand */
 	int n_cols;
 };
-
-static void find_units(const struct lynx_problem_layer *L, struct layer_units *h)
-{
-	int unit_of[LYNX_PROBLEM_MAX_GROUPS];
-
-	memset(h, 0, sizeof(*h));
-	for (uint32_t g = 0; g < L->n_groups; g++) {
-		const struct lynx_problem_group *gr = &L->groups[g];
-		uint32_t u;
-
-		unit_of[g] = -1;
-		h->all_bytes += gr->bytes;
-		if (!gr->ops) {
-			h->input_bytes += gr->bytes;
-			continue;
-		}
-		for (u = 0; u < h->n_units; u++)
-			if (L->groups[__builtin_ctz(h->units[u].groups)].ops == gr->ops)
-				break;
-		if (u == h->n_units)
-			h->units[h->n_units++] = (struct unit){.max_consumer = -1};
-		h->units[u].groups |= 1u << g;
-		h->units[u].bytes += gr->bytes;
-		h->units[u].rerun_s = gr->recompute_s;
-		if (gr->consumer > h->units[u].max_consumer)
-			h->units[u].max_consumer = gr->consumer;
-		unit_of[g] = (int)u;
-	}
-	for (uint32_t u = 0; u < h->n_units; u++)
-		for (uint32_t g = 0; g < L->n_groups; g++)
-			if (h->units[u].groups & (1u << g))
-				for (uint32_t d = 0; d < L->n_groups; d++)
-					if ((L->groups[g].deps & (1u << d)) && unit_of[d] >= 0 &&
-					    unit_of[d] != (int)u)
-						h->units[u].deps |= 1u << unit_of[d];
-}
 
 /* The slots of stage st (see the top comment), into m->slots. Returns 0 or -ENOMEM. */
 static int find_slots(struct model *m)
@@ -265,7 +216,8 @@ static int find_slots(struct model *m)
 }
 
 /* Whether slot k can serve unit u of layer l. */
-static bool open_to(const struct model *m, const struct slot *k, uint32_t l, const struct unit *u)
+static bool open_to(const struct model *m, const struct slot *k, uint32_t l,
+                    const struct lynx_unit *u)
 {
 	switch (k->kind) {
 	case LYNX_WINDOW_TP_FWD:
@@ -540,7 +492,7 @@ struct stage_solve {
  * false when CBC found nothing) or -ENOMEM.
  */
 static int solve_stage(const struct cbc *c, const struct lynx_opt_options *o,
-                       const struct lynx_problem *p, const struct layer_units *lu, uint32_t s,
+                       const struct lynx_problem *p, const struct lynx_layer_units *lu, uint32_t s,
                        uint64_t budget, const struct lynx_plan *from, struct lynx_plan *plan,
                        struct stage_solve *out)
 {
@@ -614,13 +566,13 @@ static int milp_plan(const struct cbc *c, const struct lynx_opt_options *o,
                      const struct lynx_problem *p, const struct lynx_plan *heu,
                      struct lynx_plan *plan, struct lynx_opt_report *rep, char *why, size_t len)
 {
-	struct layer_units lu;
+	struct lynx_layer_units lu;
 	uint64_t *budget = calloc(p->n_stages + 1, sizeof(*budget));
 	bool *redo = calloc(p->n_stages + 1, sizeof(*redo));
 	double *gap = calloc(2 * p->n_stages + 1, sizeof(*gap));
 	int err = budget && redo && gap ? 0 : -ENOMEM;
 
-	find_units(&p->layer, &lu);
+	lynx_layer_units_find(&p->layer, &lu);
 	for (uint32_t s = 0; !err && s < p->n_stages; s++) {
 		budget[s] = p->budget_bytes;
 		redo[s] = true;
