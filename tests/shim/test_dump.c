@@ -22,35 +22,15 @@
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 
+#include "../harness.h"
 #include "dump.h"
 #include "recorder.h"
-
-static char build_dir[1024]; /* build/, from argv[0] = build/tests/test_dump */
-static char scratch[1100];   /* a fresh directory per run of this binary */
 
 /* tinytrain's tt_gemm: 15 parameters and the virtual cost (tests/tinytrain/kernels_table.h),
  * packed as CUDA packs them: six ints, then pointers and strides, two floats, a pointer
  * and the 16-byte cost, 104 bytes in all. */
 #define GEMM_PARAMS 16
 #define GEMM_PARAM_BYTES 104
-
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *buf;
-	long len;
-
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	len = ftell(f);
-	rewind(f);
-	buf = calloc(1, (size_t)len + 1);
-	if (fread(buf, 1, (size_t)len, f) != (size_t)len)
-		buf[0] = 0;
-	fclose(f);
-	return buf;
-}
 
 /* ---- Reading a dump, strictly ----------------------------------------------------------- */
 
@@ -392,56 +372,6 @@ static void test_an_uncreatable_file_leaves_the_dump_off(void **state)
 }
 
 /* ---- Under LD_PRELOAD on simgpu ----------------------------------------------------------- */
-
-struct output {
-	char *out, *err;
-	int exit_code;
-};
-
-/* Removes LeakSanitizer's note about a parent's thread in a forked child (SAN=address):
- * the sanitizer's bookkeeping across fork, not output of Lynx or the program. */
-static void drop_sanitizer_notes(char *text)
-{
-	char *line = text, *out = text;
-
-	while (*line) {
-		char *end = strchr(line, '\n');
-		size_t len = end ? (size_t)(end - line + 1) : strlen(line);
-		char *note = strstr(line, "was not suspended. False leaks are possible.");
-		if (!note || (end && note > end)) {
-			memmove(out, line, len);
-			out += len;
-		}
-		line += len;
-	}
-	*out = 0;
-}
-
-/* Runs "env... cmd" through sh from the repository root, capturing stdout and stderr. */
-static struct output run(const char *env, const char *cmd)
-{
-	char line[8192], out_path[1200], err_path[1200];
-	struct output o;
-
-	snprintf(out_path, sizeof(out_path), "%s/stdout", scratch);
-	snprintf(err_path, sizeof(err_path), "%s/stderr", scratch);
-	snprintf(line, sizeof(line), "cd %s/.. && env %s %s >%s 2>%s", build_dir, env, cmd,
-	         out_path, err_path);
-	int status = system(line);
-	o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-	o.out = slurp(out_path);
-	o.err = slurp(err_path);
-	assert_non_null(o.out);
-	assert_non_null(o.err);
-	drop_sanitizer_notes(o.err);
-	return o;
-}
-
-static void release(struct output *o)
-{
-	free(o->out);
-	free(o->err);
-}
 
 /* A fresh directory under scratch. */
 static void fresh_dir(char *dir, size_t len, const char *name)
@@ -921,15 +851,8 @@ static void test_sigterm_writes_the_buffered_lines(void **state)
 
 int main(int argc, char **argv)
 {
-	const char *slash = strrchr(argv[0], '/');
-	char resolved[1200];
-
-	snprintf(resolved, sizeof(resolved), "%.*s/..", slash ? (int)(slash - argv[0]) : 1,
-	         slash ? argv[0] : ".");
-	if (!realpath(resolved, build_dir))
+	if (harness_init(argv[0], "test-dump"))
 		return 1;
-	snprintf(scratch, sizeof(scratch), "%s/test-dump.%d", build_dir, (int)getpid());
-	mkdir(scratch, 0755);
 
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_each_payload_is_written_as_documented),
@@ -949,9 +872,5 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_sigterm_writes_the_buffered_lines),
 	};
 	int failed = cmocka_run_group_tests_name("dump", tests, NULL, NULL);
-	char rm[1200];
-	snprintf(rm, sizeof(rm), "rm -rf %s", scratch);
-	if (!failed && system(rm))
-		return 1;
-	return failed;
+	return harness_finish(failed);
 }

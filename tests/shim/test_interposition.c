@@ -17,78 +17,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-static char build_dir[1024]; /* build/, from argv[0] = build/tests/test_interposition */
-static char scratch[1100];   /* a fresh directory per run of this binary */
-
-struct output {
-	char *out, *err;
-	int exit_code;
-};
-
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *buf;
-	long len;
-
-	if (!f)
-		return strdup("");
-	fseek(f, 0, SEEK_END);
-	len = ftell(f);
-	rewind(f);
-	buf = calloc(1, (size_t)len + 1);
-	if (fread(buf, 1, (size_t)len, f) != (size_t)len)
-		buf[0] = 0;
-	fclose(f);
-	return buf;
-}
-
-/*
- * Removes LeakSanitizer's note about a parent's thread in a forked child ("Running thread
- * N was not suspended. False leaks are possible."): in SAN=address builds the ranks, forked
- * after Lynx's drainer started in the launcher, print it at exit. It is the sanitizer's
- * bookkeeping across fork, not output of Lynx or the trainer.
- */
-static void drop_sanitizer_notes(char *text)
-{
-	char *line = text, *out = text;
-
-	while (*line) {
-		char *end = strchr(line, '\n');
-		size_t len = end ? (size_t)(end - line + 1) : strlen(line);
-		char *note = strstr(line, "was not suspended. False leaks are possible.");
-		if (!note || (end && note > end)) {
-			memmove(out, line, len);
-			out += len;
-		}
-		line += len;
-	}
-	*out = 0;
-}
-
-/* Runs "env... cmd" through sh, capturing stdout and stderr separately. */
-static struct output run(const char *env, const char *cmd)
-{
-	char line[16384], out_path[1200], err_path[1200];
-	struct output o;
-
-	snprintf(out_path, sizeof(out_path), "%s/stdout", scratch);
-	snprintf(err_path, sizeof(err_path), "%s/stderr", scratch);
-	snprintf(line, sizeof(line), "cd %s/.. && env %s %s >%s 2>%s", build_dir, env, cmd,
-	         out_path, err_path);
-	int status = system(line);
-	o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-	o.out = slurp(out_path);
-	o.err = slurp(err_path);
-	drop_sanitizer_notes(o.err);
-	return o;
-}
-
-static void release(struct output *o)
-{
-	free(o->out);
-	free(o->err);
-}
+#include "../harness.h"
 
 static const char *const layouts[] = {
         "--nproc 4 --pp 2 --tp 2 --dp 1 --layers 4 --microbatches 4 --steps 2",
@@ -143,6 +72,9 @@ static long simgpu_count(const char *dump, const char *symbol)
 static int compare_counts(const char *calls_path, const char *simgpu_path)
 {
 	char *calls = slurp(calls_path), *dump = slurp(simgpu_path);
+
+	assert_non_null(calls);
+	assert_non_null(dump);
 	char *p = strstr(calls, "\"calls\":{");
 	int compared = 0;
 
@@ -289,7 +221,10 @@ static char *only_calls_file(const char *dir)
 		if (!strncmp(entry->d_name, "calls.", 6))
 			snprintf(path, sizeof(path), "%s/%s", dir, entry->d_name);
 	closedir(d);
-	return slurp(path);
+	char *calls = slurp(path);
+	if (!calls)
+		fail_msg("no calls file in %s", dir);
+	return calls;
 }
 
 /* Eight threads launch and allocate at once: every call is counted once, and every call
@@ -369,6 +304,7 @@ static char *run_probe_counted(const char *mode, long arg, const char *want_out,
 	assert_true(compare_counts(calls_path, dump_path) > 20);
 
 	char *calls = slurp(calls_path);
+	assert_non_null(calls);
 	for (size_t i = 0; i < wanted; i++)
 		if (calls_value(calls, want[i].symbol) != want[i].count)
 			fail_msg("%s: %ld calls, want %ld", want[i].symbol,
@@ -475,15 +411,8 @@ static void test_processes_without_cuda_see_nothing(void **state)
 
 int main(int argc, char **argv)
 {
-	const char *slash = strrchr(argv[0], '/');
-	char resolved[1200];
-
-	snprintf(resolved, sizeof(resolved), "%.*s/..", slash ? (int)(slash - argv[0]) : 1,
-	         slash ? argv[0] : ".");
-	if (!realpath(resolved, build_dir))
+	if (harness_init(argv[0], "test-interposition"))
 		return 1;
-	snprintf(scratch, sizeof(scratch), "%s/test-interposition.%d", build_dir, (int)getpid());
-	mkdir(scratch, 0755);
 
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_off_and_profile_modes_print_identical_bytes),
@@ -498,9 +427,5 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_processes_without_cuda_see_nothing),
 	};
 	int failed = cmocka_run_group_tests_name("interposition", tests, NULL, NULL);
-	char rm[1200];
-	snprintf(rm, sizeof(rm), "rm -rf %s", scratch);
-	if (!failed && system(rm))
-		return 1;
-	return failed;
+	return harness_finish(failed);
 }
