@@ -780,3 +780,29 @@ void lynx_checker_free(struct lynx_checker_result *c)
 	c->peak_bytes = NULL;
 	c->end_s = NULL;
 }
+
+int lynx_checker_settle(const struct lynx_problem *p, struct lynx_plan *plan, bool tighten,
+                        uint64_t *budget, bool *redo, bool *again, char *why, size_t len)
+{
+	struct lynx_checker_result r;
+	int err = lynx_checker_replay(p, plan, &r, why, len);
+
+	*again = false;
+	if (err)
+		return err;
+	plan->step_time_s = r.step_time_s;
+	plan->fits = r.fits;
+	for (uint32_t s = 0; s < p->n_stages; s++) {
+		uint64_t excess =
+		        r.peak_bytes[s] > p->budget_bytes ? r.peak_bytes[s] - p->budget_bytes : 0;
+
+		plan->stages[s].peak_bytes = r.peak_bytes[s];
+		redo[s] = tighten && excess && budget[s] > excess;
+		if (redo[s]) {
+			budget[s] -= excess;
+			*again = true;
+		}
+	}
+	lynx_checker_free(&r);
+	return 0;
+}

@@ -71,4 +71,14 @@ int lynx_checker_replay(const struct lynx_problem *p, const struct lynx_plan *pl
 
 void lynx_checker_free(struct lynx_checker_result *c);
 
+/*
+ * The planners' refinement step: replays plan, stores the checker's step time, fit and
+ * per-stage peaks in it, and, when tighten is set, lowers budget[s] by the excess of each
+ * stage that overflows p's budget (while the excess is below budget[s]). redo[s] says
+ * whether stage s was lowered and must be planned again; *again whether any was. Returns
+ * lynx_checker_replay()'s error, with why.
+ */
+int lynx_checker_settle(const struct lynx_problem *p, struct lynx_plan *plan, bool tighten,
+                        uint64_t *budget, bool *redo, bool *again, char *why, size_t len);
+
 #endif /* LYNX_POLICY_CHECKER_H */

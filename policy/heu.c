@@ -514,7 +514,8 @@ static int plan_all(const struct lynx_problem *p, bool windows, struct lynx_plan
 {
 	struct heu_layer *h = calloc(p->n_stages, sizeof(*h));
 	uint64_t *budget = calloc(p->n_stages, sizeof(*budget));
-	int err = h && budget ? lynx_plan_init(plan, p, "heu", false) : -ENOMEM;
+	bool *redo = calloc(p->n_stages, sizeof(*redo));
+	int err = h && budget && redo ? lynx_plan_init(plan, p, "heu", false) : -ENOMEM;
 
 	for (uint32_t s = 0; !err && s < p->n_stages; s++) {
 		budget[s] = p->budget_bytes;
@@ -523,34 +524,15 @@ static int plan_all(const struct lynx_problem *p, bool windows, struct lynx_plan
 			plan_stage(p, &h[s], plan, s, budget[s]);
 	}
 	for (int round = 0; !err && round < MAX_ROUNDS; round++) {
-		struct lynx_checker_result r;
-		bool again = false;
+		bool again;
 
-		err = lynx_checker_replay(p, plan, &r, why, len);
-		if (err)
+		err = lynx_checker_settle(p, plan, round + 1 < MAX_ROUNDS, budget, redo, &again,
+		                          why, len);
+		if (err || !again)
 			break;
-		plan->step_time_s = r.step_time_s;
-		plan->fits = r.fits;
-		for (uint32_t s = 0; s < p->n_stages; s++) {
-			uint64_t excess = r.peak_bytes[s] > p->budget_bytes
-			                          ? r.peak_bytes[s] - p->budget_bytes
-			                          : 0;
-
-			plan->stages[s].peak_bytes = r.peak_bytes[s];
-			if (!excess || round + 1 == MAX_ROUNDS || budget[s] <= excess)
-				continue;
-			budget[s] -= excess;
-			plan_stage(p, &h[s], plan, s, budget[s]);
-			again = true;
-		}
-		if (again) {
-			lynx_checker_free(&r);
-			continue;
-		}
 		for (uint32_t s = 0; s < p->n_stages; s++)
-			plan->stages[s].peak_bytes = r.peak_bytes[s];
-		lynx_checker_free(&r);
-		break;
+			if (redo[s])
+				plan_stage(p, &h[s], plan, s, budget[s]);
 	}
 	for (uint32_t s = 0; h && s < p->n_stages; s++) {
 		free(h[s].pol);
@@ -558,6 +540,7 @@ static int plan_all(const struct lynx_problem *p, bool windows, struct lynx_plan
 	}
 	free(h);
 	free(budget);
+	free(redo);
 	if (err && plan->stages)
 		lynx_plan_free(plan);
 	return err;

@@ -579,8 +579,7 @@ static int milp_plan(const struct cbc *c, const struct lynx_opt_options *o,
 	}
 	rep->solved = rep->optimal = true;
 	for (unsigned round = 0; !err && round < MAX_ROUNDS; round++) {
-		struct lynx_checker_result r;
-		bool again = false;
+		bool again;
 
 		for (uint32_t s = 0; !err && s < p->n_stages; s++) {
 			struct stage_solve ss;
@@ -606,24 +605,9 @@ static int milp_plan(const struct cbc *c, const struct lynx_opt_options *o,
 		}
 		if (err)
 			break;
-		err = lynx_checker_replay(p, plan, &r, why, len);
-		if (err)
-			break;
-		plan->step_time_s = r.step_time_s;
-		plan->fits = r.fits;
-		for (uint32_t s = 0; s < p->n_stages; s++) {
-			uint64_t excess = r.peak_bytes[s] > p->budget_bytes
-			                          ? r.peak_bytes[s] - p->budget_bytes
-			                          : 0;
-
-			plan->stages[s].peak_bytes = r.peak_bytes[s];
-			if (!excess || round + 1 == MAX_ROUNDS || budget[s] <= excess)
-				continue;
-			budget[s] -= excess;
-			redo[s] = again = true;
-		}
-		lynx_checker_free(&r);
-		if (!again)
+		err = lynx_checker_settle(p, plan, round + 1 < MAX_ROUNDS, budget, redo, &again,
+		                          why, len);
+		if (err || !again)
 			break;
 	}
 	rep->gap = rep->added_gap = 0;

@@ -146,6 +146,54 @@ static void test_uniform_stages_take_the_textbook_1f1b_time(void **state)
 	lynx_problem_free(&p);
 }
 
+/* settle stores the replay in the plan and lowers only overflowing stages' budgets, by their
+ * excess, and only when asked to tighten. */
+static void test_settle_lowers_overflowing_budgets_by_their_excess(void **state)
+{
+	const struct job j = {"gpt-13b", "a100-nvlink", 8, 4, 1, 1, 8, false, 12};
+	struct lynx_problem p;
+	struct lynx_plan plan;
+	struct lynx_checker_result c;
+	uint64_t budget[4];
+	bool redo[4], again, any_over = false, any_under = false;
+	char why[256] = "";
+
+	build(&j, &p);
+	assert_int_equal(p.n_stages, 4);
+	assert_int_equal(lynx_planner_none(&p, &plan, NULL, 0), 0);
+	check(&p, &plan, &c);
+	for (uint32_t s = 0; s < 4; s++)
+		budget[s] = p.budget_bytes;
+	assert_int_equal(
+	        lynx_checker_settle(&p, &plan, false, budget, redo, &again, why, sizeof(why)), 0);
+	assert_false(again);
+	assert_true(plan.step_time_s == c.step_time_s);
+	assert_true(plan.fits == c.fits);
+	for (uint32_t s = 0; s < 4; s++) {
+		assert_false(redo[s]);
+		assert_true(budget[s] == p.budget_bytes);
+		assert_true(plan.stages[s].peak_bytes == c.peak_bytes[s]);
+	}
+
+	assert_int_equal(
+	        lynx_checker_settle(&p, &plan, true, budget, redo, &again, why, sizeof(why)), 0);
+	for (uint32_t s = 0; s < 4; s++) {
+		bool over = c.peak_bytes[s] > p.budget_bytes;
+
+		any_over |= over;
+		any_under |= !over;
+		assert_int_equal(redo[s], over);
+		assert_true(budget[s] == (over ? p.budget_bytes - (c.peak_bytes[s] - p.budget_bytes)
+		                               : p.budget_bytes));
+	}
+	assert_int_equal(again, any_over);
+	/* The budget makes the first stages overflow and the last fit without recompute. */
+	assert_true(any_over && any_under);
+	lynx_checker_free(&c);
+	lynx_plan_free(&plan);
+	lynx_problem_free(&p);
+}
+
 /* A plan shaped like the selective baseline whose dropped groups of layer l are rebuilt in
  * window(l), or on demand where window(l) is -1. */
 static void window_plan(const struct lynx_problem *p, uint32_t s, uint32_t groups,
@@ -389,6 +437,7 @@ int main(void)
 	        cmocka_unit_test(test_windows_after_the_consumer_fall_back_to_on_demand),
 	        cmocka_unit_test(test_1f1b_decides_which_occurrence_serves_a_backward),
 	        cmocka_unit_test(test_offload_without_a_host_link_and_mismatched_plans_are_refused),
+	        cmocka_unit_test(test_settle_lowers_overflowing_budgets_by_their_excess),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
