@@ -72,115 +72,113 @@ static bool driver_capture_ended(CUresult result)
 	       result == CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
 }
 
-/* ---- Runtime ----------------------------------------------------------------------------- */
-
-cudaError_t lynx_active_cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
+/*
+ * One body per kind of capture hook; ptsz picks the per-thread-stream entry point. The real
+ * pointer is read after lynx_call_begin, as in every hook.
+ */
+static cudaError_t runtime_begin_capture(enum lynx_hook_id hook, bool ptsz, cudaStream_t stream,
+                                         enum cudaStreamCaptureMode mode)
 {
 	struct lynx_call call;
 	cudaError_t result;
 
-	lynx_call_begin(&call, LYNX_HOOK_cudaStreamBeginCapture);
+	lynx_call_begin(&call, hook);
 	capture_enter();
-	result = lynx_real_fn(cudaStreamBeginCapture)(stream, mode);
+	result = ptsz ? lynx_real_fn(cudaStreamBeginCapture_ptsz)(stream, mode)
+	              : lynx_real_fn(cudaStreamBeginCapture)(stream, mode);
 	capture_leave(result == cudaSuccess, +1);
 	capture_record(&call, stream, NULL, (int)result);
 	return result;
+}
+
+static cudaError_t runtime_end_capture(enum lynx_hook_id hook, bool ptsz, cudaStream_t stream,
+                                       cudaGraph_t *pGraph)
+{
+	struct lynx_call call;
+	cudaError_t result;
+
+	lynx_call_begin(&call, hook);
+	capture_enter();
+	result = ptsz ? lynx_real_fn(cudaStreamEndCapture_ptsz)(stream, pGraph)
+	              : lynx_real_fn(cudaStreamEndCapture)(stream, pGraph);
+	capture_leave(runtime_capture_ended(result), -1);
+	capture_record(&call, stream, result == cudaSuccess && pGraph ? *pGraph : NULL,
+	               (int)result);
+	return result;
+}
+
+static CUresult driver_begin_capture(enum lynx_hook_id hook, bool ptsz, CUstream hStream,
+                                     CUstreamCaptureMode mode)
+{
+	struct lynx_call call;
+	CUresult result;
+
+	lynx_call_begin(&call, hook);
+	capture_enter();
+	result = ptsz ? lynx_real_fn(cuStreamBeginCapture_v2_ptsz)(hStream, mode)
+	              : lynx_real_fn(cuStreamBeginCapture_v2)(hStream, mode);
+	capture_leave(result == CUDA_SUCCESS, +1);
+	capture_record(&call, hStream, NULL, (int)result);
+	return result;
+}
+
+static CUresult driver_end_capture(enum lynx_hook_id hook, bool ptsz, CUstream hStream,
+                                   CUgraph *phGraph)
+{
+	struct lynx_call call;
+	CUresult result;
+
+	lynx_call_begin(&call, hook);
+	capture_enter();
+	result = ptsz ? lynx_real_fn(cuStreamEndCapture_ptsz)(hStream, phGraph)
+	              : lynx_real_fn(cuStreamEndCapture)(hStream, phGraph);
+	capture_leave(driver_capture_ended(result), -1);
+	capture_record(&call, hStream, result == CUDA_SUCCESS && phGraph ? *phGraph : NULL,
+	               (int)result);
+	return result;
+}
+
+/* ---- Runtime ----------------------------------------------------------------------------- */
+
+cudaError_t lynx_active_cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
+{
+	return runtime_begin_capture(LYNX_HOOK_cudaStreamBeginCapture, false, stream, mode);
 }
 
 cudaError_t lynx_active_cudaStreamBeginCapture_ptsz(cudaStream_t stream,
                                                     enum cudaStreamCaptureMode mode)
 {
-	struct lynx_call call;
-	cudaError_t result;
-
-	lynx_call_begin(&call, LYNX_HOOK_cudaStreamBeginCapture_ptsz);
-	capture_enter();
-	result = lynx_real_fn(cudaStreamBeginCapture_ptsz)(stream, mode);
-	capture_leave(result == cudaSuccess, +1);
-	capture_record(&call, stream, NULL, (int)result);
-	return result;
+	return runtime_begin_capture(LYNX_HOOK_cudaStreamBeginCapture_ptsz, true, stream, mode);
 }
 
 cudaError_t lynx_active_cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
 {
-	struct lynx_call call;
-	cudaError_t result;
-
-	lynx_call_begin(&call, LYNX_HOOK_cudaStreamEndCapture);
-	capture_enter();
-	result = lynx_real_fn(cudaStreamEndCapture)(stream, pGraph);
-	capture_leave(runtime_capture_ended(result), -1);
-	capture_record(&call, stream, result == cudaSuccess && pGraph ? *pGraph : NULL,
-	               (int)result);
-	return result;
+	return runtime_end_capture(LYNX_HOOK_cudaStreamEndCapture, false, stream, pGraph);
 }
 
 cudaError_t lynx_active_cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph)
 {
-	struct lynx_call call;
-	cudaError_t result;
-
-	lynx_call_begin(&call, LYNX_HOOK_cudaStreamEndCapture_ptsz);
-	capture_enter();
-	result = lynx_real_fn(cudaStreamEndCapture_ptsz)(stream, pGraph);
-	capture_leave(runtime_capture_ended(result), -1);
-	capture_record(&call, stream, result == cudaSuccess && pGraph ? *pGraph : NULL,
-	               (int)result);
-	return result;
+	return runtime_end_capture(LYNX_HOOK_cudaStreamEndCapture_ptsz, true, stream, pGraph);
 }
 
 /* ---- Driver ------------------------------------------------------------------------------ */
 
 CUresult lynx_active_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
-	struct lynx_call call;
-	CUresult result;
-
-	lynx_call_begin(&call, LYNX_HOOK_cuStreamBeginCapture_v2);
-	capture_enter();
-	result = lynx_real_fn(cuStreamBeginCapture_v2)(hStream, mode);
-	capture_leave(result == CUDA_SUCCESS, +1);
-	capture_record(&call, hStream, NULL, (int)result);
-	return result;
+	return driver_begin_capture(LYNX_HOOK_cuStreamBeginCapture_v2, false, hStream, mode);
 }
 
 CUresult lynx_active_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
-	struct lynx_call call;
-	CUresult result;
-
-	lynx_call_begin(&call, LYNX_HOOK_cuStreamBeginCapture_v2_ptsz);
-	capture_enter();
-	result = lynx_real_fn(cuStreamBeginCapture_v2_ptsz)(hStream, mode);
-	capture_leave(result == CUDA_SUCCESS, +1);
-	capture_record(&call, hStream, NULL, (int)result);
-	return result;
+	return driver_begin_capture(LYNX_HOOK_cuStreamBeginCapture_v2_ptsz, true, hStream, mode);
 }
 
 CUresult lynx_active_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
-	struct lynx_call call;
-	CUresult result;
-
-	lynx_call_begin(&call, LYNX_HOOK_cuStreamEndCapture);
-	capture_enter();
-	result = lynx_real_fn(cuStreamEndCapture)(hStream, phGraph);
-	capture_leave(driver_capture_ended(result), -1);
-	capture_record(&call, hStream, result == CUDA_SUCCESS && phGraph ? *phGraph : NULL,
-	               (int)result);
-	return result;
+	return driver_end_capture(LYNX_HOOK_cuStreamEndCapture, false, hStream, phGraph);
 }
 
 CUresult lynx_active_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 {
-	struct lynx_call call;
-	CUresult result;
-
-	lynx_call_begin(&call, LYNX_HOOK_cuStreamEndCapture_ptsz);
-	capture_enter();
-	result = lynx_real_fn(cuStreamEndCapture_ptsz)(hStream, phGraph);
-	capture_leave(driver_capture_ended(result), -1);
-	capture_record(&call, hStream, result == CUDA_SUCCESS && phGraph ? *phGraph : NULL,
-	               (int)result);
-	return result;
+	return driver_end_capture(LYNX_HOOK_cuStreamEndCapture_ptsz, true, hStream, phGraph);
 }
