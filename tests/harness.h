@@ -96,7 +96,7 @@ static inline void drop_sanitizer_notes(char *text)
 /* Runs "env... cmd" through sh from the repository root, capturing stdout and stderr. */
 static inline struct output run(const char *env, const char *cmd)
 {
-	char line[8192], out_path[1200], err_path[1200];
+	char line[16384], out_path[1200], err_path[1200];
 	struct output o;
 
 	snprintf(out_path, sizeof(out_path), "%s/stdout", scratch);

@@ -18,8 +18,9 @@
 
 #include <cmocka.h>
 
+#include "../harness.h"
+
 static char lynx[PATH_MAX + 16];
-static char dir[] = "/tmp/test_lynx_plan.XXXXXX";
 
 enum stream { OUT, ERR };
 
@@ -28,41 +29,17 @@ struct result {
 	int status; /* exit status, or -1 when it did not exit normally */
 };
 
-/* Reads all of stream f into a string. */
-static char *slurp(FILE *f)
-{
-	size_t size = 65536, used = 0, n;
-	char *text = malloc(size);
-
-	assert_non_null(text);
-	while ((n = fread(text + used, 1, size - used - 1, f))) {
-		used += n;
-		if (size - used < 4096) {
-			size *= 2;
-			text = realloc(text, size);
-			assert_non_null(text);
-		}
-	}
-	text[used] = '\0';
-	return text;
-}
-
-/* Runs "lynx plan <args>" in a clean environment inside dir, capturing one stream. */
+/* Runs "lynx plan <args>" in a clean environment inside the scratch directory (the plan
+ * files it writes land there), keeping one stream. */
 static struct result plan(enum stream stream, const char *args)
 {
-	struct result r = {NULL, -1};
-	char *cmd;
-	FILE *pipe;
-	int status;
+	char cmd[8192];
 
-	assert_true(asprintf(&cmd, "cd '%s' && env -i PATH=/usr/bin:/bin '%s' plan %s %s", dir,
-	                     lynx, args, stream == OUT ? "2>/dev/null" : "2>&1 >/dev/null") > 0);
-	pipe = popen(cmd, "r");
-	assert_non_null(pipe);
-	r.text = slurp(pipe);
-	status = pclose(pipe);
-	r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-	free(cmd);
+	snprintf(cmd, sizeof(cmd), "sh -c \"cd '%s' && '%s' plan %s\"", scratch, lynx, args);
+	struct output o = run("-i PATH=/usr/bin:/bin", cmd);
+	struct result r = {stream == OUT ? o.out : o.err, o.exit_code};
+
+	free(stream == OUT ? o.err : o.out);
 	return r;
 }
 
@@ -78,15 +55,12 @@ static int count(const char *text, const char *needle)
 static char *read_file(const char *name)
 {
 	char path[PATH_MAX];
-	FILE *f;
 	char *text;
 
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	f = fopen(path, "r");
-	if (!f)
+	snprintf(path, sizeof(path), "%s/%s", scratch, name);
+	text = slurp(path);
+	if (!text)
 		fail_msg("%s was not written", path);
-	text = slurp(f);
-	fclose(f);
 	return text;
 }
 
@@ -197,16 +171,7 @@ static void test_plan_bad_input_exits_2_with_a_reason(void **state)
 
 static int setup(void **state)
 {
-	char exe[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-
-	if (n <= 0 || !mkdtemp(dir))
-		return -1;
-	exe[n] = '\0';
-	/* <build>/tests/test_lynx_plan */
-	*strrchr(exe, '/') = '\0';
-	*strrchr(exe, '/') = '\0';
-	snprintf(lynx, sizeof(lynx), "%s/bin/lynx", exe);
+	snprintf(lynx, sizeof(lynx), "%s/bin/lynx", build_dir);
 	if (access(lynx, X_OK)) {
 		fprintf(stderr, "test_lynx_plan: needs %s (make lynx)\n", lynx);
 		return -1;
@@ -214,21 +179,11 @@ static int setup(void **state)
 	return 0;
 }
 
-static int teardown(void **state)
+int main(int argc, char **argv)
 {
-	char *cmd;
+	if (harness_init(argv[0], "test-lynx-plan"))
+		return 1;
 
-	if (asprintf(&cmd, "rm -rf '%s'", dir) > 0) {
-		if (system(cmd)) {
-			/* Nothing to do: a leftover temporary directory. */
-		}
-		free(cmd);
-	}
-	return 0;
-}
-
-int main(void)
-{
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_plan_writes_a_plan_file_and_a_summary),
 	        cmocka_unit_test(test_plan_runs_the_planner_named),
@@ -238,5 +193,5 @@ int main(void)
 	        cmocka_unit_test(test_plan_bad_input_exits_2_with_a_reason),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return harness_finish(cmocka_run_group_tests(tests, setup, NULL));
 }

@@ -18,6 +18,8 @@
 
 #include <cmocka.h>
 
+#include "../harness.h"
+
 static char lynx[PATH_MAX + 16];
 
 enum stream { OUT, ERR };
@@ -27,37 +29,17 @@ struct result {
 	int status; /* exit status, or -1 when it did not exit normally */
 };
 
-/* Runs "lynx sim <args>" in a clean environment, capturing one stream. */
+/* Runs "lynx sim <args>" in a clean environment, keeping one stream. */
 static struct result sim(enum stream stream, const char *args)
 {
-	struct result r = {NULL, -1};
-	size_t size = 0, used = 0;
-	char *cmd;
-	FILE *pipe;
-	int status;
+	char cmd[8192];
 
 	/* OPT's solves get a second per stage: the tests are about the table, not the MILP. */
-	assert_true(asprintf(&cmd, "env -i PATH=/usr/bin:/bin '%s' sim --time-limit 1 %s %s", lynx,
-	                     args, stream == OUT ? "2>/dev/null" : "2>&1 >/dev/null") > 0);
-	pipe = popen(cmd, "r");
-	assert_non_null(pipe);
-	for (;;) {
-		size_t n;
+	snprintf(cmd, sizeof(cmd), "'%s' sim --time-limit 1 %s", lynx, args);
+	struct output o = run("-i PATH=/usr/bin:/bin", cmd);
+	struct result r = {stream == OUT ? o.out : o.err, o.exit_code};
 
-		if (size - used < 4096) {
-			size = size ? 2 * size : 65536;
-			r.text = realloc(r.text, size);
-			assert_non_null(r.text);
-		}
-		n = fread(r.text + used, 1, size - used - 1, pipe);
-		if (!n)
-			break;
-		used += n;
-	}
-	r.text[used] = '\0';
-	status = pclose(pipe);
-	r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-	free(cmd);
+	free(stream == OUT ? o.err : o.out);
 	return r;
 }
 
@@ -94,16 +76,7 @@ static void line_of(const char *text, const char *prefix, char *line, size_t len
 
 static int setup(void **state)
 {
-	char exe[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-
-	if (n <= 0)
-		return -1;
-	exe[n] = '\0';
-	/* <build>/tests/test_lynx_sim */
-	*strrchr(exe, '/') = '\0';
-	*strrchr(exe, '/') = '\0';
-	snprintf(lynx, sizeof(lynx), "%s/bin/lynx", exe);
+	snprintf(lynx, sizeof(lynx), "%s/bin/lynx", build_dir);
 	if (access(lynx, X_OK)) {
 		fprintf(stderr, "test_lynx_sim: needs %s (make lynx)\n", lynx);
 		return -1;
@@ -284,8 +257,11 @@ static void test_help_lists_options_and_planners(void **state)
 	free(r.text);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	if (harness_init(argv[0], "test-lynx-sim"))
+		return 1;
+
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_table_has_one_row_per_planner),
 	        cmocka_unit_test(test_22b_needs_recomputation_on_a100),
@@ -297,5 +273,5 @@ int main(void)
 	        cmocka_unit_test(test_help_lists_options_and_planners),
 	};
 
-	return cmocka_run_group_tests(tests, setup, NULL);
+	return harness_finish(cmocka_run_group_tests(tests, setup, NULL));
 }
