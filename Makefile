@@ -199,7 +199,9 @@ $(SHIM_TESTS): $(BUILD)/tests/test_%: $(BUILD)/obj/tests/shim/test_%.o $(SHIM_PU
 # library shared by the lynx command and the policy tests (tests/policy/test_<module>.c).
 POLICY_SRC := $(wildcard policy/*.c)
 POLICY_LIB := $(BUILD)/obj/libpolicy.a
-POLICY_CFLAGS := -Ipolicy
+# Policy tests read profiles through profiler/profile.h: they link the profiler too.
+PROFILER_LIB := $(BUILD)/obj/libprofiler.a
+POLICY_CFLAGS := -Ipolicy -Iprofiler -Ishim
 $(BUILD)/obj/policy/%.o: policy/%.c
 	$(call say,CC,$<)
 	@mkdir -p $(dir $@)
@@ -214,7 +216,8 @@ $(BUILD)/obj/tests/policy/%.o: tests/policy/%.c
 	$(call say,CC,$<)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(ALL_CFLAGS) $(POLICY_CFLAGS) -c $< -o $@
-$(POLICY_TESTS): $(BUILD)/tests/test_%: $(BUILD)/obj/tests/policy/test_%.o $(POLICY_LIB)
+$(POLICY_TESTS): $(BUILD)/tests/test_%: $(BUILD)/obj/tests/policy/test_%.o $(POLICY_LIB) \
+		$(PROFILER_LIB)
 	$(call say,LD,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) -lcmocka -lcjson -lm
@@ -224,7 +227,6 @@ $(POLICY_TESTS): $(BUILD)/tests/test_%: $(BUILD)/obj/tests/policy/test_%.o $(POL
 # with the shim (shim/events.def) and reads LYNX_EVENTS dumps with cJSON. Tests are
 # tests/profiler/test_<module>.c.
 PROFILER_SRC := $(wildcard profiler/*.c)
-PROFILER_LIB := $(BUILD)/obj/libprofiler.a
 PROFILER_CFLAGS := -Iprofiler -Ishim
 $(BUILD)/obj/profiler/%.o: profiler/%.c
 	$(call say,CC,$<)

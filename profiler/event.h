@@ -33,6 +33,10 @@ struct lynx_prof_event {
 	bool captured; /* recorded while a stream was capturing a CUDA graph */
 	int32_t result;
 	uint64_t stream; /* handle as the program passed it (0: the default stream) */
+	/* The device's timeline for stream-ordered work that the shim timed with events: when
+	 * it started and ended on its stream, in ns from the process's first timing event
+	 * (one per-rank timeline across streams). 0 and 0: not timed. */
+	uint64_t dev_start_ns, dev_end_ns;
 	union {
 		struct {
 			uint64_t ptr, bytes;

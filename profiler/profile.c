@@ -87,6 +87,7 @@ void lynx_profile_free(struct lynx_profile *p)
 			for (size_t j = 0; j < k[d]->count; j++)
 				free(k[d]->name[j]);
 			free(k[d]->name);
+			free(k[d]->ns);
 		}
 	}
 	free(p->layers);

@@ -85,9 +85,11 @@ struct lynx_profile_time {
 	uint32_t samples;
 };
 
-/* A list of kernel names, in launch order. */
+/* A list of kernels, in launch order: their names and, when the shim timed them on the
+ * device (one sampled iteration), each one's duration; ns is NULL when not timed. */
 struct lynx_profile_kernels {
 	char **name;
+	uint64_t *ns; /* device time of each kernel, or NULL: not timed */
 	size_t count;
 };
 
@@ -143,6 +145,9 @@ struct lynx_profile {
 		struct lynx_profile_time time;
 	} iteration;
 	uint32_t microbatches;
+	/* Forwards this rank runs before its first backward in one iteration: p - s - 1
+	 * under 1F1B on stage s of p (capped by the micro-batches), 0 without a pipeline. */
+	uint32_t warmup_forwards;
 	bool rerun; /* each backward reruns its forward (full recompute was on) */
 	struct lynx_profile_layer *layers;
 	size_t layer_count;
