@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The planning problem: everything a planner decides over and the checker replays, per
- * pipeline stage. It is built here from a model description (presets and cost.c); a problem
- * built from a recorded profile fills the same structs, so planners and the checker never
- * see where the numbers came from. All times are seconds on one rank, all bytes on one rank.
+ * pipeline stage. It is built from a model description (presets and cost.c: problem.c) or
+ * from recorded profiles (from_profile.c); both fill the same structs, so planners and the
+ * checker never see where the numbers came from. All times are seconds on one rank, all bytes on
+ * one rank.
  *
  * What one stage runs. A stage holds `layers` identical transformer layers (the layer
  * description is shared by all stages), the embedding on the first stage and the head and
@@ -43,9 +44,9 @@
  * a copy of B bytes takes latency_s + B / busbw. busbw 0: no host link (a problem built
  * from a profile that measured none); the checker then refuses OFFLOAD.
  *
- * Ownership: lynx_problem_from_model() allocates the stages and their windows;
- * lynx_problem_free() releases them. A built problem is read-only: any number of threads may
- * read it.
+ * Ownership: lynx_problem_from_model() and lynx_problem_from_profile() allocate the stages
+ * and their windows; lynx_problem_free() releases them. A built problem is read-only: any
+ * number of threads may read it.
  */
 #ifndef LYNX_POLICY_PROBLEM_H
 #define LYNX_POLICY_PROBLEM_H
@@ -56,6 +57,8 @@
 
 #include "model.h"
 #include "presets.h"
+
+struct lynx_profile; /* profiler/profile.h */
 
 /* The masks over ops and groups are 32-bit. */
 #define LYNX_PROBLEM_MAX_OPS 32
@@ -87,8 +90,10 @@ struct lynx_window {
 struct lynx_problem_op {
 	char name[LYNX_PROBLEM_NAME_MAX];
 	double fwd_s, bwd_s;
-	double wait_fwd_s; /* idle before the op's forward: a TP_FWD window when > 0 */
-	double wait_bwd_s; /* idle after the op's backward: a TP_BWD window when > 0 */
+	/* Idle before the op's forward: a TP_FWD window when > 0 (from a profile, a window
+	 * wherever a collective was seen, at 0 when its idle time was not measured). */
+	double wait_fwd_s;
+	double wait_bwd_s; /* idle after the op's backward: a TP_BWD window as wait_fwd_s */
 	double rerun_s;    /* fwd_s + wait_fwd_s: the op again, with its collective */
 };
 
@@ -149,13 +154,16 @@ struct lynx_problem {
 };
 
 struct lynx_problem_options {
-	uint64_t budget_bytes;      /* 0: the GPU's memory */
+	uint64_t budget_bytes;      /* 0: the GPU's memory (from a profile: its peak) */
 	bool distributed_optimizer; /* Megatron's --use-distributed-optimizer */
 	/* Layers of each of the p stages (an uneven split, as policy/partition.h finds); NULL:
 	 * L / p each. Read during lynx_problem_from_model() only. */
 	const uint32_t *stage_layers;
 	/* Seconds per stage a searching planner (opt) may spend; 0: its own default. */
 	double search_seconds;
+	/* lynx_problem_from_profile(): what to call each profile in messages (file paths),
+	 * n_ranks entries; NULL: "profile <index>". */
+	const char *const *profile_names;
 };
 
 /*
@@ -169,7 +177,76 @@ int lynx_problem_from_model(const struct lynx_model_desc *m, const struct lynx_c
                             const struct lynx_problem_options *opt, struct lynx_problem *p,
                             char *why, size_t len);
 
-/* Releases what lynx_problem_from_model() allocated; p may be zeroed or already freed. */
+/*
+ * Builds the problem from recorded profiles (profiler/profile.h), one per pipeline stage, into
+ * p: the same structs as lynx_problem_from_model(), so planners and the checker do not care
+ * where the numbers came from. The mapping:
+ *
+ * - Stages. A rank's position is its warm-up: stage s of p runs min(p - s - 1, m) forwards
+ *   before its first backward, so the profiles with the most warm-up forwards are stage 0,
+ *   p is that number plus one, and inflight = min(w + 1, m) for w warm-up forwards. Every
+ *   stage needs a profile; profiles with the same warm-up are ranks of one stage (tensor or
+ *   data parallel), of which the slowest (largest sum of layer forward and backward times)
+ *   stands for the stage. Refused: m < p with more than one stage running all m forwards
+ *   first (their order cannot be told), a first stage that receives activations (pp_recv_fwd)
+ *   or a last stage that receives gradients (pp_recv_bwd), which is what a pipeline's
+ *   profiles without "warmup_forwards" look like; profiles recorded under full recompute
+ *   (rerun) or with different micro-batch counts.
+ * - Layers. A stage's layers are its profile's layers, all with the same kernel counts (those
+ *   of the middle layer of the profile with the most layers). The first layer of stage 0 and
+ *   the last of stage p - 1 may differ: they are the embedding and the head (forward and
+ *   backward time, saved_bytes held per micro-batch); without such a layer they are absent.
+ *   The one layer description is the slowest stage's layer with the most saved group bytes.
+ * - Ops. One per forward kernel, in launch order. A layer of more than LYNX_PROBLEM_MAX_OPS
+ *   kernels is cut into runs of consecutive kernels: first at the tensor-parallel collectives
+ *   (a tp_fwd window's `kernel`), then after the kernels that produce a group, then the longest
+ *   runs are halved until there are LYNX_PROBLEM_MAX_OPS. An op's forward time is the sum of
+ *   its kernels' device times when the profile has them (launch gaps not counted), else the
+ *   layer's forward time less its measured tp_fwd idle, spread evenly over the kernels. The
+ *   backward's kernels map onto the forward's in reverse order, proportionally (the first
+ *   backward kernel to the last forward kernel, the last to the first); an op's backward time
+ *   is the sum of the backward kernels mapped to it, timed or spread as the forward.
+ * - Groups. The saved buffers of that layer, with bytes > 0. A group exists after the op of
+ *   its producer kernel (-1: the layer's input) and is freed after the backward of the op
+ *   that its last_consumer backward kernel maps to (-1, none seen: op 0, the end of the
+ *   layer's backward). Rebuilding a group produced by op o reruns the ops after the previous
+ *   producing op up to o, and needs every group produced before o: conservative, since the
+ *   profile does not say which saved tensors an op reads (a forward temporary that crosses a
+ *   group is not seen). A group with no group before it cannot be rebuilt (ops 0); such groups
+ *   are held at least until the last rebuild that needs them. Over LYNX_PROBLEM_MAX_GROUPS,
+ *   groups with the same producer and consumer ops merge, then all with the same producer (freed
+ *   after the later consumer), then the two adjacent producers with the fewest bytes.
+ * - Windows. A collective's idle time is the mean of its measured `idle` (any source but
+ *   "unknown") over the layers and micro-batches of that profile; unmeasured, 0. TP_FWD
+ *   windows are before the op of the tp_fwd window's kernel (a collective after the last
+ *   kernel: before the last op); TP_BWD windows follow the op of the backward kernel before
+ *   the collective (before the first one: the op it maps to). Every stage layer gets the
+ *   layer's TP windows, listed even at capacity 0, so a plan can name them. PP_RECV_FWD
+ *   (s > 0) and PP_RECV_BWD (s < p - 1), when the stage's profile has such calls, take the
+ *   least measured idle of their occurrences as the steady-state transfer; DP_GRAD the sum of
+ *   the dp_grad calls' idle. The optimizer step is not separated in a profile: optimizer_s 0.
+ * - Memory. A stage's static memory is what its profile had live at the peak besides saved
+ *   activations (weights, workspace, temporaries and other): the plan cannot change it. The
+ *   budget is opt->budget_bytes, or 0: the largest profile peak, where keeping everything fits;
+ *   pass what the job may use, e.g. the GPU's memory less a few GiB for the CUDA context,
+ *   NCCL and allocator fragmentation, or the peak minus what should be freed. No host link is
+ *   measured: d2h and h2d have busbw 0, so OFFLOAD is refused by the checker and the offload
+ *   planner offloads nothing. cluster is NULL; model has pp and layers only; gpus is the
+ *   profiles' world (0 when unknown); peak_flops and model_flops are 0.
+ *
+ * opt may be NULL; its stage_layers must be NULL (a profile's split is the one it ran) and
+ * distributed_optimizer is ignored (static memory is measured). Returns 0; -EINVAL with one
+ * sentence in why (no profiles or layers, layers with different kernel counts, a group or
+ * window beyond its layer's kernels, a missing stage, a budget below a stage's static
+ * memory, ...); -ENOMEM. On failure p holds nothing to free. O(profiles x (layers + groups +
+ * windows)) plus O(windows^2) per layer for the collectives' idle and O(kernels^2) to cut a
+ * layer of more than LYNX_PROBLEM_MAX_OPS kernels: fine below 10^4 of each.
+ */
+int lynx_problem_from_profile(const struct lynx_profile *const *ranks, size_t n_ranks,
+                              const struct lynx_problem_options *opt, struct lynx_problem *p,
+                              char *why, size_t len);
+
+/* Releases what the builders allocated; p may be zeroed or already freed. */
 void lynx_problem_free(struct lynx_problem *p);
 
 const char *lynx_problem_window_kind_name(enum lynx_window_kind kind);

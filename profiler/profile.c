@@ -7,9 +7,10 @@
  *    "environment": {"pid": 1234, "gpu": "unknown", "driver": "unknown", "nccl": "unknown"},
  *    "iteration": {"period_tokens": 1370, "count": 2, "prefix_events": 5120,
  *                  "events": 4400, "time": TIME},
- *    "microbatches": 4, "rerun": false,
+ *    "microbatches": 4, "warmup_forwards": 1, "rerun": false,
  *    "layers": [{"index": 0, "forward": TIME, "backward": TIME, "saved_bytes": 1048576,
- *                "kernels": {"forward": ["tt_layernorm_fwd", ...], "backward": [...]}}, ...],
+ *                "kernels": {"forward": ["tt_layernorm_fwd", ...], "backward": [...],
+ *                            "forward_ns": [5120, ...], "backward_ns": [...]}}, ...],
  *    "groups": [{"layer": 0, "bytes": 65536, "producer": 3, "first_consumer": 10,
  *                "last_consumer": 12}, ...],
  *    "windows": [{"kind": "tp_fwd", "call": "ncclAllReduce", "comm": 1, "peer": -1,
@@ -25,6 +26,12 @@
  * Integers are below 2^53 (exact in any JSON reader); -1 means "none" for indices. The
  * writer prints keys in this order with cJSON's formatting, so write -> read -> write gives
  * the same bytes.
+ *
+ * Two keys came after the first version-1 readers, as optional additions they ignore:
+ * "warmup_forwards" (0 when absent; at most "microbatches") and a layer's "forward_ns" and
+ * "backward_ns", each kernel's device time in launch order, present only when the shim timed
+ * the kernels and then exactly as long as the names beside them. The writer always writes
+ * "warmup_forwards" and writes the *_ns arrays exactly when the in-memory ns is not NULL.
  */
 #include <errno.h>
 #include <math.h>
@@ -136,6 +143,23 @@ static bool add_kernels(cJSON *o, const char *key, const struct lynx_profile_ker
 	return arr != NULL;
 }
 
+/* The kernels' device times under key, or nothing when they were not timed. */
+static bool add_kernel_ns(cJSON *o, const char *key, const struct lynx_profile_kernels *k)
+{
+	cJSON *arr;
+
+	if (!k->ns)
+		return true;
+	arr = cJSON_AddArrayToObject(o, key);
+	for (size_t i = 0; arr && i < k->count; i++) {
+		cJSON *n = cJSON_CreateNumber((double)k->ns[i]);
+		if (!n)
+			return false;
+		cJSON_AddItemToArray(arr, n);
+	}
+	return arr != NULL;
+}
+
 static bool add_layer(cJSON *arr, const struct lynx_profile_layer *l, size_t index)
 {
 	cJSON *o = cJSON_CreateObject(), *k;
@@ -148,7 +172,9 @@ static bool add_layer(cJSON *arr, const struct lynx_profile_layer *l, size_t ind
 	ok = ok && add_num(o, "saved_bytes", (double)l->saved_bytes);
 	k = ok ? cJSON_AddObjectToObject(o, "kernels") : NULL;
 	return k && add_kernels(k, "forward", &l->fwd_kernels) &&
-	       add_kernels(k, "backward", &l->bwd_kernels);
+	       add_kernels(k, "backward", &l->bwd_kernels) &&
+	       add_kernel_ns(k, "forward_ns", &l->fwd_kernels) &&
+	       add_kernel_ns(k, "backward_ns", &l->bwd_kernels);
 }
 
 static bool add_group(cJSON *arr, const struct lynx_profile_group *g)
@@ -217,6 +243,7 @@ static cJSON *profile_json(const struct lynx_profile *p)
 	     add_num(o, "events", (double)p->iteration.events) &&
 	     add_time(o, "time", &p->iteration.time);
 	ok = ok && add_num(root, "microbatches", p->microbatches) &&
+	     add_num(root, "warmup_forwards", p->warmup_forwards) &&
 	     cJSON_AddBoolToObject(root, "rerun", p->rerun);
 	arr = ok ? cJSON_AddArrayToObject(root, "layers") : NULL;
 	ok = arr != NULL;
@@ -550,6 +577,39 @@ static int read_kernels(struct reader *r, const cJSON *obj, const char *where, c
 	return 0;
 }
 
+/*
+ * The optional device times of kernels k (already read) at obj's key: absent leaves k->ns
+ * NULL; present, one integer per kernel. An empty list still allocates, so that a present
+ * key stays present when the profile is written again.
+ */
+static int read_kernel_ns(struct reader *r, const cJSON *obj, const char *where, const char *key,
+                          const char *names, struct lynx_profile_kernels *k)
+{
+	const cJSON *arr = cJSON_GetObjectItemCaseSensitive(obj, key), *it;
+	size_t n, i = 0;
+
+	if (!arr)
+		return 0;
+	if (!cJSON_IsArray(arr))
+		return refuse(r, "%s.%s: expected an array", where, key);
+	n = (size_t)cJSON_GetArraySize(arr);
+	if (n != k->count)
+		return refuse(r, "%s.%s: expected %zu entries (one per kernel in %s.%s), got %zu",
+		              where, key, k->count, where, names, n);
+	k->ns = calloc(n ? n : 1, sizeof(*k->ns));
+	if (!k->ns)
+		return -ENOMEM;
+	cJSON_ArrayForEach(it, arr)
+	{
+		if (!cJSON_IsNumber(it) || !(it->valuedouble >= 0 && it->valuedouble < MAX_EXACT) ||
+		    it->valuedouble != floor(it->valuedouble))
+			return refuse(r, "%s.%s[%zu]: expected an integer in [0, %.0f]", where, key,
+			              i, MAX_EXACT - 1);
+		k->ns[i++] = (uint64_t)it->valuedouble;
+	}
+	return 0;
+}
+
 static int read_layer(struct reader *r, const cJSON *o, size_t i, struct lynx_profile_layer *l)
 {
 	struct path p, pk;
@@ -570,9 +630,11 @@ static int read_layer(struct reader *r, const cJSON *o, size_t i, struct lynx_pr
 	    (err = get_object(r, o, p.buf, "kernels", &k)))
 		return err;
 	at(&pk, "%s.kernels", p.buf);
-	if ((err = read_kernels(r, k, pk.buf, "forward", &l->fwd_kernels)))
+	if ((err = read_kernels(r, k, pk.buf, "forward", &l->fwd_kernels)) ||
+	    (err = read_kernels(r, k, pk.buf, "backward", &l->bwd_kernels)) ||
+	    (err = read_kernel_ns(r, k, pk.buf, "forward_ns", "forward", &l->fwd_kernels)))
 		return err;
-	return read_kernels(r, k, pk.buf, "backward", &l->bwd_kernels);
+	return read_kernel_ns(r, k, pk.buf, "backward_ns", "backward", &l->bwd_kernels);
 }
 
 static int read_group(struct reader *r, const cJSON *o, size_t i, size_t layers,
@@ -666,7 +728,7 @@ static int alloc_array(struct reader *r, const cJSON *root, const char *key, siz
 static int read_profile(struct reader *r, const cJSON *root, struct lynx_profile *p)
 {
 	const cJSON *o, *arr, *it;
-	double version, pid;
+	double version, pid, warmup = 0;
 	char *format = NULL;
 	size_t i;
 	int err;
@@ -707,6 +769,12 @@ static int read_profile(struct reader *r, const cJSON *root, struct lynx_profile
 	if ((err = get_u32(r, root, "", "microbatches", &p->microbatches)) ||
 	    (err = get_bool(r, root, "", "rerun", &p->rerun)))
 		return err;
+	/* Optional (0: no pipeline, or a profile from before the key); at most m, as 1F1B caps
+	 * the warm-up by the micro-batches. */
+	if (cJSON_GetObjectItemCaseSensitive(root, "warmup_forwards") &&
+	    (err = get_int(r, root, "", "warmup_forwards", 0, p->microbatches, &warmup)))
+		return err;
+	p->warmup_forwards = (uint32_t)warmup;
 
 	if ((err = alloc_array(r, root, "layers", sizeof(*p->layers), &arr, (void **)&p->layers,
 	                       &p->layer_count)))

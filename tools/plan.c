@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * `lynx plan`: builds the planning problem of a GPT job from presets, optionally chooses its
- * pipeline split (policy/partition.h), runs one planner, replays the plan in the independent
- * checker, writes the plan's JSON and prints a summary: per stage its layers, what each group
- * does, its peak memory and when it ends.
+ * `lynx plan`: builds the planning problem of a GPT job from presets (optionally choosing its
+ * pipeline split, policy/partition.h) or from recorded profiles (one per pipeline stage,
+ * policy/problem.h's lynx_problem_from_profile), runs one planner, replays the plan in the
+ * independent checker, writes the plan's JSON and prints a summary: per stage its layers, what
+ * each group does, its peak memory and when it ends.
  */
 #include <errno.h>
 #include <math.h>
@@ -21,6 +22,8 @@
 #include "planner.h"
 #include "presets.h"
 #include "problem.h"
+/* The profile format; a plain "profile.h" would be tools/profile.h, beside this file. */
+#include "../profiler/profile.h"
 
 struct plan_args {
 	struct lynx_job_args job;
@@ -58,13 +61,44 @@ void lynx_plan_help(FILE *out)
 	        "prints the split against the uniform one and the\nMegatron-LM arguments that "
 	        "reproduce it: --decoder-first-pipeline-num-layers and\n"
 	        "--decoder-last-pipeline-num-layers when the middle stages are even, else\n"
-	        "--pipeline-model-parallel-layout. Planning from a profile (lynx plan PROFILE) is "
-	        "not\navailable yet.\n");
+	        "--pipeline-model-parallel-layout.\n"
+	        "\nlynx plan PROFILE [PROFILE...] plans from recorded profiles (lynx profile's "
+	        "files)\ninstead, one per pipeline stage (more ranks of a stage: the slowest "
+	        "counts). Only\n--budget (default: the largest measured peak), --planner, --out "
+	        "and --time-limit\napply. The layer's ops are its kernels, its groups the saved "
+	        "buffers, its windows\nthe measured collectives (policy/problem.h says how). A "
+	        "profile measures no host\nlink, so the offload planner is refused.\n");
 }
 
-static double gib(uint64_t bytes)
+/* The options that apply to profiles; the others describe a model. */
+static bool profile_option(const char *name)
 {
-	return bytes / 1073741824.0;
+	static const char *const apply[] = {"--budget", "--planner", "--out", "--time-limit"};
+
+	for (size_t i = 0; i < sizeof(apply) / sizeof(apply[0]); i++)
+		if (!strcmp(apply[i], name))
+			return true;
+	return false;
+}
+
+/* Bytes in the largest binary unit below them ("7.52 GiB", "3.00 MiB"): a profile of a
+ * small job is mebibytes. */
+struct size_text {
+	char buf[32];
+};
+
+static const char *size_text(uint64_t bytes, struct size_text *t)
+{
+	static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	double v = (double)bytes;
+	int u = 0;
+
+	while (v >= 1024 && u + 1 < (int)(sizeof(units) / sizeof(units[0]))) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(t->buf, sizeof(t->buf), u ? "%.2f %s" : "%.0f %s", v, units[u]);
+	return t->buf;
 }
 
 static void print_split(const char *what, const struct lynx_partition_split *x, uint32_t p)
@@ -108,27 +142,48 @@ static void print_partition(const struct lynx_partition *pt)
 	printf("\n");
 }
 
-/* Per stage: layers, actions per group, peak and end time. */
-static void print_summary(const struct lynx_problem *p, const char *model,
-                          const struct lynx_plan *plan, const struct lynx_checker_result *r)
+/* The job planned: the model on its cluster, or the profiles. */
+static void print_model_header(const struct lynx_problem *p, const char *model,
+                               const struct lynx_plan *plan)
 {
 	const struct lynx_model_desc *m = &p->model;
+	struct size_text t;
 
-	printf("%s on %s: t=%u p=%u d=%u%s, %u micro-batches of %u; budget %.2f GiB; planner %s\n",
-	       model, p->cluster ? p->cluster->name : "?", m->tp, m->pp, m->dp, m->sp ? " +SP" : "",
-	       p->micro_batches, m->micro_batch, gib(p->budget_bytes), plan->planner);
+	printf("%s on %s: t=%u p=%u d=%u%s, %u micro-batches of %u; budget %s; planner %s\n", model,
+	       p->cluster ? p->cluster->name : "?", m->tp, m->pp, m->dp, m->sp ? " +SP" : "",
+	       p->micro_batches, m->micro_batch, size_text(p->budget_bytes, &t), plan->planner);
+}
+
+static void print_profile_header(const struct lynx_problem *p, size_t n_profiles,
+                                 const struct lynx_plan *plan)
+{
+	struct size_text t;
+
+	printf("%zu profile%s: %u stage%s, %u layers, %u micro-batches; budget %s; planner %s\n",
+	       n_profiles, n_profiles == 1 ? "" : "s", p->n_stages, p->n_stages == 1 ? "" : "s",
+	       p->model.layers, p->micro_batches, size_text(p->budget_bytes, &t), plan->planner);
+	printf("layer: %u ops, %u groups, forward %.3f ms, backward %.3f ms (the optimizer step "
+	       "is not in the prediction)\n",
+	       p->layer.n_ops, p->layer.n_groups, p->layer.fwd_s * 1e3, p->layer.bwd_s * 1e3);
+}
+
+/* Per stage: layers, actions per group, peak and end time. */
+static void print_summary(const struct lynx_problem *p, const struct lynx_plan *plan,
+                          const struct lynx_checker_result *r)
+{
 	printf("step %.4f s (checker %.4f s), %s, search %.1f ms%s%s\n", plan->step_time_s,
 	       r ? r->step_time_s : NAN,
 	       (r ? r->fits : plan->fits) ? "fits" : "DOES NOT FIT the budget",
 	       plan->search_time_s * 1e3, plan->note[0] ? "; " : "", plan->note);
 	for (uint32_t s = 0; s < p->n_stages; s++) {
 		const struct lynx_problem_stage *st = &p->stages[s];
+		struct size_text peak, fixed;
 
-		printf("\nstage %u: layers %u-%u (%u)%s%s, peak %.2f GiB (static %.2f)", s,
-		       st->first_layer, st->first_layer + st->layers - 1, st->layers,
+		printf("\nstage %u: layers %u-%u (%u)%s%s, peak %s (static %s)", s, st->first_layer,
+		       st->first_layer + st->layers - 1, st->layers,
 		       st->embedding.present ? " +embedding" : "", st->head.present ? " +head" : "",
-		       gib(r ? r->peak_bytes[s] : plan->stages[s].peak_bytes),
-		       gib(st->static_bytes));
+		       size_text(r ? r->peak_bytes[s] : plan->stages[s].peak_bytes, &peak),
+		       size_text(st->static_bytes, &fixed));
 		if (r)
 			printf(", ends at %.4f s", r->end_s[s]);
 		printf("\n  %-22s %6s %8s %9s %8s\n", "group", "keep", "offload", "on-demand",
@@ -175,6 +230,38 @@ static int write_plan(const struct lynx_problem *p, const struct lynx_plan *plan
 	return LYNX_EXIT_OK;
 }
 
+/* Runs the planner and the checker on p, prints the summary and writes the plan file. The
+ * job is the model called model, or n_profiles profiles. */
+static int plan_problem(const struct lynx_problem *p, const struct lynx_planner *pl,
+                        const struct plan_args *a, const char *model, size_t n_profiles)
+{
+	struct lynx_checker_result r = {0};
+	struct lynx_plan plan;
+	bool checked;
+	char why[256];
+	int err, rc;
+
+	err = lynx_planner_run(pl, p, &plan, why, sizeof(why));
+	if (err) {
+		fprintf(stderr, "lynx plan: planner %s failed: %s\n", pl->name,
+		        err == -ENOMEM ? "out of memory" : why);
+		return LYNX_EXIT_FAIL;
+	}
+	checked = !lynx_checker_replay(p, &plan, &r, why, sizeof(why));
+	if (!checked)
+		fprintf(stderr, "lynx plan: warning: the checker refused the plan: %s\n", why);
+	if (model)
+		print_model_header(p, model, &plan);
+	else
+		print_profile_header(p, n_profiles, &plan);
+	print_summary(p, &plan, checked ? &r : NULL);
+	rc = write_plan(p, &plan, a->out ? a->out : "plan.json");
+	if (checked)
+		lynx_checker_free(&r);
+	lynx_plan_free(&plan);
+	return rc;
+}
+
 /* Plans the job: partition (if asked), planner, checker, file, summary. */
 static int plan_job(const struct plan_args *a, const struct lynx_model_desc *m,
                     const struct lynx_cluster *c, const struct lynx_planner *pl)
@@ -183,10 +270,7 @@ static int plan_job(const struct plan_args *a, const struct lynx_model_desc *m,
 	                                   .budget_bytes = a->job.budget,
 	                                   .distributed_optimizer = a->job.distributed_optimizer};
 	struct lynx_partition pt = {0};
-	struct lynx_checker_result r = {0};
 	struct lynx_problem p;
-	struct lynx_plan plan;
-	bool checked;
 	char why[256];
 	int err, rc;
 
@@ -206,79 +290,177 @@ static int plan_job(const struct plan_args *a, const struct lynx_model_desc *m,
 		        err == -EINVAL && m->pp && m->layers % m->pp ? " (try --partition)" : "");
 		return err == -ENOMEM ? LYNX_EXIT_FAIL : LYNX_EXIT_USAGE;
 	}
-	err = lynx_planner_run(pl, &p, &plan, why, sizeof(why));
-	if (err) {
-		fprintf(stderr, "lynx plan: planner %s failed: %s\n", pl->name,
-		        err == -ENOMEM ? "out of memory" : why);
-		lynx_problem_free(&p);
-		return LYNX_EXIT_FAIL;
-	}
-	checked = !lynx_checker_replay(&p, &plan, &r, why, sizeof(why));
-	if (!checked)
-		fprintf(stderr, "lynx plan: warning: the checker refused the plan: %s\n", why);
-	print_summary(&p, a->job.model, &plan, checked ? &r : NULL);
-	rc = write_plan(&p, &plan, a->out ? a->out : "plan.json");
-	if (checked)
-		lynx_checker_free(&r);
-	lynx_plan_free(&plan);
+	rc = plan_problem(&p, pl, a, a->job.model, 0);
 	lynx_problem_free(&p);
 	return rc;
+}
+
+/* Plans from the profiles at paths[0..n). */
+static int plan_profiles(const struct plan_args *a, const char *const *paths, size_t n,
+                         const struct lynx_planner *pl)
+{
+	struct lynx_problem_options opt = {.search_seconds = a->job.time_limit,
+	                                   .budget_bytes = a->job.budget,
+	                                   .profile_names = paths};
+	struct lynx_profile *prof = calloc(n, sizeof(*prof));
+	const struct lynx_profile **ranks = calloc(n, sizeof(*ranks));
+	struct lynx_problem p;
+	size_t read = 0;
+	char why[512];
+	int err, rc = LYNX_EXIT_FAIL;
+
+	if (!prof || !ranks) {
+		fprintf(stderr, "lynx plan: out of memory\n");
+		goto out;
+	}
+	for (; read < n; read++) {
+		err = lynx_profile_read(paths[read], &prof[read], why, sizeof(why));
+		if (err) {
+			fprintf(stderr, "lynx plan: %s: %s\n", paths[read],
+			        err == -EINVAL ? why : strerror(-err));
+			rc = err == -ENOMEM ? LYNX_EXIT_FAIL : LYNX_EXIT_USAGE;
+			goto out;
+		}
+		ranks[read] = &prof[read];
+	}
+	err = lynx_problem_from_profile(ranks, n, &opt, &p, why, sizeof(why));
+	if (err) {
+		fprintf(stderr, "lynx plan: %s\n", err == -ENOMEM ? "out of memory" : why);
+		rc = err == -ENOMEM ? LYNX_EXIT_FAIL : LYNX_EXIT_USAGE;
+		goto out;
+	}
+	if (!(p.d2h.busbw > 0 && p.h2d.busbw > 0) && !strcmp(pl->name, "offload")) {
+		fprintf(stderr,
+		        "lynx plan: the offload planner needs the host link's bandwidth, which a "
+		        "profile does not measure; choose another planner\n");
+		rc = LYNX_EXIT_USAGE;
+	} else {
+		rc = plan_problem(&p, pl, a, NULL, n);
+	}
+	lynx_problem_free(&p);
+out:
+	while (read-- > 0)
+		lynx_profile_free(&prof[read]);
+	free(prof);
+	free(ranks);
+	return rc;
+}
+
+/*
+ * Splits argv into the options with their values (into opts, after argv[0]), for
+ * lynx_jobargs_parse(), and the profile paths; *model_only is the first option given that
+ * does not apply to profiles, or NULL.
+ */
+static void split_args(int argc, char **argv, char **opts, int *n_opts, const char **profiles,
+                       size_t *n_profiles, const char **model_only)
+{
+	*n_opts = 0;
+	*n_profiles = 0;
+	*model_only = NULL;
+	opts[(*n_opts)++] = argv[0];
+	for (int i = 1; i < argc; i++) {
+		const char *arg = argv[i], *eq = strchr(arg, '=');
+		size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+		const struct lynx_option *o = NULL;
+
+		if (arg[0] != '-' || !arg[1]) {
+			profiles[(*n_profiles)++] = arg;
+			continue;
+		}
+		opts[(*n_opts)++] = argv[i];
+		for (size_t k = 0; k < N_OPTIONS && !o; k++)
+			if (strlen(options[k].name) == len && !strncmp(options[k].name, arg, len))
+				o = &options[k];
+		if (o && !profile_option(o->name) && !*model_only)
+			*model_only = o->name;
+		if (o && o->arg && !eq && i + 1 < argc)
+			opts[(*n_opts)++] = argv[++i];
+	}
+}
+
+/* The planner --planner names (default heu), or a usage error. */
+static int find_planner(const struct plan_args *a, const struct lynx_planner **pl)
+{
+	char names[512];
+	size_t used = 0;
+
+	*pl = lynx_planner_find(a->planner ? a->planner : "heu");
+	if (*pl)
+		return 0;
+	for (int i = 0; i < LYNX_PLANNER_COUNT && used < sizeof(names); i++)
+		used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%s", i ? ", " : "",
+		                         lynx_planners[i].name);
+	return lynx_usage_error("plan", "unknown planner '%s' (known: %s)", a->planner, names);
+}
+
+/* Plans the GPT job of --model on --cluster. */
+static int plan_model(struct plan_args *a, const struct lynx_planner *pl)
+{
+	const struct lynx_cluster *c;
+	const struct lynx_gpt *gpt;
+	struct lynx_model_desc m;
+	char names[512], why[256];
+
+	if (!a->job.model)
+		return lynx_usage_error("plan", "--model is required");
+	if (!a->job.cluster)
+		return lynx_usage_error("plan", "--cluster is required");
+	c = lynx_preset_find_cluster(a->job.cluster);
+	if (!c) {
+		lynx_jobargs_list_names(names, sizeof(names), false);
+		return lynx_usage_error("plan", "unknown cluster '%s' (known: %s)", a->job.cluster,
+		                        names);
+	}
+	gpt = lynx_preset_find_gpt(a->job.model);
+	if (!gpt) {
+		lynx_jobargs_list_names(names, sizeof(names), true);
+		return lynx_usage_error("plan", "unknown model '%s' (known: %s)", a->job.model,
+		                        names);
+	}
+	if (!a->job.micro_batches)
+		a->job.micro_batches = 4 * a->job.pp;
+	if (lynx_jobargs_model(&a->job, gpt, &m, why, sizeof(why))) {
+		fprintf(stderr, "lynx plan: %s\n", why);
+		return LYNX_EXIT_USAGE;
+	}
+	return plan_job(a, &m, c, pl);
 }
 
 int lynx_plan_main(int argc, char **argv)
 {
 	struct plan_args a = {.job = LYNX_JOB_ARGS_INIT};
-	const char *profile = NULL;
-	const struct lynx_cluster *c;
-	const struct lynx_planner *pl;
-	const struct lynx_gpt *gpt;
-	struct lynx_model_desc m;
-	char names[512], why[256];
-	int rc = lynx_jobargs_parse("plan", options, N_OPTIONS, argc, argv, &a, &profile);
+	const struct lynx_planner *pl = NULL;
+	char **opts = calloc((size_t)argc + 1, sizeof(*opts));
+	const char **profiles = calloc((size_t)argc + 1, sizeof(*profiles));
+	const char *model_only;
+	size_t n_profiles;
+	int n_opts, rc;
 
+	if (!opts || !profiles) {
+		fprintf(stderr, "lynx plan: out of memory\n");
+		rc = LYNX_EXIT_FAIL;
+		goto out;
+	}
+	split_args(argc, argv, opts, &n_opts, profiles, &n_profiles, &model_only);
+	rc = lynx_jobargs_parse("plan", options, N_OPTIONS, n_opts, opts, &a, NULL);
 	if (rc == 1)
-		return lynx_command_help("plan");
+		rc = lynx_command_help("plan");
+	if (!rc)
+		rc = find_planner(&a, &pl);
 	if (rc)
-		return rc;
-	if (profile) {
-		fprintf(stderr,
-		        "lynx plan: planning from a profile (%s) is not available yet; describe "
-		        "the "
-		        "job with --model and --cluster\n",
-		        profile);
-		return LYNX_EXIT_USAGE;
-	}
-	if (!a.job.model)
-		return lynx_usage_error("plan", "--model is required");
-	if (!a.job.cluster)
-		return lynx_usage_error("plan", "--cluster is required");
-	c = lynx_preset_find_cluster(a.job.cluster);
-	if (!c) {
-		lynx_jobargs_list_names(names, sizeof(names), false);
-		return lynx_usage_error("plan", "unknown cluster '%s' (known: %s)", a.job.cluster,
-		                        names);
-	}
-	gpt = lynx_preset_find_gpt(a.job.model);
-	if (!gpt) {
-		lynx_jobargs_list_names(names, sizeof(names), true);
-		return lynx_usage_error("plan", "unknown model '%s' (known: %s)", a.job.model,
-		                        names);
-	}
-	pl = lynx_planner_find(a.planner ? a.planner : "heu");
-	if (!pl) {
-		size_t used = 0;
-
-		for (int i = 0; i < LYNX_PLANNER_COUNT && used < sizeof(names); i++)
-			used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%s",
-			                         i ? ", " : "", lynx_planners[i].name);
-		return lynx_usage_error("plan", "unknown planner '%s' (known: %s)", a.planner,
-		                        names);
-	}
-	if (!a.job.micro_batches)
-		a.job.micro_batches = 4 * a.job.pp;
-	if (lynx_jobargs_model(&a.job, gpt, &m, why, sizeof(why))) {
-		fprintf(stderr, "lynx plan: %s\n", why);
-		return LYNX_EXIT_USAGE;
-	}
-	return plan_job(&a, &m, c, pl);
+		goto out;
+	if (!n_profiles)
+		rc = plan_model(&a, pl);
+	else if (model_only)
+		rc = lynx_usage_error(
+		        "plan",
+		        "%s describes a model; with profiles only --budget, --planner, "
+		        "--out and --time-limit apply",
+		        model_only);
+	else
+		rc = plan_profiles(&a, profiles, n_profiles, pl);
+out:
+	free(opts);
+	free(profiles);
+	return rc;
 }

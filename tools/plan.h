@@ -1,17 +1,22 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* `lynx plan`: one planner on a GPT job built from presets; writes the plan and prints it. */
+/* `lynx plan`: one planner on a GPT job built from presets or from recorded profiles; writes
+ * the plan and prints it. */
 #ifndef LYNX_PLAN_CMD_H
 #define LYNX_PLAN_CMD_H
 
 #include <stdio.h>
 
 /*
- * argv[0] is "plan". Plans the job with --planner (default heu), optionally after choosing
- * the pipeline split (--partition), writes the plan's JSON (policy/plan.h) to --out and
- * prints a summary. Returns LYNX_EXIT_OK (also for a plan that does not fit, which it says);
- * LYNX_EXIT_USAGE for a bad command line, an unknown preset or planner, an invalid job, a
- * budget below static memory, or a profile argument (not available yet), with one message
- * on stderr; LYNX_EXIT_FAIL when planning or writing fails.
+ * argv[0] is "plan". Plans the job of --model on --cluster, optionally after choosing the
+ * pipeline split (--partition), or of the profiles named by the other arguments (one per
+ * pipeline stage; only --budget, --planner, --out and --time-limit apply), with --planner
+ * (default heu); writes the plan's JSON (policy/plan.h) to --out and prints a summary.
+ * Returns LYNX_EXIT_OK (also for a plan that does not fit, which it says); LYNX_EXIT_USAGE
+ * for a bad command line, an unknown preset or planner, an invalid job, a budget below static
+ * memory, a profile that cannot be read or is not valid (the reader's message names the
+ * field or the byte offset), profiles that do not make a problem, or the offload planner
+ * without a host link, with one message on stderr; LYNX_EXIT_FAIL when planning or writing
+ * fails.
  */
 int lynx_plan_main(int argc, char **argv);
 

@@ -189,8 +189,10 @@ static void test_profile_dp2_gradient_reductions(void **state)
 }
 
 /* A small profile by hand, with every optional form: unknown rank, device and unknown
- * times, a group, two windows. */
+ * times, per-kernel device times on layer 0 only, a pipeline position, a group, two
+ * windows. */
 static char *kernel_list[] = {"k0", "k1"};
+static uint64_t fwd_kernel_ns[] = {70, 25}, bwd_kernel_ns[] = {280};
 
 static void small_profile(struct lynx_profile *p)
 {
@@ -199,12 +201,12 @@ static void small_profile(struct lynx_profile *p)
 	static struct lynx_profile_window windows[2];
 
 	for (int i = 0; i < 2; i++)
-		layers[i] =
-		        (struct lynx_profile_layer){{LYNX_PROFILE_SOURCE_HOST, 100 + i, 90, 200, 4},
-		                                    {LYNX_PROFILE_SOURCE_DEVICE, 300, 300, 300, 1},
-		                                    {kernel_list, 2},
-		                                    {kernel_list, 1},
-		                                    1 << 20};
+		layers[i] = (struct lynx_profile_layer){
+		        {LYNX_PROFILE_SOURCE_HOST, 100 + i, 90, 200, 4},
+		        {LYNX_PROFILE_SOURCE_DEVICE, 300, 300, 300, 1},
+		        {.name = kernel_list, .ns = i ? NULL : fwd_kernel_ns, .count = 2},
+		        {.name = kernel_list, .ns = i ? NULL : bwd_kernel_ns, .count = 1},
+		        1 << 20};
 	windows[0] = (struct lynx_profile_window){.kind = LYNX_PROFILE_WINDOW_TP_FWD,
 	                                          .call = "ncclAllReduce",
 	                                          .peer = -1,
@@ -233,6 +235,7 @@ static void small_profile(struct lynx_profile *p)
 	        .env = {42, "H200", "unknown", "2.21.5"},
 	        .iteration = {10, 3, 7, 100, {LYNX_PROFILE_SOURCE_HOST, 5, 4, 6, 3}},
 	        .microbatches = 2,
+	        .warmup_forwards = 1,
 	        .rerun = true,
 	        .layers = layers,
 	        .layer_count = 2,
@@ -241,6 +244,15 @@ static void small_profile(struct lynx_profile *p)
 	        .windows = windows,
 	        .window_count = 2,
 	        .memory = {LYNX_PROFILE_SOURCE_HOST, 1000, {600, 300, 50, 50, 0}, 9}};
+}
+
+static int count_occurrences(const char *text, const char *needle)
+{
+	int n = 0;
+
+	for (const char *at = text; (at = strstr(at, needle)); at += strlen(needle))
+		n++;
+	return n;
 }
 
 static void test_profile_round_trip_keeps_every_field(void **state)
@@ -264,6 +276,14 @@ static void test_profile_round_trip_keeps_every_field(void **state)
 	assert_int_equal(back.layers[1].backward.source, LYNX_PROFILE_SOURCE_DEVICE);
 	assert_int_equal(back.layers[0].bwd_kernels.count, 1);
 	assert_string_equal(back.layers[0].fwd_kernels.name[1], "k1");
+	assert_int_equal(back.warmup_forwards, 1);
+	assert_non_null(back.layers[0].fwd_kernels.ns);
+	assert_int_equal(back.layers[0].fwd_kernels.ns[0], 70);
+	assert_int_equal(back.layers[0].fwd_kernels.ns[1], 25);
+	assert_int_equal(back.layers[0].bwd_kernels.ns[0], 280);
+	assert_null(back.layers[1].fwd_kernels.ns); /* not timed: no key, no array */
+	assert_null(back.layers[1].bwd_kernels.ns);
+	assert_int_equal(count_occurrences(text, "\"forward_ns\""), 1);
 	assert_int_equal(back.groups[0].producer, -1);
 	assert_int_equal(back.windows[0].duration.source, LYNX_PROFILE_SOURCE_UNKNOWN);
 	assert_int_equal(back.windows[1].kind, LYNX_PROFILE_WINDOW_PP_RECV_BWD);
@@ -273,6 +293,49 @@ static void test_profile_round_trip_keeps_every_field(void **state)
 	check_round_trip(&back);
 	lynx_profile_free(&back);
 	free(text);
+}
+
+/* text with the first occurrence of from replaced by to (malloc'ed). */
+static char *replace(const char *text, const char *from, const char *to)
+{
+	const char *at = strstr(text, from);
+	char *out;
+
+	assert_non_null(at);
+	out = malloc(strlen(text) + strlen(to) + 1);
+	assert_non_null(out);
+	sprintf(out, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+	return out;
+}
+
+/* A profile written before warmup_forwards and the kernels' device times existed still
+ * reads: no pipeline position (0), no per-kernel times (NULL). */
+static void test_profile_reads_a_profile_without_the_optional_keys(void **state)
+{
+	struct lynx_profile p, back;
+	char why[256];
+	char *text, *old, *again;
+
+	(void)state;
+	small_profile(&p);
+	p.warmup_forwards = 0;
+	for (size_t i = 0; i < p.layer_count; i++)
+		p.layers[i].fwd_kernels.ns = p.layers[i].bwd_kernels.ns = NULL;
+	text = lynx_profile_to_json(&p);
+	assert_non_null(text);
+	assert_null(strstr(text, "_ns\":\t["));
+	old = replace(text, "\"warmup_forwards\":\t0,", "");
+	if (lynx_profile_from_json(old, strlen(old), &back, why, sizeof(why)))
+		fail_msg("%s", why);
+	assert_int_equal(back.warmup_forwards, 0);
+	assert_null(back.layers[0].fwd_kernels.ns);
+	again = lynx_profile_to_json(&back);
+	assert_string_equal(again, text); /* the key comes back, explicit */
+	lynx_profile_free(&back);
+	free(text);
+	free(old);
+	free(again);
+	small_profile(&p); /* the statics again, for the tests after this one */
 }
 
 static void test_profile_write_is_atomic_and_reads_back(void **state)
@@ -321,19 +384,6 @@ static void refused(const char *text, const char *want)
 	assert_null(p.layers);
 }
 
-/* text with the first occurrence of from replaced by to (malloc'ed). */
-static char *replace(const char *text, const char *from, const char *to)
-{
-	const char *at = strstr(text, from);
-	char *out;
-
-	assert_non_null(at);
-	out = malloc(strlen(text) + strlen(to) + 1);
-	assert_non_null(out);
-	sprintf(out, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
-	return out;
-}
-
 static void test_profile_refuses_bad_fields_with_their_path(void **state)
 {
 	static const struct {
@@ -362,6 +412,21 @@ static void test_profile_refuses_bad_fields_with_their_path(void **state)
 	        {"\"saved_activation\":", "\"saved\":", "memory.at_peak.saved_activation: missing"},
 	        {"\"rerun\":\ttrue", "\"rerun\":\t1", "rerun: expected true or false"},
 	        {"\"windows\":", "\"windows\":\t7,\n\t\"x\":", "windows: expected an array"},
+	        {"\"forward_ns\":\t[70, 25]", "\"forward_ns\":\t[70]",
+	         "layers[0].kernels.forward_ns: expected 2 entries (one per kernel in "
+	         "layers[0].kernels.forward), got 1"},
+	        {"\"backward_ns\":\t[280]", "\"backward_ns\":\t[280, 1]",
+	         "layers[0].kernels.backward_ns: expected 1 entries"},
+	        {"[70, 25]", "[70, -25]",
+	         "layers[0].kernels.forward_ns[1]: expected an integer in [0, 9007199254740991]"},
+	        {"[70, 25]", "[70, \"fast\"]",
+	         "layers[0].kernels.forward_ns[1]: expected an integer"},
+	        {"\"forward_ns\":\t[70, 25]", "\"forward_ns\":\t{}",
+	         "layers[0].kernels.forward_ns: expected an array"},
+	        {"\"warmup_forwards\":\t1", "\"warmup_forwards\":\t3",
+	         "warmup_forwards: expected an integer in [0, 2], got 3"},
+	        {"\"warmup_forwards\":\t1", "\"warmup_forwards\":\ttrue",
+	         "warmup_forwards: expected a number"},
 	};
 	struct lynx_profile p;
 	char *text;
@@ -491,6 +556,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_profile_pp2_tp2_layers_and_windows),
 	        cmocka_unit_test(test_profile_dp2_gradient_reductions),
 	        cmocka_unit_test(test_profile_round_trip_keeps_every_field),
+	        cmocka_unit_test(test_profile_reads_a_profile_without_the_optional_keys),
 	        cmocka_unit_test(test_profile_write_is_atomic_and_reads_back),
 	        cmocka_unit_test(test_profile_refuses_bad_fields_with_their_path),
 	        cmocka_unit_test(test_profile_refuses_truncated_and_corrupted_text_with_offset),

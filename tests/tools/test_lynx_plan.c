@@ -2,7 +2,8 @@
 /*
  * Runs the built `lynx plan` (<build>/bin/lynx beside <build>/tests/test_lynx_plan): the plan
  * file it writes (which it reads back itself before saying so), its summary, --partition's
- * split and Megatron flags, and the exit status and message of bad input and of a profile.
+ * split and Megatron flags, and the exit status and message of bad input. Planning from
+ * profiles: test_plan_profile.c.
  */
 #define _GNU_SOURCE
 #include <limits.h>
@@ -132,15 +133,6 @@ static void test_plan_uneven_layers_need_partition(void **state)
 	free(r.text);
 }
 
-static void test_plan_profile_is_not_available_yet(void **state)
-{
-	struct result r = plan(ERR, "profile.json");
-
-	assert_int_equal(r.status, 2);
-	assert_non_null(strstr(r.text, "planning from a profile (profile.json) is not available"));
-	free(r.text);
-}
-
 static void test_plan_bad_input_exits_2_with_a_reason(void **state)
 {
 	static const struct {
@@ -189,7 +181,6 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_plan_runs_the_planner_named),
 	        cmocka_unit_test(test_plan_partition_prints_split_and_megatron_flags),
 	        cmocka_unit_test(test_plan_uneven_layers_need_partition),
-	        cmocka_unit_test(test_plan_profile_is_not_available_yet),
 	        cmocka_unit_test(test_plan_bad_input_exits_2_with_a_reason),
 	};
 

@@ -1,0 +1,929 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The planning problem from recorded profiles: problem.h's lynx_problem_from_profile(), whose
+ * comment is the mapping. Here: checking the profiles, ordering the stages, cutting the layer
+ * into ops and its saved buffers into groups, and the windows. About 900 lines, most of them
+ * the refusals' messages: one concern, kept in one file so that the mapping reads in order.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "profile.h"
+#include "problem.h"
+#include "refuse.h"
+
+#define MAX_OPS LYNX_PROBLEM_MAX_OPS
+#define MAX_GROUPS LYNX_PROBLEM_MAX_GROUPS
+
+struct ctx {
+	const struct lynx_profile *const *ranks;
+	size_t n;
+	const struct lynx_problem_options *opt;
+	char *why;
+	size_t len;
+};
+
+/* A profile's name in messages. */
+struct pname {
+	char buf[48];
+};
+
+static const char *name_of(const struct ctx *c, size_t i, struct pname *nb)
+{
+	if (c->opt->profile_names && c->opt->profile_names[i])
+		return c->opt->profile_names[i];
+	if (c->ranks[i]->rank >= 0)
+		snprintf(nb->buf, sizeof(nb->buf), "profile %zu (rank %d)", i, c->ranks[i]->rank);
+	else
+		snprintf(nb->buf, sizeof(nb->buf), "profile %zu", i);
+	return nb->buf;
+}
+
+static double seconds(uint64_t ns)
+{
+	return (double)ns * 1e-9;
+}
+
+static bool known(const struct lynx_profile_time *t)
+{
+	return t->source != LYNX_PROFILE_SOURCE_UNKNOWN;
+}
+
+static bool is_tp(enum lynx_profile_window_kind k)
+{
+	return k == LYNX_PROFILE_WINDOW_TP_FWD || k == LYNX_PROFILE_WINDOW_TP_BWD;
+}
+
+static bool has_window(const struct lynx_profile *pr, enum lynx_profile_window_kind kind)
+{
+	for (size_t w = 0; w < pr->window_count; w++)
+		if (pr->windows[w].kind == kind)
+			return true;
+	return false;
+}
+
+/* Everything one profile must satisfy on its own. */
+static int check_profile(const struct ctx *c, size_t i)
+{
+	const struct lynx_profile *pr = c->ranks[i];
+	struct pname nb;
+	const char *name = name_of(c, i, &nb);
+
+	if (!pr->layer_count)
+		return lynx_policy_refuse(c->why, c->len, "%s has no layers: nothing to plan",
+		                          name);
+	if (!pr->microbatches)
+		return lynx_policy_refuse(c->why, c->len, "%s has no micro-batches", name);
+	if (pr->warmup_forwards > pr->microbatches)
+		return lynx_policy_refuse(c->why, c->len,
+		                          "%s runs %u warm-up forwards but only %u micro-batches",
+		                          name, pr->warmup_forwards, pr->microbatches);
+	if (pr->rerun)
+		return lynx_policy_refuse(c->why, c->len,
+		                          "%s was recorded under full recomputation (each backward "
+		                          "reruns its forward): profile the job without "
+		                          "recomputation to plan it",
+		                          name);
+	for (size_t l = 0; l < pr->layer_count; l++)
+		if (!pr->layers[l].fwd_kernels.count || !pr->layers[l].bwd_kernels.count)
+			return lynx_policy_refuse(
+			        c->why, c->len, "%s: layer %zu has no %s kernels", name, l,
+			        pr->layers[l].fwd_kernels.count ? "backward" : "forward");
+	for (size_t g = 0; g < pr->group_count; g++) {
+		const struct lynx_profile_group *gr = &pr->groups[g];
+		const struct lynx_profile_layer *l;
+
+		if (gr->layer >= pr->layer_count)
+			return lynx_policy_refuse(
+			        c->why, c->len,
+			        "%s: group %zu is of layer %u, beyond its %zu layers", name, g,
+			        gr->layer, pr->layer_count);
+		l = &pr->layers[gr->layer];
+		if (gr->producer < -1 || gr->producer > (int64_t)l->fwd_kernels.count)
+			return lynx_policy_refuse(c->why, c->len,
+			                          "%s: group %zu's producer %d is beyond layer "
+			                          "%u's %zu forward kernels",
+			                          name, g, gr->producer, gr->layer,
+			                          l->fwd_kernels.count);
+		if (gr->first_consumer < -1 || gr->first_consumer > (int64_t)l->bwd_kernels.count ||
+		    gr->last_consumer < -1 || gr->last_consumer > (int64_t)l->bwd_kernels.count)
+			return lynx_policy_refuse(
+			        c->why, c->len,
+			        "%s: group %zu's consumers (%d, %d) are beyond layer "
+			        "%u's %zu backward kernels",
+			        name, g, gr->first_consumer, gr->last_consumer, gr->layer,
+			        l->bwd_kernels.count);
+	}
+	for (size_t w = 0; w < pr->window_count; w++) {
+		const struct lynx_profile_window *win = &pr->windows[w];
+		bool fwd = win->kind == LYNX_PROFILE_WINDOW_TP_FWD;
+		size_t kernels;
+
+		if (!is_tp(win->kind))
+			continue;
+		if (win->layer < 0 || (size_t)win->layer >= pr->layer_count)
+			return lynx_policy_refuse(
+			        c->why, c->len,
+			        "%s: window %zu (%s) is in layer %d, not one of its "
+			        "%zu layers",
+			        name, w, lynx_profile_window_kind_name(win->kind), win->layer,
+			        pr->layer_count);
+		kernels = fwd ? pr->layers[win->layer].fwd_kernels.count
+		              : pr->layers[win->layer].bwd_kernels.count;
+		if (win->kernel < 0 || win->kernel > (int64_t)kernels)
+			return lynx_policy_refuse(
+			        c->why, c->len,
+			        "%s: window %zu (%s) is at kernel %d, beyond layer "
+			        "%d's %zu %s kernels",
+			        name, w, lynx_profile_window_kind_name(win->kind), win->kernel,
+			        win->layer, kernels, fwd ? "forward" : "backward");
+	}
+	return 0;
+}
+
+/* ---- Stages ---------------------------------------------------------------------------- */
+
+/* The stages: which profile stands for each, and where its transformer layers are. */
+struct stage_src {
+	size_t profile;
+	size_t first, count; /* body layers: [first, first + count) of the profile's */
+	bool embedding, head;
+};
+
+/* A layer's forward plus backward time: measured, or the kernels' device times. */
+static double layer_s(const struct lynx_profile_layer *l)
+{
+	double t = 0;
+
+	if (known(&l->forward))
+		t += seconds(l->forward.ns);
+	else if (l->fwd_kernels.ns)
+		for (size_t k = 0; k < l->fwd_kernels.count; k++)
+			t += seconds(l->fwd_kernels.ns[k]);
+	if (known(&l->backward))
+		t += seconds(l->backward.ns);
+	else if (l->bwd_kernels.ns)
+		for (size_t k = 0; k < l->bwd_kernels.count; k++)
+			t += seconds(l->bwd_kernels.ns[k]);
+	return t;
+}
+
+static double profile_s(const struct lynx_profile *pr)
+{
+	double t = 0;
+
+	for (size_t l = 0; l < pr->layer_count; l++)
+		t += layer_s(&pr->layers[l]);
+	return t;
+}
+
+/* Orders the stages by warm-up forwards and picks the slowest profile of each. */
+static int order_stages(const struct ctx *c, uint32_t *n_stages, struct stage_src **out)
+{
+	uint32_t m = c->ranks[0]->microbatches, wmax = 0, p;
+	struct stage_src *st;
+	struct pname nb, nb2;
+
+	for (size_t i = 0; i < c->n; i++) {
+		if (c->ranks[i]->microbatches != m)
+			return lynx_policy_refuse(
+			        c->why, c->len,
+			        "%s runs %u micro-batches, %s %u: profiles of one job "
+			        "run the same number",
+			        name_of(c, i, &nb), c->ranks[i]->microbatches, name_of(c, 0, &nb2),
+			        m);
+		if (c->ranks[i]->warmup_forwards > wmax)
+			wmax = c->ranks[i]->warmup_forwards;
+	}
+	/* With m < p the first p - m stages all run m warm-up forwards: only stage 0 (the one
+	 * that receives no activations) can be told among them. */
+	for (size_t i = 0; wmax == m && i < c->n; i++)
+		if (c->ranks[i]->warmup_forwards == m &&
+		    has_window(c->ranks[i], LYNX_PROFILE_WINDOW_PP_RECV_FWD))
+			return lynx_policy_refuse(
+			        c->why, c->len,
+			        "%s runs all %u micro-batches' forwards before its first backward "
+			        "but is not the first stage: with fewer micro-batches than stages "
+			        "the stages cannot be ordered; profile the job with at least as "
+			        "many micro-batches as stages",
+			        name_of(c, i, &nb), m);
+	p = wmax + 1;
+	st = calloc(p, sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	for (uint32_t s = 0; s < p; s++) {
+		uint32_t w = p - 1 - s;
+		double slowest = -1;
+
+		st[s].profile = SIZE_MAX;
+		for (size_t i = 0; i < c->n; i++) {
+			double t = profile_s(c->ranks[i]);
+
+			if (c->ranks[i]->warmup_forwards == w && t > slowest) {
+				slowest = t;
+				st[s].profile = i;
+			}
+		}
+		if (st[s].profile == SIZE_MAX) {
+			free(st);
+			return lynx_policy_refuse(
+			        c->why, c->len,
+			        "no profile of pipeline stage %u of %u (the one that "
+			        "runs %u warm-up forwards): give one profile per "
+			        "stage",
+			        s, p, w);
+		}
+	}
+	/* A pipeline's profiles without warmup_forwards all read 0: one "last" stage that
+	 * still receives gradients from a next one. */
+	for (size_t i = 0; i < c->n; i++) {
+		uint32_t s = p - 1 - c->ranks[i]->warmup_forwards;
+		bool first = s == 0 && has_window(c->ranks[i], LYNX_PROFILE_WINDOW_PP_RECV_FWD);
+		bool last = s == p - 1 && has_window(c->ranks[i], LYNX_PROFILE_WINDOW_PP_RECV_BWD);
+
+		if (first || last) {
+			free(st);
+			return lynx_policy_refuse(
+			        c->why, c->len,
+			        "%s receives %s from a %s stage (%s), yet its %u warm-up forwards "
+			        "make it the %s stage: a stage's profile is missing, or the "
+			        "profiles were written without warmup_forwards",
+			        name_of(c, i, &nb), first ? "activations" : "gradients",
+			        first ? "previous" : "next", first ? "pp_recv_fwd" : "pp_recv_bwd",
+			        c->ranks[i]->warmup_forwards, first ? "first" : "last");
+		}
+	}
+	*n_stages = p;
+	*out = st;
+	return 0;
+}
+
+/* Kernel counts of a transformer layer. */
+struct signature {
+	size_t fwd, bwd;
+};
+
+static bool same(const struct lynx_profile_layer *l, struct signature sig)
+{
+	return l->fwd_kernels.count == sig.fwd && l->bwd_kernels.count == sig.bwd;
+}
+
+/* The transformer layers of each stage; the embedding and head where the ends differ. */
+static int find_layers(const struct ctx *c, uint32_t p, struct stage_src *st)
+{
+	const struct lynx_profile *big = c->ranks[st[0].profile];
+	struct signature sig;
+	struct pname nb;
+
+	for (uint32_t s = 1; s < p; s++)
+		if (c->ranks[st[s].profile]->layer_count > big->layer_count)
+			big = c->ranks[st[s].profile];
+	sig = (struct signature){big->layers[big->layer_count / 2].fwd_kernels.count,
+	                         big->layers[big->layer_count / 2].bwd_kernels.count};
+	for (uint32_t s = 0; s < p; s++) {
+		const struct lynx_profile *pr = c->ranks[st[s].profile];
+		size_t end = pr->layer_count;
+
+		st[s].first = 0;
+		if (s == 0 && end > 1 && !same(&pr->layers[0], sig)) {
+			st[s].embedding = true;
+			st[s].first = 1;
+		}
+		if (s == p - 1 && end > st[s].first + 1 && !same(&pr->layers[end - 1], sig)) {
+			st[s].head = true;
+			end--;
+		}
+		for (size_t l = st[s].first; l < end; l++)
+			if (!same(&pr->layers[l], sig))
+				return lynx_policy_refuse(
+				        c->why, c->len,
+				        "%s: layer %zu has %zu forward and %zu backward kernels "
+				        "where the others have %zu and %zu: the layers are not "
+				        "identical",
+				        name_of(c, st[s].profile, &nb), l,
+				        pr->layers[l].fwd_kernels.count,
+				        pr->layers[l].bwd_kernels.count, sig.fwd, sig.bwd);
+		st[s].count = end - st[s].first;
+	}
+	return 0;
+}
+
+/* ---- The layer ------------------------------------------------------------------------- */
+
+/* The layer the problem describes, and how its kernels map onto ops. */
+struct layer_src {
+	const struct lynx_profile *pr;
+	size_t index; /* in pr->layers */
+	const struct lynx_profile_layer *l;
+	uint32_t K, Kb;              /* forward and backward kernels */
+	uint32_t start[MAX_OPS + 1]; /* op i runs kernels [start[i], start[i + 1]) */
+	uint32_t n_ops;
+	bool tp_fwd[MAX_OPS], tp_bwd[MAX_OPS]; /* a collective was seen there */
+};
+
+/* The slowest stage's transformer layer with the most group bytes. */
+static void pick_layer(const struct ctx *c, uint32_t p, const struct stage_src *st,
+                       struct layer_src *ls)
+{
+	const struct stage_src *slow = &st[0];
+	double slowest = -1;
+	uint64_t most = 0;
+
+	for (uint32_t s = 0; s < p; s++) {
+		const struct lynx_profile *pr = c->ranks[st[s].profile];
+		double t = 0;
+
+		for (size_t l = st[s].first; l < st[s].first + st[s].count; l++)
+			t += layer_s(&pr->layers[l]);
+		t /= (double)st[s].count;
+		if (t > slowest) {
+			slowest = t;
+			slow = &st[s];
+		}
+	}
+	ls->pr = c->ranks[slow->profile];
+	ls->index = slow->first;
+	for (size_t l = slow->first; l < slow->first + slow->count; l++) {
+		uint64_t bytes = 0;
+
+		for (size_t g = 0; g < ls->pr->group_count; g++)
+			if (ls->pr->groups[g].layer == l)
+				bytes += ls->pr->groups[g].bytes;
+		if (bytes > most) {
+			most = bytes;
+			ls->index = l;
+		}
+	}
+	ls->l = &ls->pr->layers[ls->index];
+	ls->K = (uint32_t)ls->l->fwd_kernels.count;
+	ls->Kb = (uint32_t)ls->l->bwd_kernels.count;
+}
+
+/* The op of forward kernel k (k < K). */
+static uint32_t op_of(const struct layer_src *ls, uint32_t k)
+{
+	uint32_t op = 0;
+
+	while (op + 1 < ls->n_ops && ls->start[op + 1] <= k)
+		op++;
+	return op;
+}
+
+/* The op whose backward backward kernel i (i < Kb) belongs to: reverse order, in proportion. */
+static uint32_t bwd_op_of(const struct layer_src *ls, uint32_t i)
+{
+	uint32_t k = 0;
+
+	if (ls->Kb > 1)
+		k = ls->K - 1 -
+		    (uint32_t)llround((double)i * (double)(ls->K - 1) / (double)(ls->Kb - 1));
+	return op_of(ls, k);
+}
+
+/* The op a group's producer position (-1 .. K) is produced by; -1: the layer's input. */
+static int32_t producer_op(const struct layer_src *ls, int32_t producer)
+{
+	if (producer < 0)
+		return -1;
+	return (int32_t)op_of(ls, (uint32_t)producer < ls->K ? (uint32_t)producer : ls->K - 1);
+}
+
+/* The op after whose backward a group read last by backward position c (-1 .. Kb) is freed. */
+static int32_t consumer_op(const struct layer_src *ls, int32_t c)
+{
+	if (c < 0)
+		return 0;
+	return (int32_t)bwd_op_of(ls, (uint32_t)c < ls->Kb ? (uint32_t)c : ls->Kb - 1);
+}
+
+/*
+ * Cuts the K > MAX_OPS kernels into MAX_OPS runs: cut[k] is the priority of starting an op at
+ * kernel k (2: a collective before it, 1: a group produced just before it, 0: none). The
+ * lowest-priority cut whose two runs together are shortest goes first; then the longest runs
+ * are halved. O(K^2).
+ */
+static int cut_runs(struct layer_src *ls, uint8_t *cut)
+{
+	uint32_t K = ls->K, n = 1;
+	uint32_t *starts = malloc(((size_t)K + 1) * sizeof(*starts));
+
+	if (!starts)
+		return -ENOMEM;
+	starts[0] = 0;
+	for (uint32_t k = 1; k < K; k++)
+		if (cut[k])
+			starts[n++] = k;
+	while (n > MAX_OPS) {
+		uint32_t best = 1;
+
+		for (uint32_t i = 2; i < n; i++) {
+			uint32_t end_i = i + 1 < n ? starts[i + 1] : K;
+			uint32_t end_b = best + 1 < n ? starts[best + 1] : K;
+
+			if (cut[starts[i]] < cut[starts[best]] ||
+			    (cut[starts[i]] == cut[starts[best]] &&
+			     end_i - starts[i - 1] < end_b - starts[best - 1]))
+				best = i;
+		}
+		memmove(&starts[best], &starts[best + 1], (n - best - 1) * sizeof(*starts));
+		n--;
+	}
+	while (n < MAX_OPS) {
+		uint32_t longest = 0, len = 0;
+
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t run = (i + 1 < n ? starts[i + 1] : K) - starts[i];
+
+			if (run > len) {
+				len = run;
+				longest = i;
+			}
+		}
+		if (len < 2)
+			break;
+		memmove(&starts[longest + 2], &starts[longest + 1],
+		        (n - longest - 1) * sizeof(*starts));
+		starts[longest + 1] = starts[longest] + len / 2;
+		n++;
+	}
+	memcpy(ls->start, starts, n * sizeof(*starts));
+	ls->start[n] = K;
+	ls->n_ops = n;
+	free(starts);
+	return 0;
+}
+
+/* The groups of the chosen layer, before they become the problem's. */
+static bool group_of_layer(const struct layer_src *ls, const struct lynx_profile_group *g)
+{
+	return g->layer == ls->index && g->bytes > 0;
+}
+
+/* Ops: one per kernel, or runs of kernels cut at collectives and producers. */
+static int cut_ops(struct layer_src *ls)
+{
+	const struct lynx_profile *pr = ls->pr;
+	uint8_t *cut;
+	int err;
+
+	if (ls->K <= MAX_OPS) {
+		for (uint32_t k = 0; k <= ls->K; k++)
+			ls->start[k] = k;
+		ls->n_ops = ls->K;
+		return 0;
+	}
+	cut = calloc(ls->K, 1);
+	if (!cut)
+		return -ENOMEM;
+	for (size_t g = 0; g < pr->group_count; g++)
+		if (group_of_layer(ls, &pr->groups[g]) && pr->groups[g].producer >= 0 &&
+		    (uint32_t)pr->groups[g].producer + 1 < ls->K)
+			cut[pr->groups[g].producer + 1] = 1;
+	for (size_t w = 0; w < pr->window_count; w++)
+		if (pr->windows[w].kind == LYNX_PROFILE_WINDOW_TP_FWD &&
+		    pr->windows[w].layer == (int32_t)ls->index && pr->windows[w].kernel > 0 &&
+		    (uint32_t)pr->windows[w].kernel < ls->K)
+			cut[pr->windows[w].kernel] = 2;
+	err = cut_runs(ls, cut);
+	free(cut);
+	return err;
+}
+
+/* The mean measured idle of the profile's collectives of kind and ordinal; 0 unmeasured. */
+static double mean_idle(const struct lynx_profile *pr, enum lynx_profile_window_kind kind,
+                        int32_t ordinal)
+{
+	double sum = 0;
+	size_t n = 0;
+
+	for (size_t w = 0; w < pr->window_count; w++)
+		if (pr->windows[w].kind == kind && pr->windows[w].ordinal == ordinal &&
+		    known(&pr->windows[w].idle)) {
+			sum += seconds(pr->windows[w].idle.ns);
+			n++;
+		}
+	return n ? sum / (double)n : 0;
+}
+
+/*
+ * The TP waits of the layer's ops: the collectives of the chosen layer on its first
+ * micro-batch that has any, each with its kind's and ordinal's mean idle.
+ */
+static void place_collectives(struct layer_src *ls, struct lynx_problem_layer *L)
+{
+	const struct lynx_profile *pr = ls->pr;
+	int32_t mb = INT32_MAX;
+
+	for (size_t w = 0; w < pr->window_count; w++)
+		if (is_tp(pr->windows[w].kind) && pr->windows[w].layer == (int32_t)ls->index &&
+		    pr->windows[w].microbatch < mb)
+			mb = pr->windows[w].microbatch;
+	for (size_t w = 0; w < pr->window_count; w++) {
+		const struct lynx_profile_window *win = &pr->windows[w];
+		double idle;
+		uint32_t op, k = (uint32_t)win->kernel;
+
+		if (!is_tp(win->kind) || win->layer != (int32_t)ls->index || win->microbatch != mb)
+			continue;
+		idle = mean_idle(pr, win->kind, win->ordinal);
+		if (win->kind == LYNX_PROFILE_WINDOW_TP_FWD) {
+			op = op_of(ls, k < ls->K ? k : ls->K - 1);
+			ls->tp_fwd[op] = true;
+			L->ops[op].wait_fwd_s += idle;
+		} else {
+			/* After the backward kernel before it; before the first: that one's op. */
+			op = bwd_op_of(ls, k ? k - 1 : 0);
+			ls->tp_bwd[op] = true;
+			L->ops[op].wait_bwd_s += idle;
+		}
+	}
+}
+
+/*
+ * Per-kernel times of one direction into the ops: the device times, else the layer's time
+ * less its measured waits, spread evenly. Returns -EINVAL when there is neither.
+ */
+static int kernel_times(const struct ctx *c, const struct layer_src *ls, bool fwd,
+                        struct lynx_problem_layer *L)
+{
+	const struct lynx_profile_kernels *k = fwd ? &ls->l->fwd_kernels : &ls->l->bwd_kernels;
+	const struct lynx_profile_time *t = fwd ? &ls->l->forward : &ls->l->backward;
+	double spread = 0, waits = 0;
+	struct pname nb;
+
+	if (!k->ns) {
+		size_t i;
+
+		for (i = 0; i < c->n && c->ranks[i] != ls->pr; i++)
+			;
+		if (!known(t))
+			return lynx_policy_refuse(
+			        c->why, c->len,
+			        "%s: layer %zu has no %s time (neither the layer's nor its "
+			        "kernels')",
+			        name_of(c, i, &nb), ls->index, fwd ? "forward" : "backward");
+		for (uint32_t op = 0; op < L->n_ops; op++)
+			waits += fwd ? L->ops[op].wait_fwd_s : L->ops[op].wait_bwd_s;
+		spread = fmax(0, seconds(t->ns) - waits) / (double)k->count;
+	}
+	for (uint32_t i = 0; i < k->count; i++) {
+		double s = k->ns ? seconds(k->ns[i]) : spread;
+
+		if (fwd)
+			L->ops[op_of(ls, i)].fwd_s += s;
+		else
+			L->ops[bwd_op_of(ls, i)].bwd_s += s;
+	}
+	return 0;
+}
+
+static void name_ops(const struct layer_src *ls, struct lynx_problem_layer *L)
+{
+	for (uint32_t op = 0; op < L->n_ops; op++) {
+		uint32_t a = ls->start[op], b = ls->start[op + 1] - 1;
+		const char *kernel = ls->l->fwd_kernels.name[a] ? ls->l->fwd_kernels.name[a] : "";
+
+		if (a == b)
+			snprintf(L->ops[op].name, sizeof(L->ops[op].name), "%u.%s", a, kernel);
+		else
+			snprintf(L->ops[op].name, sizeof(L->ops[op].name), "%u-%u.%s", a, b,
+			         kernel);
+	}
+}
+
+/* ---- Groups ---------------------------------------------------------------------------- */
+
+struct item {
+	int32_t producer, consumer; /* ops */
+	uint64_t bytes;
+	size_t order;    /* in the profile */
+	int32_t kernel;  /* the first buffer's producer kernel, for its name */
+	uint32_t merged; /* buffers besides the first */
+};
+
+static int by_producer(const void *a, const void *b)
+{
+	const struct item *x = a, *y = b;
+
+	if (x->producer != y->producer)
+		return x->producer < y->producer ? -1 : 1;
+	return x->order < y->order ? -1 : x->order > y->order;
+}
+
+static int by_producer_consumer(const void *a, const void *b)
+{
+	const struct item *x = a, *y = b;
+
+	if (x->producer != y->producer)
+		return x->producer < y->producer ? -1 : 1;
+	if (x->consumer != y->consumer)
+		return x->consumer < y->consumer ? -1 : 1;
+	return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/* Folds it[b] into it[a] and removes it[b]: it exists after the later producer and is freed
+ * after the later consumer in the backward (the lower op: the backward runs them reversed). */
+static void fold(struct item *it, size_t *n, size_t a, size_t b)
+{
+	it[a].bytes += it[b].bytes;
+	it[a].merged += 1 + it[b].merged;
+	it[a].producer = it[a].producer > it[b].producer ? it[a].producer : it[b].producer;
+	it[a].consumer = it[a].consumer < it[b].consumer ? it[a].consumer : it[b].consumer;
+	memmove(&it[b], &it[b + 1], (*n - b - 1) * sizeof(*it));
+	(*n)--;
+}
+
+/* Merges neighbours (sorted by producer) for which same() holds. */
+static void merge_runs(struct item *it, size_t *n, bool consumer_too)
+{
+	for (size_t i = 0; i + 1 < *n;) {
+		if (it[i].producer == it[i + 1].producer &&
+		    (!consumer_too || it[i].consumer == it[i + 1].consumer))
+			fold(it, n, i, i + 1);
+		else
+			i++;
+	}
+}
+
+/* Down to MAX_GROUPS, in the order of problem.h's comment. */
+static void merge_groups(struct item *it, size_t *n)
+{
+	if (*n > MAX_GROUPS) {
+		qsort(it, *n, sizeof(*it), by_producer_consumer);
+		merge_runs(it, n, true);
+	}
+	if (*n > MAX_GROUPS)
+		merge_runs(it, n, false);
+	/* Now one item per producer op and at most one for the input: MAX_OPS + 1. */
+	while (*n > MAX_GROUPS) {
+		size_t best = SIZE_MAX;
+
+		for (size_t i = 0; i + 1 < *n; i++)
+			if (it[i].producer >= 0 &&
+			    (best == SIZE_MAX ||
+			     it[i].bytes + it[i + 1].bytes < it[best].bytes + it[best + 1].bytes))
+				best = i;
+		fold(it, n, best, best + 1);
+	}
+	qsort(it, *n, sizeof(*it), by_producer);
+}
+
+/* The chosen layer's groups: ops, deps, producers and consumers (problem.h's rules). */
+static int fill_groups(const struct layer_src *ls, struct lynx_problem_layer *L)
+{
+	const struct lynx_profile *pr = ls->pr;
+	struct item *it = calloc(pr->group_count + 1, sizeof(*it));
+	size_t n = 0;
+
+	if (!it)
+		return -ENOMEM;
+	for (size_t g = 0; g < pr->group_count; g++) {
+		const struct lynx_profile_group *gr = &pr->groups[g];
+
+		if (!group_of_layer(ls, gr))
+			continue;
+		it[n++] = (struct item){.producer = producer_op(ls, gr->producer),
+		                        .consumer = consumer_op(ls, gr->last_consumer),
+		                        .bytes = gr->bytes,
+		                        .order = g,
+		                        .kernel = gr->producer};
+	}
+	qsort(it, n, sizeof(*it), by_producer);
+	merge_groups(it, &n);
+	L->n_groups = (uint32_t)n;
+	for (uint32_t g = 0; g < n; g++) {
+		struct lynx_problem_group *pg = &L->groups[g];
+		int32_t prev = -1;
+		bool before = false;
+		const char *what = "input";
+
+		pg->bytes = it[g].bytes;
+		pg->producer = it[g].producer;
+		pg->consumer = it[g].consumer;
+		for (uint32_t h = 0; h < n; h++)
+			if (it[h].producer < it[g].producer) {
+				pg->deps |= 1u << h;
+				before = true;
+				prev = it[h].producer > prev ? it[h].producer : prev;
+			}
+		/* Nothing saved before it: what its ops read was not kept. */
+		if (it[g].producer >= 0 && before)
+			for (int32_t op = prev + 1; op <= it[g].producer; op++) {
+				pg->ops |= 1u << op;
+				pg->recompute_s += L->ops[op].rerun_s;
+			}
+		if (it[g].kernel >= 0)
+			what = ls->l->fwd_kernels
+			               .name[(uint32_t)it[g].kernel < ls->K ? (uint32_t)it[g].kernel
+			                                                    : ls->K - 1];
+		if (it[g].merged)
+			snprintf(pg->name, sizeof(pg->name), "g%u.%s+%u", g, what ? what : "",
+			         it[g].merged);
+		else
+			snprintf(pg->name, sizeof(pg->name), "g%u.%s", g, what ? what : "");
+	}
+	/* A group that cannot be rebuilt stays until every rebuild that needs it has run. */
+	for (uint32_t d = 0; d < n; d++)
+		for (uint32_t g = 0; !L->groups[d].ops && g < n; g++)
+			if ((L->groups[g].deps & (1u << d)) &&
+			    L->groups[g].consumer < L->groups[d].consumer)
+				L->groups[d].consumer = L->groups[g].consumer;
+	free(it);
+	return 0;
+}
+
+/* ---- Stages and windows ------------------------------------------------------------------ */
+
+static void add_window(struct lynx_window *w, uint32_t *n, enum lynx_window_kind kind,
+                       int32_t layer, int32_t op, double capacity_s)
+{
+	if (w)
+		w[*n] = (struct lynx_window){
+		        .kind = kind, .layer = layer, .op = op, .capacity_s = capacity_s};
+	(*n)++;
+}
+
+/* The stage's windows, as problem.c lists them: TP by layer and op, then PP, then DP. NULL
+ * w: count only. */
+static uint32_t list_windows(const struct layer_src *ls, const struct lynx_problem_layer *L,
+                             const struct lynx_problem_stage *st, bool recv_fwd, bool recv_bwd,
+                             bool dp, struct lynx_window *w)
+{
+	uint32_t n = 0;
+
+	for (uint32_t lay = 0; lay < st->layers; lay++)
+		for (uint32_t op = 0; op < L->n_ops; op++) {
+			if (ls->tp_fwd[op])
+				add_window(w, &n, LYNX_WINDOW_TP_FWD, (int32_t)lay, (int32_t)op,
+				           L->ops[op].wait_fwd_s);
+			if (ls->tp_bwd[op])
+				add_window(w, &n, LYNX_WINDOW_TP_BWD, (int32_t)lay, (int32_t)op,
+				           L->ops[op].wait_bwd_s);
+		}
+	if (recv_fwd)
+		add_window(w, &n, LYNX_WINDOW_PP_RECV_FWD, -1, -1, st->recv_fwd_s);
+	if (recv_bwd)
+		add_window(w, &n, LYNX_WINDOW_PP_RECV_BWD, -1, -1, st->recv_bwd_s);
+	if (dp)
+		add_window(w, &n, LYNX_WINDOW_DP_GRAD, -1, -1, st->grad_reduce_s);
+	return n;
+}
+
+/* The least measured idle of the profile's calls of kind (the steady state); 0 unmeasured. */
+static double least_idle(const struct lynx_profile *pr, enum lynx_profile_window_kind kind)
+{
+	double least = INFINITY;
+
+	for (size_t w = 0; w < pr->window_count; w++)
+		if (pr->windows[w].kind == kind && known(&pr->windows[w].idle))
+			least = fmin(least, seconds(pr->windows[w].idle.ns));
+	return isfinite(least) ? least : 0;
+}
+
+static void fill_part(const struct lynx_profile_layer *l, struct lynx_problem_part *part)
+{
+	part->present = true;
+	part->fwd_s = known(&l->forward) ? seconds(l->forward.ns) : 0;
+	part->bwd_s = known(&l->backward) ? seconds(l->backward.ns) : 0;
+	part->act_bytes = l->saved_bytes;
+}
+
+static const char *gib(uint64_t bytes, char *buf, size_t len)
+{
+	snprintf(buf, len, "%.2f GiB (%llu bytes)", bytes / 1073741824.0,
+	         (unsigned long long)bytes);
+	return buf;
+}
+
+static int fill_stage(const struct ctx *c, const struct layer_src *ls, const struct stage_src *src,
+                      struct lynx_problem *p, uint32_t s)
+{
+	const struct lynx_profile *pr = c->ranks[src->profile];
+	struct lynx_problem_stage *st = &p->stages[s];
+	bool recv_fwd = s > 0 && has_window(pr, LYNX_PROFILE_WINDOW_PP_RECV_FWD);
+	bool recv_bwd = s + 1 < p->n_stages && has_window(pr, LYNX_PROFILE_WINDOW_PP_RECV_BWD);
+	bool dp = has_window(pr, LYNX_PROFILE_WINDOW_DP_GRAD);
+	struct pname nb;
+	char a[64], b[64];
+
+	st->index = s;
+	st->first_layer = s ? p->stages[s - 1].first_layer + p->stages[s - 1].layers : 0;
+	st->layers = (uint32_t)src->count;
+	st->warmup = pr->warmup_forwards;
+	st->inflight = pr->warmup_forwards + 1 < p->micro_batches ? pr->warmup_forwards + 1
+	                                                          : p->micro_batches;
+	if (src->embedding)
+		fill_part(&pr->layers[0], &st->embedding);
+	if (src->head)
+		fill_part(&pr->layers[pr->layer_count - 1], &st->head);
+	for (int cls = 0; cls < LYNX_PROFILE_MEMORY_CLASS_COUNT; cls++)
+		if (cls != LYNX_PROFILE_MEMORY_SAVED)
+			st->static_bytes += pr->memory.at_peak[cls];
+	if (st->static_bytes > p->budget_bytes)
+		return lynx_policy_refuse(c->why, c->len,
+		                          "the memory budget %s is below stage %u's static memory "
+		                          "%s (what %s had live at its peak besides saved "
+		                          "activations)",
+		                          gib(p->budget_bytes, a, sizeof(a)), s,
+		                          gib(st->static_bytes, b, sizeof(b)),
+		                          name_of(c, src->profile, &nb));
+	if (recv_fwd)
+		st->recv_fwd_s = least_idle(pr, LYNX_PROFILE_WINDOW_PP_RECV_FWD);
+	if (recv_bwd)
+		st->recv_bwd_s = least_idle(pr, LYNX_PROFILE_WINDOW_PP_RECV_BWD);
+	for (size_t w = 0; w < pr->window_count; w++)
+		if (pr->windows[w].kind == LYNX_PROFILE_WINDOW_DP_GRAD &&
+		    known(&pr->windows[w].idle))
+			st->grad_reduce_s += seconds(pr->windows[w].idle.ns);
+	st->n_windows = list_windows(ls, &p->layer, st, recv_fwd, recv_bwd, dp, NULL);
+	st->windows = calloc(st->n_windows ? st->n_windows : 1, sizeof(*st->windows));
+	if (!st->windows)
+		return -ENOMEM;
+	list_windows(ls, &p->layer, st, recv_fwd, recv_bwd, dp, st->windows);
+	return 0;
+}
+
+/* The layer description from the chosen profile layer. */
+static int fill_layer(const struct ctx *c, struct layer_src *ls, struct lynx_problem_layer *L)
+{
+	int err = cut_ops(ls);
+
+	if (err)
+		return err;
+	L->n_ops = ls->n_ops;
+	name_ops(ls, L);
+	place_collectives(ls, L);
+	if ((err = kernel_times(c, ls, true, L)) || (err = kernel_times(c, ls, false, L)))
+		return err;
+	for (uint32_t op = 0; op < L->n_ops; op++) {
+		struct lynx_problem_op *o = &L->ops[op];
+
+		o->rerun_s = o->fwd_s + o->wait_fwd_s;
+		L->fwd_s += o->fwd_s + o->wait_fwd_s;
+		L->bwd_s += o->bwd_s + o->wait_bwd_s;
+	}
+	return fill_groups(ls, L);
+}
+
+int lynx_problem_from_profile(const struct lynx_profile *const *ranks, size_t n_ranks,
+                              const struct lynx_problem_options *opt, struct lynx_problem *p,
+                              char *why, size_t len)
+{
+	static const struct lynx_problem_options defaults;
+	struct ctx c = {ranks, n_ranks, opt ? opt : &defaults, why, len};
+	struct stage_src *src = NULL;
+	struct layer_src ls = {0};
+	uint32_t n_stages = 0;
+	int err;
+
+	*p = (struct lynx_problem){0};
+	if (!n_ranks)
+		return lynx_policy_refuse(why, len, "no profiles: nothing to plan");
+	if (c.opt->stage_layers)
+		return lynx_policy_refuse(why, len,
+		                          "a stage split cannot be imposed on profiles: each stage "
+		                          "holds the layers it was profiled with");
+	for (size_t i = 0; i < n_ranks; i++)
+		if ((err = check_profile(&c, i)))
+			return err;
+	if ((err = order_stages(&c, &n_stages, &src)))
+		return err;
+	if ((err = find_layers(&c, n_stages, src)))
+		goto out_free_src;
+	pick_layer(&c, n_stages, src, &ls);
+	if ((err = fill_layer(&c, &ls, &p->layer)))
+		goto out_free_src;
+
+	p->micro_batches = ranks[0]->microbatches;
+	p->search_seconds = c.opt->search_seconds;
+	p->gpus = ranks[0]->world > 0 ? (uint32_t)ranks[0]->world : 0;
+	p->model.pp = n_stages;
+	for (uint32_t s = 0; s < n_stages; s++) {
+		uint64_t peak = ranks[src[s].profile]->memory.peak_bytes;
+
+		p->model.layers += (uint32_t)src[s].count;
+		p->budget_bytes = peak > p->budget_bytes ? peak : p->budget_bytes;
+	}
+	if (c.opt->budget_bytes)
+		p->budget_bytes = c.opt->budget_bytes;
+	p->n_stages = n_stages;
+	p->stages = calloc(n_stages, sizeof(*p->stages));
+	if (!p->stages) {
+		err = -ENOMEM;
+		goto out_free_src;
+	}
+	for (uint32_t s = 0; s < n_stages; s++)
+		if ((err = fill_stage(&c, &ls, &src[s], p, s)))
+			goto out_free_problem;
+	free(src);
+	return 0;
+
+out_free_problem:
+	lynx_problem_free(p);
+out_free_src:
+	free(src);
+	return err;
+}

@@ -1,0 +1,577 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * policy/from_profile: profiles built in memory become the planning problem: kernels as ops
+ * (or runs of them), saved buffers as groups, collectives as windows, stages ordered by their
+ * warm-up forwards, measured memory as static memory and budget; bad input refused with a
+ * reason; the planners and the checker run on the result.
+ */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "checker.h"
+#include "plan.h"
+#include "planner.h"
+#include "problem.h"
+#include "profile.h"
+
+#define US 1000 /* ns */
+
+/* n kernels named <d>0, <d>1, ... (replacing any there were). */
+static void set_kernels(struct lynx_profile_kernels *k, char d, size_t n)
+{
+	for (size_t i = 0; i < k->count; i++)
+		free(k->name[i]);
+	free(k->name);
+	k->count = n;
+	k->name = calloc(n, sizeof(*k->name));
+	assert_non_null(k->name);
+	for (size_t i = 0; i < n; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "%c%zu", d, i);
+		k->name[i] = strdup(name);
+		assert_non_null(k->name[i]);
+	}
+}
+
+static struct lynx_profile_time host(uint64_t ns)
+{
+	return (struct lynx_profile_time){LYNX_PROFILE_SOURCE_HOST, ns, ns, ns, 4};
+}
+
+/*
+ * A stage's profile of n layers of k forward and kb backward kernels, host-timed at 1 µs
+ * per kernel, m micro-batches, w warm-up forwards. Memory: 1 MiB of weights, 64 KiB of
+ * workspace, 32 KiB of temporaries and `saved` bytes of saved activations at the peak.
+ */
+static struct lynx_profile *stage(size_t n, size_t k, size_t kb, uint32_t m, uint32_t w,
+                                  uint64_t saved)
+{
+	struct lynx_profile *p = calloc(1, sizeof(*p));
+
+	assert_non_null(p);
+	p->rank = p->world = -1;
+	p->microbatches = m;
+	p->warmup_forwards = w;
+	p->layer_count = n;
+	p->layers = calloc(n ? n : 1, sizeof(*p->layers));
+	assert_non_null(p->layers);
+	for (size_t l = 0; l < n; l++) {
+		p->layers[l].forward = host(k * US);
+		p->layers[l].backward = host(kb * US);
+		set_kernels(&p->layers[l].fwd_kernels, 'f', k);
+		set_kernels(&p->layers[l].bwd_kernels, 'b', kb);
+	}
+	p->memory.source = LYNX_PROFILE_SOURCE_HOST;
+	p->memory.at_peak[LYNX_PROFILE_MEMORY_WEIGHT] = 1 << 20;
+	p->memory.at_peak[LYNX_PROFILE_MEMORY_WORKSPACE] = 64 << 10;
+	p->memory.at_peak[LYNX_PROFILE_MEMORY_TEMPORARY] = 32 << 10;
+	p->memory.at_peak[LYNX_PROFILE_MEMORY_SAVED] = saved;
+	p->memory.peak_bytes = (1 << 20) + (96 << 10) + saved;
+	return p;
+}
+
+static void add_group(struct lynx_profile *p, uint32_t layer, uint64_t bytes, int32_t producer,
+                      int32_t last_consumer)
+{
+	p->groups = realloc(p->groups, (p->group_count + 1) * sizeof(*p->groups));
+	assert_non_null(p->groups);
+	p->groups[p->group_count++] = (struct lynx_profile_group){
+	        layer, bytes, producer, last_consumer < 0 ? -1 : 0, last_consumer};
+}
+
+/* A window; idle_ns 0: not measured. */
+static void add_window(struct lynx_profile *p, enum lynx_profile_window_kind kind, int32_t layer,
+                       int32_t microbatch, int32_t ordinal, int32_t kernel, uint64_t idle_ns)
+{
+	struct lynx_profile_window *w;
+
+	p->windows = realloc(p->windows, (p->window_count + 1) * sizeof(*p->windows));
+	assert_non_null(p->windows);
+	w = &p->windows[p->window_count++];
+	*w = (struct lynx_profile_window){.kind = kind,
+	                                  .call = strdup("ncclAllReduce"),
+	                                  .peer = -1,
+	                                  .microbatch = microbatch,
+	                                  .layer = layer,
+	                                  .ordinal = ordinal,
+	                                  .kernel = kernel};
+	if (idle_ns)
+		w->idle = (struct lynx_profile_time){LYNX_PROFILE_SOURCE_DEVICE, idle_ns, idle_ns,
+		                                     idle_ns, 1};
+}
+
+static void drop(struct lynx_profile *p)
+{
+	lynx_profile_free(p);
+	free(p);
+}
+
+/* The group of layer `layer` in test_maps_kernels_groups_and_collectives: bytes, producer
+ * kernel, last backward consumer. Layer 1 holds the most bytes, so it is the one mapped. */
+static void five_groups(struct lynx_profile *p, uint32_t layer, uint64_t scale)
+{
+	add_group(p, layer, 4096 * scale, -1, 7); /* the layer's input, read by the last kernel */
+	add_group(p, layer, 1024 * scale, 1, 5);
+	add_group(p, layer, 2048 * scale, 1, 6);
+	add_group(p, layer, 8192 * scale, 3, 3);
+	add_group(p, layer, 512 * scale, 4, -1); /* no backward reader seen */
+}
+
+/* One stage of 3 layers, 6 forward and 8 backward kernels, TP collectives before forward
+ * kernel 3 and backward kernel 5, unmeasured. */
+static struct lynx_profile *tp_stage(void)
+{
+	struct lynx_profile *p = stage(3, 6, 8, 2, 0, 3 * 15872 * 2);
+
+	five_groups(p, 0, 1);
+	five_groups(p, 1, 2);
+	five_groups(p, 2, 1);
+	for (int32_t l = 0; l < 3; l++)
+		for (int32_t mb = 0; mb < 2; mb++) {
+			add_window(p, LYNX_PROFILE_WINDOW_TP_FWD, l, mb, 0, 3, 0);
+			add_window(p, LYNX_PROFILE_WINDOW_TP_BWD, l, mb, 0, 5, 0);
+		}
+	return p;
+}
+
+static void build(const struct lynx_profile *const *ranks, size_t n,
+                  const struct lynx_problem_options *opt, struct lynx_problem *p)
+{
+	char why[256] = "";
+
+	if (lynx_problem_from_profile(ranks, n, opt, p, why, sizeof(why)))
+		fail_msg("lynx_problem_from_profile refused: %s", why);
+}
+
+static void assert_near(const char *what, double got, double want)
+{
+	if (fabs(got - want) > 1e-12 + 1e-9 * fabs(want))
+		fail_msg("%s: got %.9g, want %.9g", what, got, want);
+}
+
+static void test_maps_kernels_groups_and_collectives(void **state)
+{
+	struct lynx_profile *pr = tp_stage();
+	const struct lynx_profile *ranks[] = {pr};
+	/* Backward kernel i maps to forward kernel 5 - round(5i/7): per op 1, 2, 1, 1, 2, 1
+	 * backward kernels (op 0 first). */
+	static const int bwd_kernels[6] = {1, 2, 1, 1, 2, 1};
+	struct lynx_problem p;
+	const struct lynx_problem_layer *L = &p.layer;
+
+	build(ranks, 1, NULL, &p);
+	assert_int_equal(L->n_ops, 6);
+	assert_string_equal(L->ops[0].name, "0.f0");
+	assert_string_equal(L->ops[5].name, "5.f5");
+	for (int op = 0; op < 6; op++) {
+		assert_near("op forward", L->ops[op].fwd_s, 1e-6);
+		assert_near("op backward", L->ops[op].bwd_s, bwd_kernels[op] * 1e-6);
+		assert_near("op rerun", L->ops[op].rerun_s, L->ops[op].fwd_s);
+	}
+	assert_near("layer forward", L->fwd_s, 6e-6);
+	assert_near("layer backward", L->bwd_s, 8e-6);
+
+	/* Layer 1's groups (the most bytes), by producer op. */
+	assert_int_equal(L->n_groups, 5);
+	assert_string_equal(L->groups[0].name, "g0.input");
+	assert_string_equal(L->groups[1].name, "g1.f1");
+	assert_int_equal(L->groups[0].bytes, 8192);
+	assert_int_equal(L->groups[0].producer, -1);
+	assert_int_equal(L->groups[0].ops, 0);
+	assert_int_equal(L->groups[0].consumer, 0);
+	/* Produced by kernel 1: reruns ops 0-1 from the input; its sibling the same. */
+	assert_int_equal(L->groups[1].bytes, 2048);
+	assert_int_equal(L->groups[1].producer, 1);
+	assert_int_equal(L->groups[1].ops, 0x3);
+	assert_int_equal(L->groups[1].deps, 0x1);
+	assert_int_equal(L->groups[1].consumer, 1); /* backward kernel 5 -> op 1 */
+	assert_int_equal(L->groups[2].ops, 0x3);
+	assert_int_equal(L->groups[2].consumer, 1); /* backward kernel 6 -> op 1 */
+	assert_near("recompute", L->groups[1].recompute_s, 2e-6);
+	/* Produced by kernel 3: ops 2-3, from everything produced before. */
+	assert_int_equal(L->groups[3].ops, 0xc);
+	assert_int_equal(L->groups[3].deps, 0x7);
+	assert_int_equal(L->groups[3].consumer, 3);
+	assert_int_equal(L->groups[4].ops, 0x10);
+	assert_int_equal(L->groups[4].deps, 0xf);
+	assert_int_equal(L->groups[4].consumer, 0); /* no reader seen: the end of the backward */
+
+	/* One stage, no pipeline; the collectives' windows on every layer, unmeasured. */
+	assert_int_equal(p.n_stages, 1);
+	assert_int_equal(p.micro_batches, 2);
+	assert_int_equal(p.stages[0].layers, 3);
+	assert_int_equal(p.stages[0].warmup, 0);
+	assert_int_equal(p.stages[0].inflight, 1);
+	assert_false(p.stages[0].embedding.present);
+	assert_false(p.stages[0].head.present);
+	assert_null(p.cluster);
+	assert_int_equal(p.stages[0].n_windows, 6);
+	for (int32_t l = 0; l < 3; l++) {
+		int f = lynx_problem_find_window(&p.stages[0], LYNX_WINDOW_TP_FWD, l, 3);
+		int b = lynx_problem_find_window(&p.stages[0], LYNX_WINDOW_TP_BWD, l, 2);
+
+		assert_true(f >= 0 && b >= 0);
+		assert_true(p.stages[0].windows[f].capacity_s == 0);
+	}
+	assert_int_equal(lynx_problem_find_window(&p.stages[0], LYNX_WINDOW_DP_GRAD, -1, -1), -1);
+	/* Memory: everything live at the peak but the saved activations is static; the budget
+	 * defaults to the peak; no host link. */
+	assert_int_equal(p.stages[0].static_bytes, (1 << 20) + (96 << 10));
+	assert_int_equal(p.budget_bytes, pr->memory.peak_bytes);
+	assert_true(p.d2h.busbw == 0 && p.h2d.busbw == 0);
+	lynx_problem_free(&p);
+	drop(pr);
+}
+
+static void test_uses_device_times_and_measured_idle(void **state)
+{
+	struct lynx_profile *pr = tp_stage();
+	const struct lynx_profile *ranks[] = {pr};
+	static const uint64_t fwd_ns[6] = {100, 200, 300, 400, 500, 600};
+	struct lynx_problem p;
+	const struct lynx_problem_layer *L = &p.layer;
+	int w;
+
+	for (size_t l = 0; l < 3; l++) {
+		pr->layers[l].fwd_kernels.ns = malloc(sizeof(fwd_ns));
+		assert_non_null(pr->layers[l].fwd_kernels.ns);
+		memcpy(pr->layers[l].fwd_kernels.ns, fwd_ns, sizeof(fwd_ns));
+	}
+	/* Measured idle: the mean over layers and micro-batches. */
+	for (size_t i = 0; i < pr->window_count; i++) {
+		uint64_t idle = pr->windows[i].kind == LYNX_PROFILE_WINDOW_TP_FWD
+		                        ? (pr->windows[i].microbatch ? 60 : 40)
+		                        : 800;
+		pr->windows[i].idle =
+		        (struct lynx_profile_time){LYNX_PROFILE_SOURCE_DEVICE, idle, idle, idle, 1};
+	}
+	build(ranks, 1, NULL, &p);
+	for (int op = 0; op < 6; op++)
+		assert_near("timed forward", L->ops[op].fwd_s, fwd_ns[op] * 1e-9);
+	assert_near("tp_fwd wait", L->ops[3].wait_fwd_s, 50e-9);
+	assert_near("rerun with the collective", L->ops[3].rerun_s, 450e-9);
+	assert_near("tp_bwd wait", L->ops[2].wait_bwd_s, 800e-9);
+	/* Backward untimed: the layer's 8 µs less the 0.8 µs wait, spread over 8 kernels. */
+	assert_near("spread backward", L->ops[0].bwd_s, 900e-9);
+	assert_near("spread backward", L->ops[1].bwd_s, 1800e-9);
+	assert_near("layer backward", L->bwd_s, 8e-6);
+	w = lynx_problem_find_window(&p.stages[0], LYNX_WINDOW_TP_FWD, 2, 3);
+	assert_true(w >= 0);
+	assert_near("window capacity", p.stages[0].windows[w].capacity_s, 50e-9);
+	lynx_problem_free(&p);
+	drop(pr);
+}
+
+static void test_orders_pipeline_stages_by_warmup(void **state)
+{
+	/* p = 2, m = 4: stage 0 runs one warm-up forward. Two ranks of stage 0, the second
+	 * slower; given last-stage first. */
+	struct lynx_profile *last = stage(2, 6, 8, 4, 0, 1000);
+	struct lynx_profile *fast = stage(3, 6, 8, 4, 1, 2000);
+	struct lynx_profile *slow = stage(3, 6, 8, 4, 1, 3000);
+	const struct lynx_profile *ranks[] = {last, fast, slow};
+	const char *names[] = {"last.json", "fast.json", "slow.json"};
+	struct lynx_problem_options opt = {.profile_names = names};
+	struct lynx_problem p;
+
+	for (size_t l = 0; l < 3; l++)
+		slow->layers[l].forward = host(9 * US);
+	for (uint64_t i = 0; i < 3; i++)
+		add_window(slow, LYNX_PROFILE_WINDOW_PP_RECV_BWD, -1, (int32_t)i, -1, -1,
+		           (uint64_t[]){500, 300, 700}[i]);
+	add_window(fast, LYNX_PROFILE_WINDOW_PP_RECV_BWD, -1, 0, -1, -1, 100);
+	add_window(last, LYNX_PROFILE_WINDOW_PP_RECV_FWD, -1, 0, -1, -1, 0);
+	add_window(last, LYNX_PROFILE_WINDOW_DP_GRAD, -1, -1, -1, -1, 1000);
+	add_window(last, LYNX_PROFILE_WINDOW_DP_GRAD, -1, -1, -1, -1, 2000);
+	last->memory.peak_bytes += 1 << 20; /* the largest peak: the default budget */
+	build(ranks, 3, &opt, &p);
+	assert_int_equal(p.n_stages, 2);
+	assert_int_equal(p.model.pp, 2);
+	assert_int_equal(p.model.layers, 5);
+	assert_int_equal(p.budget_bytes, last->memory.peak_bytes);
+	assert_int_equal(p.stages[0].layers, 3);
+	assert_int_equal(p.stages[0].first_layer, 0);
+	assert_int_equal(p.stages[0].warmup, 1);
+	assert_int_equal(p.stages[0].inflight, 2);
+	assert_int_equal(p.stages[1].layers, 2);
+	assert_int_equal(p.stages[1].first_layer, 3);
+	assert_int_equal(p.stages[1].warmup, 0);
+	assert_int_equal(p.stages[1].inflight, 1);
+	/* Stage 0 is the slower rank: its steady-state gradient receive, the least idle. */
+	assert_near("recv_bwd", p.stages[0].recv_bwd_s, 300e-9);
+	assert_true(p.stages[0].recv_fwd_s == 0);
+	assert_true(lynx_problem_find_window(&p.stages[0], LYNX_WINDOW_PP_RECV_BWD, -1, -1) >= 0);
+	assert_int_equal(lynx_problem_find_window(&p.stages[0], LYNX_WINDOW_PP_RECV_FWD, -1, -1),
+	                 -1);
+	/* The slowest stage's layer is the layer: 9 µs forwards. */
+	assert_near("slowest layer", p.layer.fwd_s, 9e-6);
+	/* Stage 1: an unmeasured receive is still a window; the gradient reductions add up. */
+	int w = lynx_problem_find_window(&p.stages[1], LYNX_WINDOW_PP_RECV_FWD, -1, -1);
+	assert_true(w >= 0);
+	assert_true(p.stages[1].windows[w].capacity_s == 0);
+	assert_near("dp", p.stages[1].grad_reduce_s, 3e-6);
+	w = lynx_problem_find_window(&p.stages[1], LYNX_WINDOW_DP_GRAD, -1, -1);
+	assert_true(w >= 0);
+	assert_near("dp window", p.stages[1].windows[w].capacity_s, 3e-6);
+	lynx_problem_free(&p);
+
+	/* A budget given is the budget. */
+	opt.budget_bytes = 5 << 20;
+	build(ranks, 3, &opt, &p);
+	assert_int_equal(p.budget_bytes, 5 << 20);
+	lynx_problem_free(&p);
+	drop(last);
+	drop(fast);
+	drop(slow);
+}
+
+static void test_embedding_and_head_from_the_odd_layers(void **state)
+{
+	struct lynx_profile *pr = stage(5, 6, 8, 2, 0, 1000);
+	const struct lynx_profile *ranks[] = {pr};
+	struct lynx_problem p;
+
+	/* Layer 0 the embedding (2 and 2 kernels), layer 4 the head (3 and 4). */
+	set_kernels(&pr->layers[0].fwd_kernels, 'e', 2);
+	set_kernels(&pr->layers[0].bwd_kernels, 'e', 2);
+	set_kernels(&pr->layers[4].fwd_kernels, 'h', 3);
+	set_kernels(&pr->layers[4].bwd_kernels, 'h', 4);
+	pr->layers[0].forward = host(2 * US);
+	pr->layers[0].saved_bytes = 777;
+	pr->layers[4].backward = host(40 * US);
+	pr->layers[4].saved_bytes = 999;
+	five_groups(pr, 2, 1);
+	build(ranks, 1, NULL, &p);
+	assert_int_equal(p.stages[0].layers, 3);
+	assert_true(p.stages[0].embedding.present);
+	assert_near("embedding forward", p.stages[0].embedding.fwd_s, 2e-6);
+	assert_int_equal(p.stages[0].embedding.act_bytes, 777);
+	assert_true(p.stages[0].head.present);
+	assert_near("head backward", p.stages[0].head.bwd_s, 40e-6);
+	assert_int_equal(p.stages[0].head.act_bytes, 999);
+	assert_int_equal(p.layer.n_ops, 6);
+	assert_int_equal(p.layer.n_groups, 5);
+	lynx_problem_free(&p);
+	drop(pr);
+}
+
+/* Ops contiguous in kernels; groups rebuild contiguous runs of ops, after their deps. */
+static void check_layer_rules(const struct lynx_problem_layer *L)
+{
+	for (uint32_t g = 0; g < L->n_groups; g++) {
+		const struct lynx_problem_group *gr = &L->groups[g];
+		uint32_t ops = gr->ops;
+
+		assert_true(gr->deps < (1u << g)); /* deps before dependents */
+		if (!ops)
+			continue;
+		assert_int_equal(31 - __builtin_clz(ops), gr->producer);
+		ops >>= __builtin_ctz(ops);
+		assert_int_equal(ops & (ops + 1), 0); /* one run */
+		for (uint32_t h = 0; h < L->n_groups; h++)
+			assert_true(L->groups[h].ops == gr->ops || !(L->groups[h].ops & gr->ops));
+	}
+}
+
+/* Whether op name ("40.f40", "40-45.f40") starts at kernel k. */
+static bool starts_at(const char *name, unsigned k)
+{
+	char *end;
+
+	return strtoul(name, &end, 10) == k && (*end == '.' || *end == '-');
+}
+
+static void test_merges_kernels_and_groups_past_the_limits(void **state)
+{
+	struct lynx_profile *pr = stage(2, 80, 90, 2, 0, 1000);
+	const struct lynx_profile *ranks[] = {pr};
+	struct lynx_problem p;
+	uint64_t bytes = 0, in_problem = 0;
+	double fwd = 0;
+	bool at40 = false, at70 = false;
+
+	add_group(pr, 0, 100, -1, 89);
+	for (int32_t g = 0; g < 50; g++) {
+		add_group(pr, 0, 1000 + (uint64_t)g, g, 88 - g);
+		add_group(pr, 0, 10, g, 88 - g); /* a twin: same producer and consumer */
+	}
+	for (size_t g = 0; g < pr->group_count; g++)
+		bytes += pr->groups[g].bytes;
+	add_window(pr, LYNX_PROFILE_WINDOW_TP_FWD, 0, 0, 0, 40, 0);
+	add_window(pr, LYNX_PROFILE_WINDOW_TP_FWD, 0, 0, 1, 70, 0);
+	build(ranks, 1, NULL, &p);
+	assert_int_equal(p.layer.n_ops, LYNX_PROBLEM_MAX_OPS);
+	assert_true(p.layer.n_groups <= LYNX_PROBLEM_MAX_GROUPS);
+	for (uint32_t op = 0; op < p.layer.n_ops; op++) {
+		fwd += p.layer.ops[op].fwd_s;
+		at40 = at40 || starts_at(p.layer.ops[op].name, 40);
+		at70 = at70 || starts_at(p.layer.ops[op].name, 70);
+	}
+	assert_true(at40 && at70); /* ops start at the collectives */
+	assert_near("forward kept", fwd, 80e-6);
+	for (uint32_t g = 0; g < p.layer.n_groups; g++)
+		in_problem += p.layer.groups[g].bytes;
+	assert_int_equal(in_problem, bytes);
+	check_layer_rules(&p.layer);
+	/* Every layer of the stage has the collectives' windows at their ops. */
+	for (uint32_t op = 0; op < p.layer.n_ops; op++)
+		if (!strncmp(p.layer.ops[op].name, "40-", 3) ||
+		    !strncmp(p.layer.ops[op].name, "70-", 3))
+			assert_true(lynx_problem_find_window(&p.stages[0], LYNX_WINDOW_TP_FWD, 1,
+			                                     (int32_t)op) >= 0);
+	assert_int_equal(p.stages[0].n_windows, 2 * 2);
+	lynx_problem_free(&p);
+	drop(pr);
+}
+
+/* Refused, with why containing want. */
+static void refused(const struct lynx_profile *const *ranks, size_t n,
+                    const struct lynx_problem_options *opt, const char *want)
+{
+	struct lynx_problem p;
+	char why[512] = "";
+
+	assert_int_equal(lynx_problem_from_profile(ranks, n, opt, &p, why, sizeof(why)), -EINVAL);
+	if (!strstr(why, want))
+		fail_msg("wanted \"%s\", got \"%s\"", want, why);
+	assert_null(p.stages);
+}
+
+static void test_refuses_bad_input_with_a_reason(void **state)
+{
+	struct lynx_profile *good = tp_stage(), *empty = stage(0, 6, 8, 2, 0, 0);
+	struct lynx_profile *odd = stage(5, 6, 8, 2, 0, 0), *beyond = tp_stage(), *far = tp_stage();
+	struct lynx_profile *rerun = tp_stage(), *s0 = stage(2, 6, 8, 4, 2, 0);
+	struct lynx_profile *s2 = stage(2, 6, 8, 4, 0, 0), *m8 = stage(2, 6, 8, 8, 0, 0);
+	struct lynx_profile *old0 = stage(2, 6, 8, 4, 0, 0), *old1 = stage(2, 6, 8, 4, 0, 0);
+	const uint32_t split[] = {3};
+	struct lynx_problem_options opt = {.stage_layers = split};
+
+	refused(NULL, 0, NULL, "no profiles");
+	refused((const struct lynx_profile *[]){empty}, 1, NULL, "profile 0 has no layers");
+	/* Not an end layer, so neither the embedding nor the head. */
+	set_kernels(&odd->layers[1].fwd_kernels, 'f', 5);
+	refused((const struct lynx_profile *[]){odd}, 1, NULL,
+	        "profile 0: layer 1 has 5 forward and 8 backward kernels where the others have 6 "
+	        "and 8: the layers are not identical");
+	beyond->groups[3].producer = 7;
+	refused((const struct lynx_profile *[]){beyond}, 1, NULL,
+	        "group 3's producer 7 is beyond layer 0's 6 forward kernels");
+	far->windows[1].kernel = 9;
+	refused((const struct lynx_profile *[]){far}, 1, NULL,
+	        "window 1 (tp_bwd) is at kernel 9, beyond layer 0's 8 backward kernels");
+	rerun->rerun = true;
+	refused((const struct lynx_profile *[]){rerun}, 1, NULL, "full recomputation");
+	/* Stages 0 and 2 of 3: stage 1 is missing. */
+	refused((const struct lynx_profile *[]){s0, s2}, 2, NULL,
+	        "no profile of pipeline stage 1 of 3 (the one that runs 1 warm-up forwards)");
+	refused((const struct lynx_profile *[]){s2, m8}, 2, NULL,
+	        "profile 1 runs 8 micro-batches, profile 0 4");
+	/* Two stages' profiles that do not say where they are (all 0 warm-up forwards). */
+	add_window(old0, LYNX_PROFILE_WINDOW_PP_RECV_BWD, -1, 0, -1, -1, 0);
+	add_window(old1, LYNX_PROFILE_WINDOW_PP_RECV_FWD, -1, 0, -1, -1, 0);
+	refused((const struct lynx_profile *[]){old0, old1}, 2, NULL,
+	        "profile 0 receives gradients from a next stage (pp_recv_bwd), yet its 0 warm-up "
+	        "forwards make it the last stage");
+	refused((const struct lynx_profile *[]){good}, 1, &opt, "a stage split cannot be imposed");
+	opt = (struct lynx_problem_options){.budget_bytes = 1 << 20};
+	refused((const struct lynx_profile *[]){good}, 1, &opt,
+	        "is below stage 0's static memory 0.00 GiB (1146880 bytes)");
+	good->layers[1].forward.source = LYNX_PROFILE_SOURCE_UNKNOWN;
+	refused((const struct lynx_profile *[]){good}, 1, NULL, "layer 1 has no forward time");
+	drop(good);
+	drop(empty);
+	drop(odd);
+	drop(beyond);
+	drop(far);
+	drop(rerun);
+	drop(s0);
+	drop(s2);
+	drop(m8);
+	drop(old0);
+	drop(old1);
+}
+
+/* The planners and the checker on a problem from a profile, under a budget that needs
+ * recomputation. */
+static void test_planners_and_checker_run_on_it(void **state)
+{
+	struct lynx_profile *pr = tp_stage();
+	const struct lynx_profile *ranks[] = {pr};
+	static const char *const planners[] = {"none",    "full", "selective", "dtr",
+	                                       "offload", "heu",  "opt"};
+	struct lynx_problem_options opt = {.search_seconds = 5};
+	struct lynx_problem p;
+	char why[256];
+
+	/* Keeping everything holds 3 layers x 31744 bytes over static memory; full
+	 * recomputation at most 2 x 8192 kept + one whole layer, 48128. */
+	build(ranks, 1, NULL, &p);
+	opt.budget_bytes = p.stages[0].static_bytes + 60000;
+	lynx_problem_free(&p);
+	build(ranks, 1, &opt, &p);
+	for (size_t i = 0; i < sizeof(planners) / sizeof(planners[0]); i++) {
+		const struct lynx_planner *pl = lynx_planner_find(planners[i]);
+		struct lynx_checker_result r;
+		struct lynx_plan plan, back;
+		char *text;
+		int err;
+
+		assert_non_null(pl);
+		err = lynx_planner_run(pl, &p, &plan, why, sizeof(why));
+
+		if (!strcmp(pl->name, "selective")) { /* it looks for Megatron's op names */
+			assert_int_equal(err, -EINVAL);
+			assert_non_null(strstr(why, "no 'scores' op"));
+			continue;
+		}
+		if (!strcmp(pl->name, "opt") && err) /* CBC not built in, or no solution */
+			continue;
+		if (err)
+			fail_msg("planner %s: %s", pl->name, why);
+		if (lynx_checker_replay(&p, &plan, &r, why, sizeof(why)))
+			fail_msg("checker on %s: %s", pl->name, why);
+		if (!strcmp(pl->name, "none"))
+			assert_false(r.fits);
+		if (!strcmp(pl->name, "heu") || !strcmp(pl->name, "full"))
+			assert_true(r.fits);
+		if (!strcmp(pl->name, "offload")) { /* no host link: nothing offloaded */
+			assert_int_equal(r.offload_bytes, 0);
+			assert_false(r.fits);
+		}
+		text = lynx_plan_to_json(&plan, &p);
+		assert_non_null(text);
+		if (lynx_plan_from_json(text, &p, &back, why, sizeof(why)))
+			fail_msg("plan of %s does not read back: %s", pl->name, why);
+		lynx_plan_free(&back);
+		free(text);
+		lynx_checker_free(&r);
+		lynx_plan_free(&plan);
+	}
+	lynx_problem_free(&p);
+	drop(pr);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_maps_kernels_groups_and_collectives),
+	        cmocka_unit_test(test_uses_device_times_and_measured_idle),
+	        cmocka_unit_test(test_orders_pipeline_stages_by_warmup),
+	        cmocka_unit_test(test_embedding_and_head_from_the_odd_layers),
+	        cmocka_unit_test(test_merges_kernels_and_groups_past_the_limits),
+	        cmocka_unit_test(test_refuses_bad_input_with_a_reason),
+	        cmocka_unit_test(test_planners_and_checker_run_on_it),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
