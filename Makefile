@@ -150,7 +150,8 @@ SHIM_SRC := $(wildcard shim/*.c)
 SHIM_PURE_SRC := $(filter-out shim/hooks%.c shim/interpose%.c,$(SHIM_SRC))
 SHIM_PURE_LIB := $(BUILD)/obj/libshim_pure.a
 # The shim defines deprecated entry points too (cudaGetDriverEntryPoint): it must.
-SHIM_CFLAGS := -D__CUDA_API_VERSION_INTERNAL -Ishim -fvisibility=hidden -Wno-deprecated-declarations
+SHIM_CFLAGS := -D__CUDA_API_VERSION_INTERNAL -Ishim -Iprofiler -fvisibility=hidden \
+	-Wno-deprecated-declarations
 
 $(BUILD)/obj/shim/%.o: shim/%.c
 	$(call say,CC,$<)
@@ -162,10 +163,11 @@ $(BUILD)/obj/shim/%.o: shim/%.c
 # start-up, before they are ready: it is never instrumented.
 $(BUILD)/obj/shim/interpose_dlsym.o: ALL_CFLAGS := $(filter-out -fsanitize=%,$(ALL_CFLAGS))
 
-$(LIBLYNX): $(call obj,$(SHIM_SRC)) shim/liblynx.map
+# The online profiler (shim/profiling.c) links profiler/ in: it builds the profile in process.
+$(LIBLYNX): $(call obj,$(SHIM_SRC)) $(PROFILER_LIB) shim/liblynx.map
 	$(call say,LD,$@)
 	$(Q)$(CC) -shared -Wl,-soname,liblynx.so -Wl,--version-script=shim/liblynx.map \
-		-o $@ $(filter %.o,$^) $(ALL_LDFLAGS) -ldl
+		-o $@ $(filter %.o,$^) $(PROFILER_LIB) $(ALL_LDFLAGS) -ldl -lcjson -lm
 
 $(SHIM_PURE_LIB): $(call obj,$(SHIM_PURE_SRC))
 	$(call say,AR,$@)

@@ -50,6 +50,66 @@ static uint64_t span_ns(const struct lynx_prof_trace *t, size_t first, size_t en
 	return b > a ? b - a : 0;
 }
 
+/* Work the shim timed on the device (dev_* are 0 and 0 otherwise). */
+static bool is_timed(const struct lynx_prof_event *e)
+{
+	return e->dev_start_ns || e->dev_end_ns;
+}
+
+/* Device time of events [first, end): from the earliest start to the latest end of the
+ * timed work among them. False when none was timed. */
+static bool device_span(const struct lynx_prof_trace *t, size_t first, size_t end, uint64_t *ns)
+{
+	uint64_t start = UINT64_MAX, stop = 0;
+
+	for (size_t i = first; i < end; i++) {
+		const struct lynx_prof_event *e = &t->events[i];
+		if (!is_timed(e))
+			continue;
+		start = e->dev_start_ns < start ? e->dev_start_ns : start;
+		stop = e->dev_end_ns > stop ? e->dev_end_ns : stop;
+	}
+	if (start == UINT64_MAX)
+		return false;
+	*ns = stop > start ? stop - start : 0;
+	return true;
+}
+
+/*
+ * Samples of one duration, device-timed where the shim timed the work, host-timed
+ * otherwise; a time is made of device samples when there is any (host spans of the
+ * same work also count the launch overhead, so the two are not mixed).
+ */
+struct samples {
+	uint64_t *device, *host;
+	size_t n_device, n_host;
+};
+
+static int samples_init(struct samples *s, size_t cap)
+{
+	s->device = calloc(cap + 1, sizeof(*s->device));
+	s->host = calloc(cap + 1, sizeof(*s->host));
+	s->n_device = s->n_host = 0;
+	return s->device && s->host ? 0 : -ENOMEM;
+}
+
+static void samples_free(struct samples *s)
+{
+	free(s->device);
+	free(s->host);
+}
+
+static void samples_add(struct samples *s, const struct lynx_prof_trace *t, size_t first,
+                        size_t end)
+{
+	uint64_t ns;
+
+	if (device_span(t, first, end, &ns))
+		s->device[s->n_device++] = ns;
+	else
+		s->host[s->n_host++] = span_ns(t, first, end);
+}
+
 static bool is_program_launch(const struct lynx_prof_event *e)
 {
 	return e->kind == LYNX_PROF_LAUNCH && !e->nested;
@@ -78,16 +138,23 @@ static int by_u64(const void *a, const void *b)
 }
 
 /* The median (the lower middle one), range and count of v[0..n); sorts v. */
-static struct lynx_profile_time host_time(uint64_t *v, size_t n)
+static struct lynx_profile_time median_time(uint64_t *v, size_t n, enum lynx_profile_source source)
 {
 	if (!n)
 		return (struct lynx_profile_time){.source = LYNX_PROFILE_SOURCE_UNKNOWN};
 	qsort(v, n, sizeof(*v), by_u64);
-	return (struct lynx_profile_time){.source = LYNX_PROFILE_SOURCE_HOST,
+	return (struct lynx_profile_time){.source = source,
 	                                  .ns = v[(n - 1) / 2],
 	                                  .min_ns = v[0],
 	                                  .max_ns = v[n - 1],
 	                                  .samples = (uint32_t)n};
+}
+
+static struct lynx_profile_time samples_time(struct samples *s)
+{
+	if (s->n_device)
+		return median_time(s->device, s->n_device, LYNX_PROFILE_SOURCE_DEVICE);
+	return median_time(s->host, s->n_host, LYNX_PROFILE_SOURCE_HOST);
 }
 
 static int kernel_names(const struct lynx_prof_trace *t, const struct lynx_prof_segment *s,
@@ -107,8 +174,15 @@ static int kernel_names(const struct lynx_prof_trace *t, const struct lynx_prof_
 			continue;
 		snprintf(addr, sizeof(addr), "0x%" PRIx64, e->u.launch.function);
 		k->name[j] = strdup(e->u.launch.name ? e->u.launch.name : addr);
-		if (!k->name[j++])
+		if (!k->name[j])
 			return -ENOMEM;
+		/* Each kernel's own device time, when the shim timed this segment. */
+		if (is_timed(e) && !k->ns && !(k->ns = calloc(n, sizeof(*k->ns))))
+			return -ENOMEM;
+		if (is_timed(e))
+			k->ns[j] = e->dev_end_ns > e->dev_start_ns ? e->dev_end_ns - e->dev_start_ns
+			                                           : 0;
+		j++;
 	}
 	return 0;
 }
@@ -216,30 +290,30 @@ static int fill_layers(struct build *b, struct lynx_profile *p)
 {
 	const struct lynx_prof_layers *c = &b->layers[b->chosen];
 	struct lynx_prof_structure s = {b->iter_spans, b->its.count, b->spans, b->span_count};
-	uint64_t *fwd = calloc(b->its.count * c->microbatches + 1, sizeof(*fwd));
-	uint64_t *bwd = calloc(b->its.count * c->microbatches + 1, sizeof(*bwd));
-	int err = 0;
+	struct samples fwd, bwd;
+	size_t cap = b->its.count * c->microbatches;
+	int err = samples_init(&fwd, cap) | samples_init(&bwd, cap);
 
 	p->layers = calloc(c->layers, sizeof(*p->layers));
-	if (!fwd || !bwd || !p->layers) {
+	if (err || !p->layers) {
 		err = -ENOMEM;
 		goto out;
 	}
 	p->layer_count = c->layers;
 	for (size_t k = 0; k < c->layers; k++) {
 		struct lynx_profile_layer *l = &p->layers[k];
-		size_t n = 0;
+		fwd.n_device = fwd.n_host = bwd.n_device = bwd.n_host = 0;
 		for (size_t i = 0; i < b->its.count; i++) {
 			const struct lynx_prof_layers *li = &b->layers[i];
 			for (size_t m = 0; li->fwd && m < li->microbatches; m++) {
 				const struct lynx_prof_segment *f = &li->fwd[m * li->layers + k];
 				const struct lynx_prof_segment *bw = &li->bwd[m * li->layers + k];
-				fwd[n] = span_ns(b->t, f->first, f->end);
-				bwd[n++] = span_ns(b->t, bw->first, bw->end);
+				samples_add(&fwd, b->t, f->first, f->end);
+				samples_add(&bwd, b->t, bw->first, bw->end);
 			}
 		}
-		l->forward = host_time(fwd, n);
-		l->backward = host_time(bwd, n);
+		l->forward = samples_time(&fwd);
+		l->backward = samples_time(&bwd);
 		for (size_t m = 0; m < c->microbatches; m++) {
 			uint64_t saved = lynx_prof_lifetimes_saved_bytes(&b->lt, &s, (uint32_t)k,
 			                                                 (uint32_t)m);
@@ -250,8 +324,8 @@ static int fill_layers(struct build *b, struct lynx_profile *p)
 			goto out;
 	}
 out:
-	free(fwd);
-	free(bwd);
+	samples_free(&fwd);
+	samples_free(&bwd);
 	return err;
 }
 
@@ -397,6 +471,77 @@ static void classify_p2p(const struct lynx_prof_event *e, const struct place *pl
 		                       : LYNX_PROFILE_WINDOW_PP_SEND_FWD;
 }
 
+/* The stream most timed launches of the iteration went to: the compute stream. */
+static uint64_t compute_stream(const struct lynx_prof_trace *t,
+                               const struct lynx_prof_iteration *it)
+{
+	uint64_t best = 0, candidate = 0;
+	size_t best_count = 0, count = 0;
+
+	/* A majority vote in one pass (Boyer-Moore), then a count to confirm it. */
+	for (size_t i = it->first; i < it->end; i++) {
+		const struct lynx_prof_event *e = &t->events[i];
+		if (!is_program_launch(e) || !is_timed(e))
+			continue;
+		if (!count)
+			candidate = e->stream;
+		count += e->stream == candidate ? 1 : (size_t)-1;
+	}
+	for (size_t i = it->first; i < it->end; i++) {
+		const struct lynx_prof_event *e = &t->events[i];
+		best_count += is_program_launch(e) && is_timed(e) && e->stream == candidate;
+	}
+	best = best_count ? candidate : 0;
+	return best;
+}
+
+/*
+ * A timed NCCL call's duration on its stream, and how long the compute stream was idle
+ * meanwhile: the call's interval less the compute kernels that overlap it. This is the
+ * capacity a window offers to recompute on a side stream. A call on the compute stream
+ * itself keeps compute waiting for its whole duration.
+ */
+static void time_window(const struct lynx_prof_trace *t, const struct lynx_prof_iteration *it,
+                        uint64_t compute, const struct lynx_prof_event *call,
+                        struct lynx_profile_window *w)
+{
+	uint64_t start = call->dev_start_ns, end = call->dev_end_ns, busy = 0;
+
+	if (end < start)
+		return;
+	/* Kernels of one stream run one after the other: their overlaps with the call add
+	 * up without double counting. */
+	for (size_t i = it->first; i < it->end; i++) {
+		const struct lynx_prof_event *e = &t->events[i];
+		if (!is_program_launch(e) || !is_timed(e) || e->stream != compute)
+			continue;
+		uint64_t a = e->dev_start_ns > start ? e->dev_start_ns : start;
+		uint64_t b = e->dev_end_ns < end ? e->dev_end_ns : end;
+		busy += b > a ? b - a : 0;
+	}
+	w->duration = (struct lynx_profile_time){LYNX_PROFILE_SOURCE_DEVICE, end - start,
+	                                         end - start, end - start, 1};
+	uint64_t idle = end - start > busy ? end - start - busy : 0;
+	w->idle = (struct lynx_profile_time){LYNX_PROFILE_SOURCE_DEVICE, idle, idle, idle, 1};
+}
+
+/*
+ * Forwards before the first backward, less one: under 1F1B stage s of p runs p - s - 1
+ * warm-up forwards, then one more forward before its first backward (1 then, without a
+ * pipeline).
+ */
+static uint32_t warmup_forwards(const struct lynx_prof_layers *c)
+{
+	size_t first_bwd = SIZE_MAX;
+	uint32_t before = 0;
+
+	for (size_t i = 0; i < c->microbatches * c->layers; i++)
+		first_bwd = c->bwd[i].first < first_bwd ? c->bwd[i].first : first_bwd;
+	for (size_t m = 0; m < c->microbatches; m++)
+		before += c->fwd[m * c->layers].first < first_bwd;
+	return before ? before - 1 : 0;
+}
+
 static int fill_windows(struct build *b, struct lynx_profile *p)
 {
 	const struct lynx_prof_layers *c = &b->layers[b->chosen];
@@ -475,6 +620,8 @@ static int fill_windows(struct build *b, struct lynx_profile *p)
 		} else if (i >= last_bwd_end && !comms.tp[comm]) {
 			w->kind = LYNX_PROFILE_WINDOW_DP_GRAD;
 		}
+		if (is_timed(e))
+			time_window(t, it, compute_stream(t, it), e, w);
 	}
 out:
 	free(pl);
@@ -499,7 +646,7 @@ int lynx_prof_build_profile(const struct lynx_prof_trace *trace,
                             char *why, size_t why_len)
 {
 	struct build b = {.t = trace};
-	uint64_t *iter_ns = NULL;
+	struct samples iter_samples = {0};
 	int err;
 
 	memset(out, 0, sizeof(*out));
@@ -516,18 +663,16 @@ int lynx_prof_build_profile(const struct lynx_prof_trace *trace,
 	if ((err = lynx_prof_find_iterations(trace, &b.its, why, why_len)) ||
 	    (err = segment_all(&b, why, why_len)) || (err = lifetimes(&b, why, why_len)))
 		goto out;
-	iter_ns = calloc(b.its.count, sizeof(*iter_ns));
-	if (!iter_ns) {
-		err = -ENOMEM;
+	if ((err = samples_init(&iter_samples, b.its.count)))
 		goto out;
-	}
 	for (size_t i = 0; i < b.its.count; i++)
-		iter_ns[i] = span_ns(trace, b.its.iter[i].first, b.its.iter[i].end);
+		samples_add(&iter_samples, trace, b.its.iter[i].first, b.its.iter[i].end);
 	out->iteration.period_tokens = b.its.period;
 	out->iteration.count = (uint32_t)b.its.count;
 	out->iteration.prefix_events = b.its.prefix_end;
 	out->iteration.events = b.its.iter[b.chosen].end - b.its.iter[b.chosen].first;
-	out->iteration.time = host_time(iter_ns, b.its.count);
+	out->iteration.time = samples_time(&iter_samples);
+	out->warmup_forwards = warmup_forwards(&b.layers[b.chosen]);
 	out->microbatches = (uint32_t)b.layers[b.chosen].microbatches;
 	out->rerun = b.layers[b.chosen].rerun;
 	if ((err = fill_layers(&b, out)) || (err = fill_groups(&b, out)) ||
@@ -535,7 +680,7 @@ int lynx_prof_build_profile(const struct lynx_prof_trace *trace,
 		goto out;
 	fill_memory(&b, out);
 out:
-	free(iter_ns);
+	samples_free(&iter_samples);
 	build_free(&b);
 	if (err)
 		lynx_profile_free(out);

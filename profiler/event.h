@@ -79,6 +79,20 @@ struct lynx_prof_trace {
 int lynx_prof_trace_read(const char *path, struct lynx_prof_trace *out, char *why, size_t why_len);
 void lynx_prof_trace_free(struct lynx_prof_trace *trace);
 
+/*
+ * Building a trace in process (the shim's online profiler): init an empty trace, append
+ * events as they come (the hook name, the kernel name and params[0..param_bytes) are
+ * copied into the trace's storage; ev->index is set to the arrival order), then sort it by
+ * host time before the profiler reads it. The names passed to append must be stable: the
+ * same address always holds the same text (they are interned by address). init and append return 0
+ * or -ENOMEM (append leaves the trace as it was).
+ */
+int lynx_prof_trace_init(struct lynx_prof_trace *trace, int pid);
+int lynx_prof_trace_append(struct lynx_prof_trace *trace, const struct lynx_prof_event *ev,
+                           const uint8_t *params);
+/* Orders the events by host time, ties by index, then renumbers index. */
+void lynx_prof_trace_sort(struct lynx_prof_trace *trace);
+
 /* "launch", "alloc", ... (events.def's names); NULL for an unknown kind. */
 const char *lynx_prof_kind_name(enum lynx_prof_kind kind);
 

@@ -27,10 +27,17 @@ struct chunk {
 	unsigned char data[];
 };
 
+#define STABLE_CACHE 256 /* power of two */
+
 struct storage {
 	struct chunk *chunks;
 	const char **names; /* interned hook names */
 	size_t name_count, name_cap;
+	/* lynx_prof_trace_append's names are the shim's own, whose addresses never change
+	 * (hook symbols, launch-cache kernel names): interned by address, direct-mapped. */
+	struct {
+		const char *source, *interned;
+	} stable[STABLE_CACHE];
 };
 
 #define CHUNK_BYTES (64 * 1024)
@@ -528,9 +535,84 @@ int lynx_prof_trace_read(const char *path, struct lynx_prof_trace *out, char *wh
 		snprintf(why, why_len, "more than %u events", UINT32_MAX);
 		return -EINVAL;
 	}
-	qsort(out->events, out->count, sizeof(*out->events), by_time);
-	for (size_t i = 0; i < out->count; i++)
-		out->events[i].index = (uint32_t)i;
+	lynx_prof_trace_sort(out);
+	return 0;
+}
+
+void lynx_prof_trace_sort(struct lynx_prof_trace *trace)
+{
+	qsort(trace->events, trace->count, sizeof(*trace->events), by_time);
+	for (size_t i = 0; i < trace->count; i++)
+		trace->events[i].index = (uint32_t)i;
+}
+
+int lynx_prof_trace_init(struct lynx_prof_trace *trace, int pid)
+{
+	memset(trace, 0, sizeof(*trace));
+	trace->pid = pid;
+	trace->storage = calloc(1, sizeof(struct storage));
+	return trace->storage ? 0 : -ENOMEM;
+}
+
+/* The events array grows by doubling; its capacity is not kept in the trace, so it is
+ * recomputed: the next power of two at or above count (1024 at least). */
+static size_t events_capacity(size_t count)
+{
+	size_t cap = 1024;
+
+	while (cap < count)
+		cap *= 2;
+	return cap;
+}
+
+/* intern() for a name whose address always holds the same text. */
+static const char *intern_stable(struct storage *s, const char *name)
+{
+	size_t slot = ((uintptr_t)name >> 3) & (STABLE_CACHE - 1);
+
+	if (s->stable[slot].source == name)
+		return s->stable[slot].interned;
+	const char *interned = intern(s, name);
+	if (interned) {
+		s->stable[slot].source = name;
+		s->stable[slot].interned = interned;
+	}
+	return interned;
+}
+
+int lynx_prof_trace_append(struct lynx_prof_trace *trace, const struct lynx_prof_event *ev,
+                           const uint8_t *params)
+{
+	struct storage *s = trace->storage;
+	struct lynx_prof_event copy = *ev;
+
+	if (!s || trace->count >= UINT32_MAX)
+		return -ENOMEM;
+	if (trace->count == 0 || trace->count == events_capacity(trace->count)) {
+		size_t cap = trace->count ? 2 * trace->count : events_capacity(0);
+		struct lynx_prof_event *grown = realloc(trace->events, cap * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		trace->events = grown;
+	}
+	copy.hook = ev->hook ? intern_stable(s, ev->hook) : NULL;
+	if (ev->hook && !copy.hook)
+		return -ENOMEM;
+	if (ev->kind == LYNX_PROF_LAUNCH) {
+		copy.u.launch.name = ev->u.launch.name ? intern_stable(s, ev->u.launch.name) : NULL;
+		if (ev->u.launch.name && !copy.u.launch.name)
+			return -ENOMEM;
+		copy.u.launch.params = NULL;
+		if (params && ev->u.launch.param_bytes) {
+			uint8_t *bytes = arena_alloc(s, ev->u.launch.param_bytes);
+			if (!bytes)
+				return -ENOMEM;
+			memcpy(bytes, params, ev->u.launch.param_bytes);
+			copy.u.launch.params = bytes;
+		}
+	}
+	copy.index = (uint32_t)trace->count;
+	trace->events[trace->count++] = copy;
 	return 0;
 }
 

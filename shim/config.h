@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 enum lynx_mode { LYNX_MODE_OFF, LYNX_MODE_PROFILE, LYNX_MODE_RECOMPUTE };
+enum lynx_timing { LYNX_TIMING_OFF, LYNX_TIMING_DEVICE }; /* LYNX_TIMING, in its values' order */
 enum lynx_log_level {
 	LYNX_LOG_ERROR,
 	LYNX_LOG_WARN,

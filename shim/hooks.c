@@ -109,24 +109,59 @@ struct lynx_real_table lynx_real = {
 	lynx_record_nccl(call.event, LYNX_AS_U64(send), LYNX_AS_U64(recv), (uint64_t)(count), \
 	                 (int)(type), (int)(op), (int)(peer), LYNX_AS_U64(comm),              \
 	                 LYNX_AS_U64(stream))
-#define LYNX_RECORD_GROUP(delta) lynx_record_group(call.event, result == 0 ? (delta) : 0)
+#define LYNX_RECORD_GROUP(delta)                                          \
+	do {                                                              \
+		lynx_record_group(call.event, result == 0 ? (delta) : 0); \
+		if ((delta) < 0 && lynx_group_depth == 0)                 \
+			lynx_time_group_ended();                          \
+	} while (0)
+#define LYNX_RECORD_COMM_INIT(out, nranks, rank)           \
+	do {                                               \
+		LYNX_RECORD_NEW_HANDLE(out);               \
+		if (result == 0)                           \
+			lynx_note_nccl_rank(nranks, rank); \
+	} while (0)
+
+/* Host synchronisations end with lynx_call_end_sync; the choice folds at compile time. */
+#define LYNX_END(kind) (LYNX_EV_##kind == LYNX_EV_SYNC ? lynx_call_end_sync : lynx_call_end)
+
+/* Which record kinds are stream-ordered work, timed on the device while the profiler
+ * learns (lynx_time_begin): the stream is their last argument, or the launch config's. */
+#define LYNX_TIME_NONE()
+#define LYNX_TIME_ALLOC(out, bytes, stream)
+#define LYNX_TIME_FREE(ptr, stream)
+#define LYNX_TIME_MEMSET(ptr, bytes, stream) lynx_time_begin(&call, LYNX_AS_U64(stream))
+#define LYNX_TIME_MEM(ptr, bytes)
+#define LYNX_TIME_COPY(dst, src, bytes, direction, stream) \
+	lynx_time_begin(&call, LYNX_AS_U64(stream))
+#define LYNX_TIME_NEW_HANDLE(out)
+#define LYNX_TIME_HANDLE(stream, handle)
+#define LYNX_TIME_LAUNCH(function, grid, block, shared, stream) \
+	lynx_time_begin(&call, LYNX_AS_U64(stream))
+#define LYNX_TIME_LAUNCH_CONFIG(config, function) \
+	lynx_time_begin(&call, (config) ? LYNX_AS_U64((config)->stream) : 0)
+#define LYNX_TIME_NCCL(send, recv, count, type, op, peer, comm, stream) \
+	lynx_time_begin(&call, LYNX_AS_U64(stream))
+#define LYNX_TIME_GROUP(delta)
+#define LYNX_TIME_COMM_INIT(out, nranks, rank)
 
 #define LYNX_HOOK(layer, symbol, procname, version, variant, kind, body, ret, params, args, \
                   record)                                                                   \
-	LYNX_ACTIVE_##body(symbol, ret, params, args, record)
-#define LYNX_ACTIVE_CUSTOM(symbol, ret, params, args, record)
-#define LYNX_ACTIVE_GENERIC(symbol, ret, params, args, record) \
-	static ret lynx_active_##symbol params                 \
-	{                                                      \
-		struct lynx_call call;                         \
-		ret result;                                    \
-                                                               \
-		lynx_call_begin(&call, LYNX_HOOK_##symbol);    \
-		result = lynx_real_fn(symbol) args;            \
-		lynx_call_reserve(&call, 0);                   \
-		LYNX_RECORD_##record;                          \
-		lynx_call_end(&call, (int)result);             \
-		return result;                                 \
+	LYNX_ACTIVE_##body(symbol, kind, ret, params, args, record)
+#define LYNX_ACTIVE_CUSTOM(symbol, kind, ret, params, args, record)
+#define LYNX_ACTIVE_GENERIC(symbol, kind, ret, params, args, record) \
+	static ret lynx_active_##symbol params                       \
+	{                                                            \
+		struct lynx_call call;                               \
+		ret result;                                          \
+                                                                     \
+		lynx_call_begin(&call, LYNX_HOOK_##symbol);          \
+		LYNX_TIME_##record;                                  \
+		result = lynx_real_fn(symbol) args;                  \
+		lynx_call_reserve(&call, 0);                         \
+		LYNX_RECORD_##record;                                \
+		LYNX_END(kind)(&call, (int)result);                  \
+		return result;                                       \
 	}
 #include "hooks.def"
 #undef LYNX_HOOK

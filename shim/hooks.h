@@ -90,6 +90,8 @@ struct lynx_call {
 	struct lynx_event *event; /* NULL: not recorded (the shim's own call, ring full, or not
 	                             profiling) */
 	enum lynx_hook_id id;
+	uint32_t mark_start;   /* timing.h mark recorded before the real call; 0: not timed */
+	uint64_t timed_stream; /* the stream that mark went to */
 };
 
 /* Before the real call: counts it, notes that the thread is inside a hook, and runs the
@@ -100,8 +102,36 @@ void lynx_call_begin(struct lynx_call *call, enum lynx_hook_id id);
  * library made inside another hook carry LYNX_EVENT_NESTED (they are committed before
  * the outer call's event). Returns the event, also in call->event, or NULL. */
 struct lynx_event *lynx_call_reserve(struct lynx_call *call, size_t payload_bytes);
-/* Commits the event with the real function's result. */
+/* Commits the event with the real function's result. After a top-level host
+ * synchronisation, lynx_call_end_sync also lets the online profiler (profiling.h) look at
+ * what it has learnt. */
 void lynx_call_end(struct lynx_call *call, int result);
+/* lynx_call_end for the hooks that make the host wait for the device (kind SYNC). */
+void lynx_call_end_sync(struct lynx_call *call, int result);
+
+/*
+ * Device timing of stream-ordered work (launches, copies, memsets, NCCL calls) while the
+ * profiler learns: a mark on the stream before the real call (here) and one after it
+ * (lynx_call_reserve). NCCL calls inside a group are issued at the outermost
+ * ncclGroupEnd, so their end marks wait for it (lynx_time_group_ended). Only top-level
+ * calls are timed, never during a graph capture, never the shim's own calls. Off the
+ * warm-up, one relaxed load.
+ */
+extern atomic_bool lynx_timing_on;
+void lynx_time_begin_slow(struct lynx_call *call, uint64_t stream);
+static inline void lynx_time_begin(struct lynx_call *call, uint64_t stream)
+{
+	if (__builtin_expect(atomic_load_explicit(&lynx_timing_on, memory_order_relaxed), 0))
+		lynx_time_begin_slow(call, stream);
+}
+/* After the outermost ncclGroupEnd on this thread: records the deferred end marks. */
+void lynx_time_group_ended(void);
+
+/* ncclCommInitRank's rank and size, for the largest communicator seen: the process's rank
+ * in the job (its profile is profile.<rank>.json). -1 until one is created. */
+void lynx_note_nccl_rank(int nranks, int rank);
+int lynx_job_rank(void);
+int lynx_job_world(void);
 /* Around calls the shim makes itself (e.g. parameter layout queries): they are counted,
  * like any call through a wrapper, but not recorded. */
 void lynx_nested_begin(void);

@@ -170,12 +170,13 @@ static void capture_params(struct lynx_event *ev, const struct func_info *info, 
 /* Before the real call: the function's layout and the event, with room for the
  * parameters. */
 static inline __attribute__((always_inline)) struct func_info *
-launch_begin(struct lynx_call *call, enum lynx_hook_id id, CUfunction f)
+launch_begin(struct lynx_call *call, enum lynx_hook_id id, CUfunction f, CUstream stream)
 {
 	struct func_info *info;
 
 	info = layout_of((uint64_t)(uintptr_t)f);
 	lynx_call_begin(call, id);
+	lynx_time_begin(call, (uint64_t)(uintptr_t)stream);
 	return info;
 }
 
@@ -204,7 +205,7 @@ CUresult lynx_active_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int 
                                     void **extra)
 {
 	struct lynx_call call;
-	struct func_info *info = launch_begin(&call, LYNX_HOOK_cuLaunchKernel, f);
+	struct func_info *info = launch_begin(&call, LYNX_HOOK_cuLaunchKernel, f, stream);
 	CUresult result = lynx_real_fn(cuLaunchKernel)(f, gx, gy, gz, bx, by, bz, shared, stream,
 	                                               params, extra);
 
@@ -219,7 +220,7 @@ CUresult lynx_active_cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned
                                          void **params, void **extra)
 {
 	struct lynx_call call;
-	struct func_info *info = launch_begin(&call, LYNX_HOOK_cuLaunchKernel_ptsz, f);
+	struct func_info *info = launch_begin(&call, LYNX_HOOK_cuLaunchKernel_ptsz, f, stream);
 	CUresult result = lynx_real_fn(cuLaunchKernel_ptsz)(f, gx, gy, gz, bx, by, bz, shared,
 	                                                    stream, params, extra);
 
@@ -243,7 +244,8 @@ CUresult lynx_active_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f
                                       void **extra)
 {
 	struct lynx_call call;
-	struct func_info *info = launch_begin(&call, LYNX_HOOK_cuLaunchKernelEx, f);
+	struct func_info *info =
+	        launch_begin(&call, LYNX_HOOK_cuLaunchKernelEx, f, config ? config->hStream : NULL);
 	CUresult result = lynx_real_fn(cuLaunchKernelEx)(config, f, params, extra);
 	uint32_t grid[3], block[3];
 
@@ -257,7 +259,8 @@ CUresult lynx_active_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunct
                                            void **params, void **extra)
 {
 	struct lynx_call call;
-	struct func_info *info = launch_begin(&call, LYNX_HOOK_cuLaunchKernelEx_ptsz, f);
+	struct func_info *info = launch_begin(&call, LYNX_HOOK_cuLaunchKernelEx_ptsz, f,
+	                                      config ? config->hStream : NULL);
 	CUresult result = lynx_real_fn(cuLaunchKernelEx_ptsz)(config, f, params, extra);
 	uint32_t grid[3], block[3];
 

@@ -20,6 +20,9 @@
 #include "hooks.h"
 #include "lifecycle.h"
 #include "log.h"
+#include "profiling.h"
+#include "record.h"
+#include "timing.h"
 
 atomic_bool lynx_intercepting = true;
 _Atomic uint64_t lynx_calls[LYNX_HOOK_COUNT];
@@ -34,6 +37,7 @@ static atomic_int state = STATE_NEW;
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct lynx_config config;
 static bool recording; /* profile or recompute, with a working recorder */
+static bool dumping;   /* LYNX_EVENTS is open: drained events go to the dump too */
 static bool output_ok; /* LYNX_OUT is a writable directory */
 /* Intercepted calls in progress on this thread: > 1 means the library we forward to
  * called back into a hook (the runtime calling the driver). */
@@ -165,12 +169,27 @@ static void write_call_counts(void)
 /* Once per process, whichever comes first: exit or a terminating signal. */
 static atomic_bool flushed;
 
+/* The recorder's consumer when both the event dump and the online profiler are on. */
+static void consume(const struct lynx_event *event, void *arg)
+{
+	lynx_dump_event(event, arg);
+	lynx_profiling_consume(event);
+}
+
+static void consume_for_profiler(const struct lynx_event *event, void *arg)
+{
+	lynx_profiling_consume(event);
+}
+
 static void at_exit(void)
 {
 	if (!recording || atomic_exchange(&flushed, true))
 		return;
-	atomic_store(&lynx_intercepting, false);
 	lynx_recorder_stop();
+	/* Still intercepting: the profiler resolves its timing marks through the real
+	 * driver, and a trainer thread may still be calling. */
+	lynx_profiling_at_exit();
+	atomic_store(&lynx_intercepting, false);
 	lynx_dump_close();
 	if (output_ok)
 		write_call_counts();
@@ -237,6 +256,7 @@ static void after_fork_in_parent(void)
 static void after_fork_in_child(void)
 {
 	lynx_dump_after_fork();
+	lynx_profiling_after_fork();
 	if (atomic_load(&state) == STATE_READY) {
 		lynx_recorder_after_fork();
 		atomic_store(&state, STATE_FORKED);
@@ -270,9 +290,14 @@ static void init_locked(void)
 		          "writing output",
 		          config.out_dir, strerror(-err));
 	lynx_recorder_configure(config.ring_bytes, config.recorder_budget);
-	/* Before the drainer starts: the dump sees every event of the process. */
-	if (config.events && *config.events &&
-	    !lynx_dump_open(config.events, hook_symbol, LYNX_HOOK_COUNT, lynx_launch_function_name))
+	/* Before the drainer starts: the dump and the profiler see every event. */
+	dumping = config.events && *config.events &&
+	          !lynx_dump_open(config.events, hook_symbol, LYNX_HOOK_COUNT,
+	                          lynx_launch_function_name);
+	/* One consumer, the cheapest that serves what is on. */
+	if (lynx_profiling_start(&config, output_ok))
+		lynx_recorder_set_consumer(dumping ? consume : consume_for_profiler, NULL);
+	else if (dumping)
 		lynx_recorder_set_consumer(lynx_dump_event, NULL);
 	recording = !lynx_recorder_start_drainer(100);
 	if (!recording)
@@ -303,7 +328,83 @@ void lynx_call_begin(struct lynx_call *call, enum lynx_hook_id id)
 	atomic_fetch_add_explicit(&lynx_calls[id], 1, memory_order_relaxed);
 	call->id = id;
 	call->event = NULL;
+	call->mark_start = 0;
 	hook_depth++;
+}
+
+/* ---- Device timing while the profiler learns -------------------------------------------- */
+
+atomic_bool lynx_timing_on;
+
+/* NCCL calls made inside a group on this thread whose end marks wait for the outermost
+ * ncclGroupEnd. Beyond the array, calls keep their start mark only (not timed). */
+#define MAX_GROUPED 64
+static __thread struct {
+	uint32_t mark;
+	uint64_t stream;
+} grouped[MAX_GROUPED] __attribute__((tls_model("initial-exec")));
+static __thread int grouped_count __attribute__((tls_model("initial-exec")));
+
+void lynx_time_begin_slow(struct lynx_call *call, uint64_t stream)
+{
+	/* Top-level calls only: a runtime launch is timed once, not again as the driver
+	 * launch it makes. */
+	if (hook_depth != 1 || internal_depth > 0 || lynx_capture_active())
+		return;
+	call->mark_start = lynx_timing_mark((CUstream)(uintptr_t)stream);
+	call->timed_stream = stream;
+}
+
+/* After the real call: the end mark, now or at the group's end. Out of line: it only runs
+ * during warm-up, and the common path of lynx_call_reserve stays short. */
+static __attribute__((noinline)) uint32_t time_end(const struct lynx_call *call)
+{
+	uint8_t kind = lynx_hooks[call->id].kind;
+
+	if ((kind == LYNX_EV_COLL || kind == LYNX_EV_P2P) && lynx_group_depth > 0) {
+		uint32_t mark = grouped_count < MAX_GROUPED ? lynx_timing_reserve() : 0;
+		if (mark) {
+			grouped[grouped_count].mark = mark;
+			grouped[grouped_count++].stream = call->timed_stream;
+		}
+		return mark;
+	}
+	return lynx_timing_mark((CUstream)(uintptr_t)call->timed_stream);
+}
+
+void lynx_time_group_ended(void)
+{
+	for (int i = 0; i < grouped_count; i++)
+		lynx_timing_record(grouped[i].mark, (CUstream)(uintptr_t)grouped[i].stream);
+	grouped_count = 0;
+}
+
+/* ---- The job's rank ---------------------------------------------------------------------- */
+
+static _Atomic int job_rank = -1, job_world = -1;
+
+void lynx_note_nccl_rank(int nranks, int rank)
+{
+	/* The largest communicator is the job's world (data, tensor and pipeline groups are
+	 * split from it or made beside it); the first of that size wins. */
+	int world = atomic_load(&job_world);
+
+	while (nranks > world && rank >= 0 && rank < nranks) {
+		if (atomic_compare_exchange_weak(&job_world, &world, nranks)) {
+			atomic_store(&job_rank, rank);
+			return;
+		}
+	}
+}
+
+int lynx_job_rank(void)
+{
+	return atomic_load(&job_rank);
+}
+
+int lynx_job_world(void)
+{
+	return atomic_load(&job_world);
 }
 
 /*
@@ -313,6 +414,8 @@ void lynx_call_begin(struct lynx_call *call, enum lynx_hook_id id)
  */
 struct lynx_event *lynx_call_reserve(struct lynx_call *call, size_t payload_bytes)
 {
+	uint32_t mark_end = call->mark_start ? time_end(call) : 0;
+
 	if (internal_depth > 0 || !recording)
 		return NULL;
 	call->event = lynx_recorder_reserve(payload_bytes);
@@ -322,6 +425,8 @@ struct lynx_event *lynx_call_reserve(struct lynx_call *call, size_t payload_byte
 		call->event->stream = 0;
 		memset(&call->event->u, 0, sizeof(call->event->u));
 		call->event->hook = (uint16_t)call->id;
+		call->event->mark_start = call->mark_start;
+		call->event->mark_end = mark_end;
 		call->event->kind = lynx_hooks[call->id].kind;
 		call->event->flags = hook_depth > 1 ? LYNX_EVENT_NESTED : 0;
 		if (lynx_capture_active()) {
@@ -339,6 +444,17 @@ void lynx_call_end(struct lynx_call *call, int result)
 		lynx_recorder_commit(call->event);
 	}
 	hook_depth--;
+}
+
+void lynx_call_end_sync(struct lynx_call *call, int result)
+{
+	bool top_level = hook_depth == 1 && internal_depth == 0 && call->event;
+
+	lynx_call_end(call, result);
+	/* The trainer waited for the device: a natural point (off the launch path, often an
+	 * iteration boundary) for the profiler to look at what it has learnt. */
+	if (top_level && !lynx_capture_active())
+		lynx_profiling_at_sync();
 }
 
 void lynx_nested_begin(void)

@@ -39,11 +39,14 @@ enum lynx_event_kind {
  */
 struct lynx_event {
 	uint32_t size;
-	uint16_t hook;    /* the hook id (shim/hooks.def) */
-	uint8_t kind;     /* enum lynx_event_kind */
-	uint8_t flags;    /* kind-specific (see each payload) */
-	uint32_t tid;     /* recording thread (gettid) */
-	int32_t result;   /* what the real function returned */
+	uint16_t hook;  /* the hook id (shim/hooks.def) */
+	uint8_t kind;   /* enum lynx_event_kind */
+	uint8_t flags;  /* kind-specific (see each payload) */
+	uint32_t tid;   /* recording thread (gettid) */
+	int32_t result; /* what the real function returned */
+	/* Device timing marks (timing.h) around stream-ordered work while the profiler
+	 * learns: recorded on the call's stream just before and just after it; 0: none. */
+	uint32_t mark_start, mark_end;
 	uint64_t host_ns; /* CLOCK_MONOTONIC at the call */
 	uint64_t stream;  /* the stream handle, or 0 */
 	union {

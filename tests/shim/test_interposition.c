@@ -29,6 +29,11 @@ static void tinytrain_cmd(char *buf, size_t len, const char *layout)
 	snprintf(buf, len, "%s/bin/tinytrain %s", build_dir, layout);
 }
 
+/*
+ * Interception itself changes nothing, to the byte. Device timing (LYNX_TIMING=device, the
+ * default) is off here: its event records cost virtual time during warm-up, so the step
+ * times differ then; tests/profiler/test_online.c checks that the results do not.
+ */
 static void test_off_and_profile_modes_print_identical_bytes(void **state)
 {
 	char cmd[2048], env[4096];
@@ -40,14 +45,21 @@ static void test_off_and_profile_modes_print_identical_bytes(void **state)
 		const char *modes[] = {"off", "profile"};
 		for (int m = 0; m < 2; m++) {
 			snprintf(env, sizeof(env),
-			         "LD_PRELOAD=%s/liblynx.so LYNX_MODE=%s LYNX_OUT=%s/out", build_dir,
-			         modes[m], scratch);
+			         "LD_PRELOAD=%s/liblynx.so LYNX_MODE=%s LYNX_TIMING=off "
+			         "LYNX_OUT=%s/out",
+			         build_dir, modes[m], scratch);
 			struct output shimmed = run(env, cmd);
 			assert_int_equal(shimmed.exit_code, 0);
 			if (strcmp(bare.out, shimmed.out))
 				fail_msg("%s under LYNX_MODE=%s differs:\n%s\nvs\n%s", layouts[l],
 				         modes[m], bare.out, shimmed.out);
-			assert_string_equal(shimmed.err, ""); /* quiet at the default log level */
+			/* Quiet at the default log level, but for profile mode's summary. */
+			for (const char *line = shimmed.err; *line;) {
+				if (strncmp(line, "lynx[rank ", strlen("lynx[rank ")))
+					fail_msg("unexpected stderr under LYNX_MODE=%s: %s",
+					         modes[m], line);
+				line = strchr(line, '\n') ? strchr(line, '\n') + 1 : "";
+			}
 			release(&shimmed);
 		}
 		release(&bare);
@@ -167,7 +179,8 @@ static void test_bad_settings_warn_once_and_the_run_goes_on(void **state)
 	tinytrain_cmd(cmd, sizeof(cmd), "--nproc 2 --tp 2 --layers 2 --steps 2");
 	struct output bare = run("", cmd);
 	snprintf(env, sizeof(env),
-	         "LD_PRELOAD=%s/liblynx.so LYNX_MODE=bogus LYNX_LOG=7x LYNX_OUT=/proc/lynx-cannot",
+	         "LD_PRELOAD=%s/liblynx.so LYNX_MODE=bogus LYNX_TIMING=off LYNX_LOG=7x "
+	         "LYNX_OUT=/proc/lynx-cannot",
 	         build_dir);
 	struct output shimmed = run(env, cmd);
 
@@ -236,7 +249,9 @@ static void test_eight_threads_calling_at_once_are_all_accounted_for(void **stat
 	const long per_thread = 300;
 
 	snprintf(dir, sizeof(dir), "%s/threads", scratch);
-	snprintf(env, sizeof(env), "LD_PRELOAD=%s/liblynx.so LYNX_MODE=profile LYNX_OUT=%s",
+	/* Timing off: every call but the layout queries below is then the probe's own. */
+	snprintf(env, sizeof(env),
+	         "LD_PRELOAD=%s/liblynx.so LYNX_MODE=profile LYNX_TIMING=off LYNX_OUT=%s",
 	         build_dir, dir);
 	snprintf(cmd, sizeof(cmd), "%s/bin/probe threads %ld", build_dir, per_thread);
 	struct output o = run(env, cmd);

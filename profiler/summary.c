@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The stderr summary of a profile: see summary.h. */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "summary.h"
+
+static double ms(uint64_t ns)
+{
+	return (double)ns / 1e6;
+}
+
+static double mib(uint64_t bytes)
+{
+	return (double)bytes / (1024.0 * 1024.0);
+}
+
+static const char *source(const struct lynx_profile_time *t)
+{
+	return lynx_profile_source_name(t->source);
+}
+
+void lynx_profile_print_summary(FILE *f, const struct lynx_profile *p, int rank)
+{
+	char tag[32];
+	uint64_t saved = 0, window_ns[LYNX_PROFILE_WINDOW_KIND_COUNT] = {0},
+	         idle_ns[LYNX_PROFILE_WINDOW_KIND_COUNT] = {0}, idle_total = 0;
+	uint32_t windows[LYNX_PROFILE_WINDOW_KIND_COUNT] = {0};
+
+	if (rank >= 0)
+		snprintf(tag, sizeof(tag), "lynx[rank %d]", rank);
+	else
+		snprintf(tag, sizeof(tag), "lynx");
+	fprintf(f,
+	        "%s: %" PRIu32 " identical iterations of %.3f ms (%s time), %" PRIu32
+	        " micro-batches, %zu layers%s\n",
+	        tag, p->iteration.count, ms(p->iteration.time.ns), source(&p->iteration.time),
+	        p->microbatches, p->layer_count, p->rerun ? ", full recompute on" : "");
+	if (p->layer_count)
+		fprintf(f, "%s:   layer    fwd ms    bwd ms  saved MiB  (%s time)\n", tag,
+		        source(&p->layers[0].forward));
+	for (size_t i = 0; i < p->layer_count; i++) {
+		const struct lynx_profile_layer *l = &p->layers[i];
+		fprintf(f, "%s:   %5zu %9.3f %9.3f %10.2f\n", tag, i, ms(l->forward.ns),
+		        ms(l->backward.ns), mib(l->saved_bytes));
+		saved += l->saved_bytes;
+	}
+	fprintf(f,
+	        "%s: saved activations %.2f MiB per micro-batch; peak %.2f MiB (weights %.2f, "
+	        "saved %.2f, workspace %.2f, temporary %.2f, other %.2f)\n",
+	        tag, mib(saved), mib(p->memory.peak_bytes),
+	        mib(p->memory.at_peak[LYNX_PROFILE_MEMORY_WEIGHT]),
+	        mib(p->memory.at_peak[LYNX_PROFILE_MEMORY_SAVED]),
+	        mib(p->memory.at_peak[LYNX_PROFILE_MEMORY_WORKSPACE]),
+	        mib(p->memory.at_peak[LYNX_PROFILE_MEMORY_TEMPORARY]),
+	        mib(p->memory.at_peak[LYNX_PROFILE_MEMORY_OTHER]));
+	for (size_t i = 0; i < p->window_count; i++) {
+		const struct lynx_profile_window *w = &p->windows[i];
+		windows[w->kind]++;
+		window_ns[w->kind] += w->duration.ns;
+		idle_ns[w->kind] += w->idle.ns;
+		idle_total += w->idle.ns;
+	}
+	for (int k = 0; k < LYNX_PROFILE_WINDOW_KIND_COUNT; k++) {
+		if (!windows[k])
+			continue;
+		fprintf(f,
+		        "%s: windows %-12s %4" PRIu32 " calls, %9.3f ms, compute idle %9.3f ms\n",
+		        tag, lynx_profile_window_kind_name((enum lynx_profile_window_kind)k),
+		        windows[k], ms(window_ns[k]), ms(idle_ns[k]));
+	}
+	if (p->iteration.time.ns && idle_total)
+		fprintf(f, "%s: the compute stream idles in windows for %.1f%% of the step\n", tag,
+		        100.0 * (double)idle_total / (double)p->iteration.time.ns);
+	fprintf(f,
+	        "%s: what-if: planner not available on a profile yet (lynx plan --model "
+	        "gives the planners' view of a described job)\n",
+	        tag);
+}

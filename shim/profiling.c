@@ -1,0 +1,491 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The online profiler: see profiling.h. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "build.h"
+#include "event.h"
+#include "hooks.h"
+#include "log.h"
+#include "period.h"
+#include "profile.h"
+#include "profiling.h"
+#include "summary.h"
+#include "timing.h"
+
+/* Two marks per timed call: room for half a million timed calls of warm-up. */
+#define MAX_MARKS (1u << 20)
+/* Look for the iteration again once the trace has grown by a quarter (and some). */
+#define LOOK_GROWTH_NUM 5
+#define LOOK_GROWTH_DEN 4
+#define LOOK_MIN_EVENTS 256
+/* Synchronisations to wait for the device to reach every mark before going on. */
+#define RESOLVE_ATTEMPTS 8
+
+enum phase {
+	PHASE_OFF,       /* off mode, or collection could not start */
+	PHASE_LEARNING,  /* collecting and timing */
+	PHASE_RESOLVING, /* warm-up seen; waiting for the device to reach the marks */
+	PHASE_DONE,      /* the profile is written (or given up) */
+};
+
+static struct {
+	_Atomic int phase;
+	pthread_mutex_t lock;         /* the trace; held by consume and by a look's copy */
+	pthread_mutex_t look;         /* one look at a time */
+	struct lynx_prof_trace trace; /* arrival order; dev_* hold mark numbers until resolved */
+	size_t looked_at;             /* trace.count at the last look */
+	size_t candidate_period;      /* the period (tokens) the last look found; 0: none */
+	size_t candidate_since;       /* trace.count when that period was first found */
+	struct lynx_prof_trace view;  /* RESOLVING: the sorted copy being finished */
+	int attempts;
+	bool out_of_memory;
+	uint32_t warmup;
+	bool timing; /* LYNX_TIMING=device and the timing marks are ready */
+	bool output_ok;
+	char out_dir[PATH_MAX];
+	struct lynx_profile profile;
+	bool have_profile;
+} prof = {.lock = PTHREAD_MUTEX_INITIALIZER, .look = PTHREAD_MUTEX_INITIALIZER};
+
+/* ---- The driver, for the timing marks ----------------------------------------------------- */
+
+/*
+ * Through Lynx's own wrappers, inside lynx_nested_begin/end: the calls are counted like the
+ * trainer's (so simgpu's counters and Lynx's agree) but neither recorded nor timed.
+ */
+static CUresult drv_event_create(CUevent *event, unsigned int flags)
+{
+	lynx_nested_begin();
+	CUresult r = cuEventCreate(event, flags);
+	lynx_nested_end();
+	return r;
+}
+
+static CUresult drv_event_record(CUevent event, CUstream stream)
+{
+	lynx_nested_begin();
+	CUresult r = cuEventRecord(event, stream);
+	lynx_nested_end();
+	return r;
+}
+
+/* CUDA 12.8 added cuEventElapsedTime_v2 (and deprecated the first); older drivers lack it. */
+static CUresult drv_event_elapsed(float *ms, CUevent start, CUevent end)
+{
+	static _Atomic int has_v2 = -1;
+	int v2 = atomic_load(&has_v2);
+	CUresult r;
+
+	if (v2 < 0) {
+		v2 = lynx_resolve_real(LYNX_HOOK_cuEventElapsedTime_v2) != NULL;
+		atomic_store(&has_v2, v2);
+	}
+	lynx_nested_begin();
+	r = v2 ? cuEventElapsedTime_v2(ms, start, end) : cuEventElapsedTime(ms, start, end);
+	lynx_nested_end();
+	return r;
+}
+
+static CUresult drv_event_destroy(CUevent event)
+{
+	lynx_nested_begin();
+	CUresult r = cuEventDestroy_v2(event);
+	lynx_nested_end();
+	return r;
+}
+
+static const struct lynx_timing_driver timing_driver = {
+        drv_event_create,
+        drv_event_record,
+        drv_event_elapsed,
+        drv_event_destroy,
+};
+
+/* ---- Collecting ------------------------------------------------------------------------------ */
+
+bool lynx_profiling_start(const struct lynx_config *cfg, bool output_ok)
+{
+	if (cfg->mode == LYNX_MODE_OFF || cfg->warmup == 0)
+		return false;
+	prof.warmup = cfg->warmup;
+	prof.output_ok = output_ok;
+	snprintf(prof.out_dir, sizeof(prof.out_dir), "%s", cfg->out_dir);
+	if (lynx_prof_trace_init(&prof.trace, (int)getpid())) {
+		lynx_warn("out of memory: the online profiler is off");
+		return false;
+	}
+	prof.timing = cfg->timing == LYNX_TIMING_DEVICE;
+	if (prof.timing && lynx_timing_init(&timing_driver, MAX_MARKS)) {
+		lynx_warn("cannot prepare device timing: the profile will have host times only");
+		prof.timing = false;
+	}
+	atomic_store(&lynx_timing_on, prof.timing);
+	atomic_store(&prof.phase, PHASE_LEARNING);
+	return true;
+}
+
+/* The payload of each kind (events.def) into the profiler's event. */
+static void copy_none(const struct lynx_event *ev, struct lynx_prof_event *out)
+{
+}
+
+static void copy_mem(const struct lynx_event *ev, struct lynx_prof_event *out)
+{
+	out->u.mem.ptr = ev->u.mem.ptr;
+	out->u.mem.bytes = ev->u.mem.bytes;
+}
+
+static void copy_copy(const struct lynx_event *ev, struct lynx_prof_event *out)
+{
+	out->u.copy.dst = ev->u.copy.dst;
+	out->u.copy.src = ev->u.copy.src;
+	out->u.copy.bytes = ev->u.copy.bytes;
+	out->u.copy.direction = ev->u.copy.direction;
+}
+
+static void copy_launch(const struct lynx_event *ev, struct lynx_prof_event *out)
+{
+	size_t room = ev->size > sizeof(*ev) ? ev->size - sizeof(*ev) : 0;
+
+	out->u.launch.function = ev->u.launch.function;
+	out->u.launch.name = lynx_launch_function_name(ev->u.launch.function);
+	memcpy(out->u.launch.grid, ev->u.launch.grid, sizeof(out->u.launch.grid));
+	memcpy(out->u.launch.block, ev->u.launch.block, sizeof(out->u.launch.block));
+	out->u.launch.shared = ev->u.launch.shared_mem;
+	out->u.launch.param_count = ev->u.launch.param_count;
+	out->u.launch.param_bytes =
+	        ev->u.launch.param_bytes < room ? ev->u.launch.param_bytes : (uint32_t)room;
+	/* The bytes follow the record; lynx_prof_trace_append copies them. */
+	out->u.launch.params = out->u.launch.param_bytes ? (const uint8_t *)(ev + 1) : NULL;
+}
+
+static void copy_sync(const struct lynx_event *ev, struct lynx_prof_event *out)
+{
+	out->u.sync.handle = ev->u.sync.handle;
+}
+
+static void copy_nccl(const struct lynx_event *ev, struct lynx_prof_event *out)
+{
+	out->u.nccl.comm = ev->u.nccl.comm;
+	out->u.nccl.send = ev->u.nccl.sendbuf;
+	out->u.nccl.recv = ev->u.nccl.recvbuf;
+	out->u.nccl.count = ev->u.nccl.count;
+	out->u.nccl.type = ev->u.nccl.datatype;
+	out->u.nccl.op = ev->u.nccl.op;
+	out->u.nccl.peer = ev->u.nccl.peer;
+	out->u.nccl.group_depth = ev->u.nccl.group_depth;
+}
+
+void lynx_profiling_consume(const struct lynx_event *ev)
+{
+	struct lynx_prof_event out;
+
+	if (atomic_load_explicit(&prof.phase, memory_order_acquire) != PHASE_LEARNING)
+		return;
+	memset(&out, 0, sizeof(out));
+	out.t_ns = ev->host_ns;
+	out.tid = ev->tid;
+	out.hook = ev->hook < LYNX_HOOK_COUNT ? lynx_hooks[ev->hook].symbol : "unknown";
+	out.kind = ev->kind < LYNX_EV_COUNT ? (enum lynx_prof_kind)ev->kind : LYNX_PROF_OTHER;
+	out.nested = ev->flags & LYNX_EVENT_NESTED;
+	out.captured = ev->flags & LYNX_EVENT_CAPTURED;
+	out.result = ev->result;
+	out.stream = ev->stream;
+	/* Mark numbers until resolve_marks turns them into device times. */
+	if (ev->mark_start && ev->mark_end) {
+		out.dev_start_ns = ev->mark_start;
+		out.dev_end_ns = ev->mark_end;
+	}
+	switch (ev->kind) {
+#define LYNX_EVENT(id, name, payload)     \
+	case LYNX_EV_##id:                \
+		copy_##payload(ev, &out); \
+		break;
+#include "events.def"
+#undef LYNX_EVENT
+	default:
+		break;
+	}
+	pthread_mutex_lock(&prof.lock);
+	if (!prof.out_of_memory &&
+	    lynx_prof_trace_append(&prof.trace, &out,
+	                           out.kind == LYNX_PROF_LAUNCH ? out.u.launch.params : NULL)) {
+		prof.out_of_memory = true;
+		lynx_warn("out of memory keeping warm-up events: the profile will cover %zu events",
+		          prof.trace.count);
+	}
+	pthread_mutex_unlock(&prof.lock);
+}
+
+/* ---- Finishing --------------------------------------------------------------------------- */
+
+/*
+ * Turns the view's mark numbers into device times on one timeline starting at 0, once the
+ * device has reached every mark (or final: then unreached ones are left untimed). Returns
+ * the marks not reached yet, having changed nothing; unresolvable ones (never recorded, a
+ * driver error) leave their event untimed.
+ */
+static size_t resolve_marks(struct lynx_prof_trace *view, bool final)
+{
+	int64_t earliest = INT64_MAX, start, end;
+	size_t pending = 0;
+
+	for (size_t i = 0; i < view->count && !final; i++) {
+		const struct lynx_prof_event *e = &view->events[i];
+		if (e->dev_start_ns && e->dev_end_ns &&
+		    (lynx_timing_resolve((uint32_t)e->dev_start_ns, &start) == -EAGAIN ||
+		     lynx_timing_resolve((uint32_t)e->dev_end_ns, &end) == -EAGAIN))
+			pending++;
+	}
+	if (pending)
+		return pending;
+	size_t timed = 0, failed = 0;
+	/* Two passes: the timeline starts at the earliest resolved mark. */
+	for (int pass = 0; pass < 2; pass++) {
+		for (size_t i = 0; i < view->count; i++) {
+			struct lynx_prof_event *e = &view->events[i];
+			if (!e->dev_start_ns || !e->dev_end_ns)
+				continue;
+			if (lynx_timing_resolve((uint32_t)e->dev_start_ns, &start) ||
+			    lynx_timing_resolve((uint32_t)e->dev_end_ns, &end) || end < start) {
+				if (pass == 1) {
+					e->dev_start_ns = e->dev_end_ns = 0;
+					failed++;
+				}
+				continue;
+			}
+			timed += pass == 1;
+			if (pass == 0 && start < earliest)
+				earliest = start;
+			if (pass == 1) {
+				e->dev_start_ns = (uint64_t)(start - earliest);
+				e->dev_end_ns = (uint64_t)(end - earliest);
+			}
+		}
+	}
+	lynx_info("device timing: %zu calls timed, %zu could not be (%u marks used)", timed, failed,
+	          lynx_timing_used());
+	return 0;
+}
+
+static void profile_path(char *path, size_t len, const char *stem, const char *ext)
+{
+	int rank = lynx_job_rank();
+
+	if (rank >= 0)
+		snprintf(path, len, "%s/%s.%d.%s", prof.out_dir, stem, rank, ext);
+	else
+		snprintf(path, len, "%s/%s.pid%d.%s", prof.out_dir, stem, (int)getpid(), ext);
+}
+
+/* Builds and writes the profile from the resolved view; frees what was collected. */
+static void write_profile(struct lynx_prof_trace *view, bool at_exit)
+{
+	struct lynx_prof_build_options opt = {lynx_job_rank(), lynx_job_world()};
+	char why[256], path[PATH_MAX + 64];
+	int err;
+
+	err = lynx_prof_build_profile(view, &opt, &prof.profile, why, sizeof(why));
+	if (err) {
+		/* Not a fault of the trainer: a program that repeats but has no layers (a test
+		 * loop, an inference server), or a run too short to learn from. Lynx goes on
+		 * observing; the log says why at LYNX_LOG=info. */
+		lynx_info("no profile%s: %s", at_exit ? " at exit" : "",
+		          err == -ENOMEM ? "out of memory" : why);
+	} else {
+		prof.have_profile = true;
+		profile_path(path, sizeof(path), "profile", "json");
+		if (!prof.output_ok)
+			lynx_info("profile built; LYNX_OUT is not writable, not written");
+		else if ((err = lynx_profile_write(&prof.profile, path)))
+			lynx_warn("cannot write %s: %s", path, strerror(-err));
+		else
+			lynx_info("profile written to %s", path);
+	}
+}
+
+/* Frees the collected events: nothing reads them once the profile is built. */
+static void drop_collected(bool at_exit)
+{
+	pthread_mutex_lock(&prof.lock);
+	free(prof.view.events);
+	prof.view.events = NULL;
+	lynx_prof_trace_free(&prof.trace);
+	pthread_mutex_unlock(&prof.lock);
+	if (at_exit)
+		lynx_timing_forget();
+	else
+		lynx_timing_release();
+}
+
+/* Host times only: the view's marks are dropped unresolved. */
+static void strip_marks(struct lynx_prof_trace *view)
+{
+	for (size_t i = 0; i < view->count; i++)
+		view->events[i].dev_start_ns = view->events[i].dev_end_ns = 0;
+}
+
+/*
+ * RESOLVING: resolve the view's marks and write the profile, or wait for the device. At
+ * exit Lynx makes no CUDA call (the trainer's runtime may already be torn down): a warm-up
+ * that ends with the process gets host times, and the events are left to the context.
+ */
+static void try_finish(bool at_exit)
+{
+	size_t pending = at_exit ? 0 : resolve_marks(&prof.view, false);
+
+	if (pending && ++prof.attempts < RESOLVE_ATTEMPTS)
+		return;
+	if (at_exit)
+		strip_marks(&prof.view);
+	else if (pending)
+		resolve_marks(&prof.view, true);
+	write_profile(&prof.view, at_exit);
+	drop_collected(at_exit);
+	atomic_store(&prof.phase, PHASE_DONE);
+}
+
+/*
+ * A copy of the trace so far, sorted by host time; it shares the trace's storage (names,
+ * parameter bytes), so it lives only as long as the trace. Returns 0 or -ENOMEM.
+ */
+static int sorted_view(struct lynx_prof_trace *view)
+{
+	int err = 0;
+
+	pthread_mutex_lock(&prof.lock);
+	memset(view, 0, sizeof(*view));
+	view->pid = prof.trace.pid;
+	view->count = prof.trace.count;
+	view->events = malloc((view->count ? view->count : 1) * sizeof(*view->events));
+	if (view->events)
+		memcpy(view->events, prof.trace.events, view->count * sizeof(*view->events));
+	else
+		err = -ENOMEM;
+	prof.looked_at = prof.trace.count;
+	pthread_mutex_unlock(&prof.lock);
+	if (!err)
+		lynx_prof_trace_sort(view);
+	return err;
+}
+
+/* Looks for the iteration; with at least `needed` of them, moves to RESOLVING. */
+static void look(uint32_t needed, bool final)
+{
+	struct lynx_prof_iterations iters;
+	struct lynx_prof_trace view;
+	char why[256];
+
+	if (sorted_view(&view))
+		return;
+	if (lynx_prof_find_iterations(&view, &iters, why, sizeof(why)) == 0) {
+		size_t count = iters.count, period = iters.period;
+		lynx_prof_iterations_free(&iters);
+		/*
+		 * A period must still hold once the trace has grown by half since it was first
+		 * found. Early on, before an iteration has repeated, the repeating unit is a
+		 * micro-batch (or a layer); the optimizer, the loss and the gradient reduction
+		 * of the next iteration end such a run and a longer period takes over.
+		 */
+		if (period != prof.candidate_period) {
+			prof.candidate_period = period;
+			prof.candidate_since = view.count;
+		}
+		bool confirmed = final || view.count * 2 >= prof.candidate_since * 3;
+		if (count >= needed && confirmed) {
+			atomic_store(&lynx_timing_on, false);
+			atomic_store(&prof.phase, PHASE_RESOLVING);
+			prof.view = view;
+			lynx_info("warm-up: %zu identical iterations in %zu events", count,
+			          view.count);
+			try_finish(final);
+			return;
+		}
+	} else if (final) {
+		lynx_info("no profile: %s", why);
+	}
+	free(view.events);
+}
+
+void lynx_profiling_at_sync(void)
+{
+	int phase = atomic_load_explicit(&prof.phase, memory_order_acquire);
+
+	if (phase != PHASE_LEARNING && phase != PHASE_RESOLVING)
+		return;
+	if (pthread_mutex_trylock(&prof.look))
+		return;
+	phase = atomic_load(&prof.phase);
+	if (phase == PHASE_RESOLVING) {
+		try_finish(false);
+	} else if (phase == PHASE_LEARNING) {
+		lynx_recorder_drain();
+		pthread_mutex_lock(&prof.lock);
+		size_t count = prof.trace.count, last = prof.looked_at;
+		pthread_mutex_unlock(&prof.lock);
+		if (count >= LOOK_MIN_EVENTS && count * LOOK_GROWTH_DEN >= last * LOOK_GROWTH_NUM)
+			look(prof.warmup, false);
+	}
+	pthread_mutex_unlock(&prof.look);
+}
+
+void lynx_profiling_at_exit(void)
+{
+	pthread_mutex_lock(&prof.look);
+	switch (atomic_load(&prof.phase)) {
+	case PHASE_LEARNING:
+		atomic_store(&lynx_timing_on, false);
+		if (prof.trace.count >= LOOK_MIN_EVENTS)
+			look(2, true);
+		if (atomic_load(&prof.phase) == PHASE_LEARNING) {
+			drop_collected(true);
+			atomic_store(&prof.phase, PHASE_DONE);
+		}
+		break;
+	case PHASE_RESOLVING:
+		try_finish(true);
+		break;
+	default:
+		break;
+	}
+	if (prof.have_profile)
+		lynx_profile_print_summary(stderr, &prof.profile, lynx_job_rank());
+	pthread_mutex_unlock(&prof.look);
+}
+
+void lynx_profiling_after_fork(void)
+{
+	/* The parent's CUDA events mean nothing here; its memory is ours to free. */
+	int phase = atomic_load(&prof.phase);
+
+	pthread_mutex_init(&prof.lock, NULL);
+	pthread_mutex_init(&prof.look, NULL);
+	if (phase == PHASE_OFF)
+		return;
+	atomic_store(&lynx_timing_on, false);
+	free(prof.view.events);
+	prof.view.events = NULL;
+	lynx_prof_trace_free(&prof.trace);
+	lynx_timing_forget();
+	prof.looked_at = 0;
+	prof.attempts = 0;
+	prof.out_of_memory = false;
+	if (prof.have_profile) {
+		lynx_profile_free(&prof.profile);
+		prof.have_profile = false;
+	}
+	if (lynx_prof_trace_init(&prof.trace, (int)getpid())) {
+		atomic_store(&prof.phase, PHASE_OFF);
+		return;
+	}
+	prof.timing = prof.timing && !lynx_timing_init(&timing_driver, MAX_MARKS);
+	atomic_store(&lynx_timing_on, prof.timing);
+	atomic_store(&prof.phase, PHASE_LEARNING);
+}

@@ -1,0 +1,345 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Profiling-only mode end to end: tinytrain (pp=2, tp=2, L=8, M=4, virtual gpt-1.3b, every
+ * hazard on) under liblynx.so with LYNX_MODE=profile writes profile.<rank>.json during
+ * warm-up. The profile is checked against the ground truth of simgpu's own timeline
+ * (SIMGPU_TRACE, one Chrome trace per rank process), never against constants:
+ *  - every rank finds the iteration and exactly L/pp layers, with device times;
+ *  - each layer's forward and backward time is within 2% of the span of the same kernel
+ *    sequence on simgpu's compute track;
+ *  - every tensor-parallel window's duration and compute-idle time are within 2% of the
+ *    matching all-reduce on simgpu's network track, less its overlap with compute;
+ *  - the pipeline windows are there, one per micro-batch and direction.
+ * And training results (loss, gradient hash, peak memory) are identical at every step
+ * with and without profiling; the virtual step time pays for device timing only during
+ * warm-up, and the bound on that cost is checked.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+
+#include "../harness.h"
+#include "profile.h"
+
+#define LAYERS 8
+#define PP 2
+#define TP 2
+#define MICROBATCHES 4
+#define STEPS 8
+#define TRAINER_ARGS                                                                      \
+	"build/bin/tinytrain --nproc 4 --pp 2 --tp 2 --dp 1 --layers 8 --microbatches 4 " \
+	"--steps 8"
+
+/* A slice of simgpu's timeline, in ns. */
+struct slice {
+	const char *name;
+	double start, end;
+};
+
+struct timeline {
+	cJSON *root;
+	struct slice *compute, *net;
+	size_t n_compute, n_net;
+};
+
+static void timeline_read(const char *path, struct timeline *tl)
+{
+	char *text = slurp(path);
+	const cJSON *e;
+
+	assert_non_null(text);
+	memset(tl, 0, sizeof(*tl));
+	tl->root = cJSON_Parse(text);
+	free(text);
+	assert_non_null(tl->root);
+	const cJSON *events = cJSON_GetObjectItem(tl->root, "traceEvents");
+	size_t n = (size_t)cJSON_GetArraySize(events);
+	tl->compute = calloc(n + 1, sizeof(*tl->compute));
+	tl->net = calloc(n + 1, sizeof(*tl->net));
+	cJSON_ArrayForEach(e, events)
+	{
+		const cJSON *ph = cJSON_GetObjectItem(e, "ph"),
+		            *cat = cJSON_GetObjectItem(e, "cat");
+		if (!cJSON_IsString(ph) || strcmp(ph->valuestring, "X") || !cJSON_IsString(cat))
+			continue;
+		struct slice s = {cJSON_GetObjectItem(e, "name")->valuestring,
+		                  cJSON_GetObjectItem(e, "ts")->valuedouble * 1000.0, 0};
+		s.end = s.start + cJSON_GetObjectItem(e, "dur")->valuedouble * 1000.0;
+		if (!strcmp(cat->valuestring, "compute"))
+			tl->compute[tl->n_compute++] = s;
+		else if (!strcmp(cat->valuestring, "net"))
+			tl->net[tl->n_net++] = s;
+	}
+}
+
+static void timeline_free(struct timeline *tl)
+{
+	free(tl->compute);
+	free(tl->net);
+	cJSON_Delete(tl->root);
+}
+
+static int by_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * The median span of every occurrence of the kernel sequence k on the compute track: from
+ * the first kernel's start to the last one's end, extended to the end of any network slice
+ * that starts inside (the profile's segments hold their collectives). 0 when none.
+ */
+static double truth_span(const struct timeline *tl, const struct lynx_profile_kernels *k)
+{
+	double *spans = calloc(tl->n_compute + 1, sizeof(*spans));
+	size_t n = 0;
+
+	for (size_t i = 0; k->count && i + k->count <= tl->n_compute; i++) {
+		size_t j = 0;
+		while (j < k->count && !strcmp(tl->compute[i + j].name, k->name[j]))
+			j++;
+		if (j < k->count)
+			continue;
+		double start = tl->compute[i].start, end = tl->compute[i + k->count - 1].end;
+		for (size_t c = 0; c < tl->n_net; c++)
+			if (tl->net[c].start >= start && tl->net[c].start < end &&
+			    tl->net[c].end > end)
+				end = tl->net[c].end;
+		spans[n++] = end - start;
+		i += k->count - 1;
+	}
+	qsort(spans, n, sizeof(*spans), by_double);
+	double median = n ? spans[(n - 1) / 2] : 0;
+	free(spans);
+	return median;
+}
+
+/* A network slice's time with no compute kernel running. */
+static double truth_idle(const struct timeline *tl, const struct slice *s)
+{
+	double busy = 0;
+
+	for (size_t i = 0; i < tl->n_compute; i++) {
+		double a = fmax(tl->compute[i].start, s->start),
+		       b = fmin(tl->compute[i].end, s->end);
+		busy += b > a ? b - a : 0;
+	}
+	return s->end - s->start - busy;
+}
+
+static void assert_within(double measured, double truth, double share, double slack_ns,
+                          const char *what)
+{
+	if (fabs(measured - truth) > share * truth + slack_ns)
+		fail_msg("%s: measured %.0f ns, simgpu says %.0f ns", what, measured, truth);
+}
+
+static char out_dir[1200];
+
+static struct output run_profiled(void)
+{
+	char env[4000];
+
+	snprintf(out_dir, sizeof(out_dir), "%s/out", scratch);
+	snprintf(env, sizeof(env),
+	         "LD_LIBRARY_PATH=build/simgpu LD_PRELOAD=build/liblynx.so LYNX_MODE=profile "
+	         "LYNX_OUT=%s SIMGPU_TRACE=%s/simgpu",
+	         out_dir, out_dir);
+	return run(env, TRAINER_ARGS);
+}
+
+static void check_rank(int rank)
+{
+	char path[1500];
+	struct lynx_profile p;
+	struct timeline tl;
+	char why[256];
+
+	snprintf(path, sizeof(path), "%s/profile.%d.json", out_dir, rank);
+	if (lynx_profile_read(path, &p, why, sizeof(why)))
+		fail_msg("rank %d: %s", rank, why);
+	assert_int_equal(p.rank, rank);
+	assert_int_equal(p.world, PP * TP);
+	assert_int_equal(p.layer_count, LAYERS / PP);
+	assert_int_equal(p.microbatches, MICROBATCHES);
+	assert_true(p.iteration.count >= 3);
+	assert_int_equal(p.iteration.time.source, LYNX_PROFILE_SOURCE_DEVICE);
+	/* Stage 0 of 2 runs one warm-up forward; the last stage none. */
+	assert_int_equal(p.warmup_forwards, rank / TP == 0 ? 1 : 0);
+
+	snprintf(path, sizeof(path), "%s/simgpu.%d.json", out_dir, p.env.pid);
+	timeline_read(path, &tl);
+	for (size_t l = 0; l < p.layer_count; l++) {
+		const struct lynx_profile_layer *layer = &p.layers[l];
+		char what[64];
+		assert_int_equal(layer->forward.source, LYNX_PROFILE_SOURCE_DEVICE);
+		assert_int_equal(layer->backward.source, LYNX_PROFILE_SOURCE_DEVICE);
+		assert_non_null(layer->fwd_kernels.ns);
+		snprintf(what, sizeof(what), "rank %d layer %zu forward", rank, l);
+		assert_within((double)layer->forward.ns, truth_span(&tl, &layer->fwd_kernels), 0.02,
+		              0, what);
+		snprintf(what, sizeof(what), "rank %d layer %zu backward", rank, l);
+		assert_within((double)layer->backward.ns, truth_span(&tl, &layer->bwd_kernels),
+		              0.02, 0, what);
+	}
+
+	/* Windows, in call order, against the network slices of the last warm-up iteration:
+	 * every step issues the same calls, so window w is slice w of some step. */
+	size_t tp = 0, per_kind[LYNX_PROFILE_WINDOW_KIND_COUNT] = {0};
+	for (size_t w = 0; w < p.window_count; w++)
+		per_kind[p.windows[w].kind]++;
+	assert_int_equal(tl.n_net % p.window_count, 0);
+	for (size_t w = 0; w < p.window_count; w++) {
+		const struct lynx_profile_window *win = &p.windows[w];
+		if (win->kind != LYNX_PROFILE_WINDOW_TP_FWD &&
+		    win->kind != LYNX_PROFILE_WINDOW_TP_BWD)
+			continue;
+		const struct slice *s = &tl.net[tl.n_net - p.window_count + w];
+		char what[64];
+		assert_string_equal(s->name, win->call);
+		assert_int_equal(win->idle.source, LYNX_PROFILE_SOURCE_DEVICE);
+		snprintf(what, sizeof(what), "rank %d window %zu duration", rank, w);
+		assert_within((double)win->duration.ns, s->end - s->start, 0.02, 0, what);
+		snprintf(what, sizeof(what), "rank %d window %zu idle", rank, w);
+		assert_within((double)win->idle.ns, truth_idle(&tl, s), 0.02, 0, what);
+		tp++;
+	}
+	/* Two all-reduces per layer and direction (attention and MLP), per micro-batch. */
+	assert_int_equal(tp, 2 * 2 * p.layer_count * MICROBATCHES);
+	if (rank / TP == 0) {
+		assert_int_equal(per_kind[LYNX_PROFILE_WINDOW_PP_SEND_FWD], MICROBATCHES);
+		assert_int_equal(per_kind[LYNX_PROFILE_WINDOW_PP_RECV_BWD], MICROBATCHES);
+	} else {
+		assert_int_equal(per_kind[LYNX_PROFILE_WINDOW_PP_RECV_FWD], MICROBATCHES);
+		assert_int_equal(per_kind[LYNX_PROFILE_WINDOW_PP_SEND_BWD], MICROBATCHES);
+	}
+	timeline_free(&tl);
+	lynx_profile_free(&p);
+}
+
+static void test_profile_mode_matches_simgpu_timeline(void **state)
+{
+	struct output o = run_profiled();
+
+	assert_int_equal(o.exit_code, 0);
+	for (int rank = 0; rank < PP * TP; rank++)
+		check_rank(rank);
+	/* The summary at exit, once per rank. */
+	assert_non_null(strstr(o.err, "lynx[rank 0]: "));
+	assert_non_null(strstr(o.err, "lynx[rank 3]: "));
+	assert_non_null(strstr(o.err, "(device time)"));
+	release(&o);
+}
+
+/* One line of tinytrain's output: the fields that are training results, and the time. */
+struct step_line {
+	char results[256];
+	long long step_time_ns;
+};
+
+static size_t parse_lines(const char *text, struct step_line *lines, size_t max)
+{
+	size_t n = 0;
+
+	for (const char *line = text; *line && n < max;) {
+		const char *end = strchr(line, '\n');
+		const char *t = strstr(line, ",\"step_time_ns\":");
+		assert_non_null(t);
+		snprintf(lines[n].results, sizeof(lines[n].results), "%.*s", (int)(t - line), line);
+		lines[n++].step_time_ns = atoll(t + strlen(",\"step_time_ns\":"));
+		line = end ? end + 1 : line + strlen(line);
+	}
+	return n;
+}
+
+static void test_profile_mode_leaves_results_unchanged(void **state)
+{
+	struct output plain = run("LD_LIBRARY_PATH=build/simgpu", TRAINER_ARGS);
+	struct output profiled = run_profiled();
+	struct step_line a[STEPS * 4], b[STEPS * 4];
+	size_t n;
+
+	assert_int_equal(plain.exit_code, 0);
+	assert_int_equal(profiled.exit_code, 0);
+	n = parse_lines(plain.out, a, STEPS * 4);
+	assert_int_equal(n, STEPS * 4);
+	assert_int_equal(parse_lines(profiled.out, b, STEPS * 4), n);
+	size_t slower = 0;
+	for (size_t i = 0; i < n; i++) {
+		/* Loss, gradient hash and peak memory: byte for byte. */
+		assert_string_equal(a[i].results, b[i].results);
+		/* Time: device timing costs a few event records per launch during warm-up,
+		 * and the step that ends warm-up resolves every mark once. */
+		double ratio = (double)b[i].step_time_ns / (double)a[i].step_time_ns;
+		assert_true(ratio < 1.25);
+		slower += ratio > 1.001;
+	}
+	/* Only the step that resolved the marks is more than 0.1% slower, on each rank. */
+	assert_true(slower <= 4);
+	/* After warm-up, steps take exactly as long as without Lynx. */
+	for (size_t i = n - 4; i < n; i++)
+		assert_int_equal(a[i].step_time_ns, b[i].step_time_ns);
+	release(&plain);
+	release(&profiled);
+}
+
+/* Pipeline-only and data-parallel-only layouts, under Megatron's full recompute: every rank
+ * still finds its L/pp layers, device-timed, and sees the rerun forwards. */
+static void test_profile_mode_finds_layers_in_other_layouts(void **state)
+{
+	const struct {
+		const char *args;
+		int ranks, layers;
+	} layouts[] = {
+	        {"--nproc 4 --pp 4 --tp 1 --dp 1", 4, LAYERS / 4},
+	        {"--nproc 4 --pp 1 --tp 1 --dp 4", 4, LAYERS},
+	};
+
+	for (size_t l = 0; l < sizeof(layouts) / sizeof(layouts[0]); l++) {
+		char env[4000], cmd[512], path[1500], why[256];
+		snprintf(out_dir, sizeof(out_dir), "%s/layout%zu", scratch, l);
+		snprintf(env, sizeof(env),
+		         "LD_LIBRARY_PATH=build/simgpu LD_PRELOAD=build/liblynx.so LYNX_OUT=%s",
+		         out_dir);
+		snprintf(cmd, sizeof(cmd),
+		         "build/bin/tinytrain %s --layers 8 --microbatches 4 --steps 8 "
+		         "--recompute full",
+		         layouts[l].args);
+		struct output o = run(env, cmd);
+		assert_int_equal(o.exit_code, 0);
+		for (int rank = 0; rank < layouts[l].ranks; rank++) {
+			struct lynx_profile p;
+			snprintf(path, sizeof(path), "%s/profile.%d.json", out_dir, rank);
+			if (lynx_profile_read(path, &p, why, sizeof(why)))
+				fail_msg("%s rank %d: %s", layouts[l].args, rank, why);
+			assert_int_equal(p.layer_count, layouts[l].layers);
+			assert_true(p.rerun);
+			assert_int_equal(p.layers[0].forward.source, LYNX_PROFILE_SOURCE_DEVICE);
+			lynx_profile_free(&p);
+		}
+		release(&o);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_profile_mode_matches_simgpu_timeline),
+	        cmocka_unit_test(test_profile_mode_leaves_results_unchanged),
+	        cmocka_unit_test(test_profile_mode_finds_layers_in_other_layouts),
+	};
+
+	if (harness_init(argv[0], "test_online"))
+		return 1;
+	return harness_finish(cmocka_run_group_tests(tests, NULL, NULL));
+}
