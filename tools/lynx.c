@@ -9,6 +9,7 @@
 #include "lynx.h"
 #include "plan.h"
 #include "profile.h"
+#include "report.h"
 #include "run.h"
 #include "sim.h"
 
@@ -36,8 +37,11 @@ static const struct lynx_command commands[] = {
          "[--micro-batch B] [--budget BYTES] [--sp] [--json|--csv]",
          "compare every planner on a GPT job built from presets", lynx_sim_help},
         {"profile", lynx_profile_main,
-         "EVENTS.jsonl [-o FILE] [--rank R] [--world W] | --read FILE",
+         "EVENTS.jsonl [-o FILE] [--trace FILE] [--rank R] [--world W] | --read FILE",
          "build one rank's profile from a LYNX_EVENTS dump, or check a profile", lynx_profile_help},
+        {"report", lynx_report_main, "DIR",
+         "tables and report.svg from the profile.<rank>.json (and trace.<rank>.json) in DIR",
+         lynx_report_help},
         {"plan", lynx_plan_main,
          "PROFILE | --model NAME --cluster NAME [--tp T] [--pp P] [--budget BYTES] "
          "[--planner P] [--out FILE] [--partition]",

@@ -2,7 +2,8 @@
 /*
  * `lynx profile`: reads one rank's LYNX_EVENTS dump, builds its profile (iterations, layers,
  * lifetimes, windows: profiler/build.c), writes it, and prints a short summary; or reads a
- * profile back (--read) and prints the same summary.
+ * profile back (--read) and prints the same summary. With --trace it also writes the rank's
+ * timeline (profiler/chrome_trace.c) for Perfetto and `lynx report`.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -13,6 +14,7 @@
 /* build.h brings profiler/profile.h (the format); "profile.h" here is tools/profile.h, found
  * first because it sits beside this file. */
 #include "build.h"
+#include "chrome_trace.h"
 #include "event.h"
 #include "lynx.h"
 #include "profile.h"
@@ -24,6 +26,9 @@ void lynx_profile_help(FILE *out)
 	        "  -o FILE       where to write the profile (default profile.json), atomically\n"
 	        "  --rank R      the rank the dump comes from (the dump does not say)\n"
 	        "  --world W     the job's number of ranks\n"
+	        "  --trace FILE  also write the timeline as Chrome trace-event JSON (Perfetto,\n"
+	        "                chrome://tracing), atomically; written even when no profile\n"
+	        "                can be built. `lynx report DIR` reads it as trace.<rank>.json\n"
 	        "  --read FILE   read a profile instead, check it and print its summary\n"
 	        "\nTimes marked \"host\" are spans between host-side call returns; device timing\n"
 	        "is not recorded yet, so window durations and idle times are \"unknown\".\n");
@@ -137,11 +142,11 @@ static int read_profile(const char *path)
 int lynx_profile_main(int argc, char **argv)
 {
 	struct lynx_prof_build_options opt = {-1, -1};
-	const char *events = NULL, *out = "profile.json", *profile = NULL;
+	const char *events = NULL, *out = "profile.json", *profile = NULL, *timeline = NULL;
 	struct lynx_prof_trace trace;
 	struct lynx_profile p;
 	char why[512];
-	int err;
+	int err, status = LYNX_EXIT_OK;
 
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -149,12 +154,14 @@ int lynx_profile_main(int argc, char **argv)
 		if (!strcmp(a, "--help") || !strcmp(a, "-h"))
 			return lynx_command_help("profile");
 		if (!strcmp(a, "-o") || !strcmp(a, "--rank") || !strcmp(a, "--world") ||
-		    !strcmp(a, "--read")) {
+		    !strcmp(a, "--read") || !strcmp(a, "--trace")) {
 			if (!has_value)
 				return lynx_usage_error("profile", "%s needs a value", a);
 			const char *v = argv[++i];
 			if (!strcmp(a, "-o"))
 				out = v;
+			else if (!strcmp(a, "--trace"))
+				timeline = v;
 			else if (!strcmp(a, "--read"))
 				profile = v;
 			else if ((err = parse_int(a, v,
@@ -171,6 +178,8 @@ int lynx_profile_main(int argc, char **argv)
 	}
 	if (profile && events)
 		return lynx_usage_error("profile", "--read takes no events file");
+	if (profile && timeline)
+		return lynx_usage_error("profile", "--trace needs an events file, not --read");
 	if (profile)
 		return read_profile(profile);
 	if (!events)
@@ -182,19 +191,31 @@ int lynx_profile_main(int argc, char **argv)
 		return LYNX_EXIT_USAGE;
 	}
 	err = lynx_prof_build_profile(&trace, &opt, &p, why, sizeof(why));
-	lynx_prof_trace_free(&trace);
 	if (err) {
 		fprintf(stderr, "lynx profile: %s: no profile: %s\n", events,
 		        err == -EINVAL ? why : strerror(-err));
-		return LYNX_EXIT_FAIL;
-	}
-	err = lynx_profile_write(&p, out);
-	if (err) {
+		status = LYNX_EXIT_FAIL;
+	} else if ((err = lynx_profile_write(&p, out))) {
 		fprintf(stderr, "lynx profile: cannot write %s: %s\n", out, strerror(-err));
 		lynx_profile_free(&p);
-		return LYNX_EXIT_FAIL;
+		status = LYNX_EXIT_FAIL;
 	}
-	summary(&p, out);
-	lynx_profile_free(&p);
-	return LYNX_EXIT_OK;
+	/* The timeline is worth having without a profile: it shows why none was found. */
+	if (timeline) {
+		struct lynx_prof_chrome_options copt = {opt.rank, opt.world};
+		int terr = lynx_prof_write_chrome_trace(&trace, err ? NULL : &p, &copt, timeline,
+		                                        why, sizeof(why));
+		if (terr) {
+			fprintf(stderr, "lynx profile: %s\n", why);
+			status = LYNX_EXIT_FAIL;
+		} else {
+			printf("%s: timeline (Chrome trace-event JSON)\n", timeline);
+		}
+	}
+	lynx_prof_trace_free(&trace);
+	if (!err) {
+		summary(&p, out);
+		lynx_profile_free(&p);
+	}
+	return status;
 }

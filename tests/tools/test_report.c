@@ -1,0 +1,423 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Runs the built `lynx report` on directories made from a recorded tinytrain run (pp2:
+ * `lynx profile EVENTS --trace` per rank): its tables (ranks, stages, per-layer times, memory
+ * by class, windows by kind), report.svg (well-formed, one panel per rank, the memory plot
+ * and stream use from the timelines, or what is missing without them), the busy share of a
+ * stream from device-timed slices, and the exit status and message of every bad input:
+ * truncated or corrupted profiles and timelines, a misnamed profile, no profiles, bad usage.
+ * Also `lynx profile --trace` on a dump with no iteration: the timeline is still written.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "../harness.h"
+
+static char lynx[PATH_MAX + 16];
+static char full[1200], bare[1200]; /* profiles with timelines; profiles only */
+static char launcher[1500];         /* the launcher's dump: no iteration in it */
+
+static int count(const char *text, const char *needle)
+{
+	int n = 0;
+
+	for (const char *at = text; (at = strstr(at, needle)); at += strlen(needle))
+		n++;
+	return n;
+}
+
+static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void sh(const char *fmt, ...)
+{
+	char cmd[8192];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	if (system(cmd))
+		fail_msg("failed: %s", cmd);
+}
+
+static struct output report(const char *dir)
+{
+	char cmd[sizeof(lynx) + 1500];
+
+	snprintf(cmd, sizeof(cmd), "'%s' report '%s'", lynx, dir);
+	return run("-i PATH=/usr/bin:/bin", cmd);
+}
+
+/* A new directory under the scratch one holding the given files of src. */
+static void copy_dir(const char *src, const char *name, const char *files, char *out, size_t len)
+{
+	snprintf(out, len, "%s/%s", scratch, name);
+	sh("rm -rf '%s' && mkdir -p '%s' && cd '%s' && cp %s '%s'/", out, out, src, files, out);
+}
+
+/* Tags balance (every open tag closed in order, self-closing ones aside) and the first one
+ * is <svg>: enough to know a browser will parse the file as the one SVG document. */
+static bool balanced_svg(const char *text)
+{
+	char stack[64][32];
+	int depth = 0, tags = 0;
+
+	while (*text == ' ' || *text == '\n')
+		text++;
+	if (strncmp(text, "<svg", 4))
+		return false;
+	for (const char *at = strchr(text, '<'); at; at = strchr(at + 1, '<')) {
+		const char *end = strchr(at, '>');
+		char name[32];
+		size_t n;
+		if (!end)
+			return false;
+		if (at[1] == '?' || at[1] == '!')
+			continue;
+		bool closing = at[1] == '/';
+		const char *p = at + 1 + closing;
+		n = strcspn(p, " \t\n/>");
+		if (!n || n >= sizeof(name) || memchr(at + 1, '<', (size_t)(end - at - 1)))
+			return false;
+		memcpy(name, p, n);
+		name[n] = '\0';
+		tags++;
+		if (closing) {
+			if (!depth || strcmp(stack[depth - 1], name))
+				return false;
+			depth--;
+		} else if (end[-1] != '/') {
+			if (depth == 64)
+				return false;
+			strcpy(stack[depth++], name);
+		}
+	}
+	return depth == 0 && tags > 1;
+}
+
+static char *svg_of(const char *dir)
+{
+	char path[1400];
+
+	snprintf(path, sizeof(path), "%s/report.svg", dir);
+	return slurp(path);
+}
+
+/* Lines of a per-layer table: "  <index>  <time> ms ...". */
+static int layer_rows(const char *text)
+{
+	int n = 0;
+
+	for (const char *line = text; line; line = strchr(line, '\n')) {
+		unsigned k;
+		char unit[8];
+		double ms;
+		line += *line == '\n';
+		if (sscanf(line, "  %u %lf %7s", &k, &ms, unit) == 3 && !strcmp(unit, "ms"))
+			n++;
+	}
+	return n;
+}
+
+static void test_report_tables_and_svg_from_profiles_and_timelines(void **state)
+{
+	(void)state;
+	struct output o = report(full);
+	char *svg = svg_of(full);
+
+	if (o.exit_code)
+		fail_msg("exit %d: %s", o.exit_code, o.err);
+	assert_non_null(strstr(o.out, ": 2 ranks of 2, 2 stages"));
+	assert_non_null(strstr(o.out, "stage 0 (rank 0): 2 layers, 2 micro-batches"));
+	assert_non_null(strstr(o.out, "stage 1 (rank 1): 2 layers, 2 micro-batches"));
+	assert_int_equal(layer_rows(o.out), 2 + 2);
+	assert_int_equal(count(o.out, "activation memory:"), 2);
+	assert_int_equal(count(o.out, "saved_activation"), 2);
+	/* The first stage sends activations and receives gradients; the last the other way. */
+	assert_non_null(strstr(o.out, "  pp_send_fwd       2"));
+	assert_non_null(strstr(o.out, "  pp_recv_fwd       2"));
+	assert_non_null(strstr(o.out, "report.svg: 2 panels"));
+	assert_non_null(svg);
+	assert_true(balanced_svg(svg));
+	assert_non_null(strstr(svg, "rank 0 (stage 0)"));
+	assert_non_null(strstr(svg, "rank 1 (stage 1)"));
+	assert_int_equal(count(svg, "<polyline"), 2);
+	assert_int_equal(count(svg, "live device memory over iteration 1"), 2);
+	/* Each stream (compute and communication at least, per rank): a share or why not. */
+	assert_true(count(svg, "not timed on the device") + count(svg, "%</text>") >= 4);
+	assert_null(strstr(svg, "no trace."));
+	free(svg);
+	release(&o);
+}
+
+static void test_report_without_timelines_says_what_is_missing(void **state)
+{
+	char dir[1300];
+
+	(void)state;
+	struct output o = report(bare);
+	char *svg = svg_of(bare);
+	assert_int_equal(o.exit_code, 0);
+	assert_int_equal(count(o.out, "missing\n"), 2);
+	assert_non_null(svg);
+	assert_true(balanced_svg(svg));
+	assert_non_null(strstr(svg, "no trace.0.json here"));
+	assert_non_null(strstr(svg, "no trace.1.json here"));
+	assert_null(strstr(svg, "<polyline"));
+	assert_int_equal(count(svg, "by class (profile)"), 2);
+	free(svg);
+	release(&o);
+	/* One rank of two: said so, and the report covers the one. */
+	copy_dir(bare, "one", "profile.1.json", dir, sizeof(dir));
+	o = report(dir);
+	assert_int_equal(o.exit_code, 0);
+	assert_non_null(strstr(o.out, ": 1 rank of 2, 1 stage\nmissing ranks: 0\n"));
+	release(&o);
+}
+
+/* A timeline by hand: one 100 us iteration; a stream busy 50 us of it (nested slices count
+ * once, a slice past the end only inside), another with untimed items only. */
+static void test_report_stream_busy_share_from_device_slices(void **state)
+{
+	char dir[1300], path[1400];
+	FILE *f;
+
+	(void)state;
+	copy_dir(bare, "busy", "profile.0.json", dir, sizeof(dir));
+	snprintf(path, sizeof(path), "%s/trace.0.json", dir);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("{\"traceEvents\":[\n"
+	      "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":0,\"tid\":11,\"args\":{\"name\":"
+	      "\"stream 0x1\"}},\n"
+	      "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":0,\"tid\":12,\"args\":{\"name\":"
+	      "\"stream 0x2\"}},\n"
+	      "{\"ph\":\"X\",\"name\":\"iteration 0\",\"cat\":\"iteration\",\"pid\":0,\"tid\":10,"
+	      "\"ts\":1000,\"dur\":100},\n"
+	      "{\"ph\":\"X\",\"name\":\"k\",\"pid\":0,\"tid\":11,\"ts\":1010,\"dur\":40,"
+	      "\"args\":{\"clock\":\"device\"}},\n"
+	      "{\"ph\":\"X\",\"name\":\"k2\",\"pid\":0,\"tid\":11,\"ts\":1020,\"dur\":10,"
+	      "\"args\":{\"clock\":\"device\"}},\n"
+	      "{\"ph\":\"X\",\"name\":\"k3\",\"pid\":0,\"tid\":11,\"ts\":1090,\"dur\":30,"
+	      "\"args\":{\"clock\":\"device\"}},\n"
+	      "{\"ph\":\"X\",\"name\":\"before\",\"pid\":0,\"tid\":11,\"ts\":900,\"dur\":30,"
+	      "\"args\":{\"clock\":\"device\"}},\n"
+	      "{\"ph\":\"i\",\"name\":\"copy\",\"pid\":0,\"tid\":12,\"ts\":1005,\"s\":\"t\","
+	      "\"args\":{\"clock\":\"host\"}},\n"
+	      "{\"ph\":\"C\",\"name\":\"device memory\",\"pid\":0,\"ts\":990,\"args\":{\"bytes\":"
+	      "100}},\n"
+	      "{\"ph\":\"C\",\"name\":\"device memory\",\"pid\":0,\"ts\":1050,\"args\":{\"bytes\":"
+	      "300}}\n"
+	      "]}\n",
+	      f);
+	fclose(f);
+	struct output o = report(dir);
+	char *svg = svg_of(dir);
+	if (o.exit_code)
+		fail_msg("exit %d: %s", o.exit_code, o.err);
+	assert_non_null(svg);
+	assert_true(balanced_svg(svg));
+	assert_non_null(strstr(svg, ">stream 0x1</text>"));
+	assert_non_null(strstr(svg, ">50.0%</text>"));
+	assert_non_null(strstr(svg, ">not timed on the device (1 items)</text>"));
+	assert_non_null(strstr(svg, "live device memory over iteration 0"));
+	assert_non_null(strstr(svg, ">0.100 ms</text>"));
+	free(svg);
+	release(&o);
+}
+
+static void expect_refusal(const char *dir, const char *want)
+{
+	struct output o = report(dir);
+
+	if (o.exit_code != 2 || !strstr(o.err, want))
+		fail_msg("wanted exit 2 and \"%s\", got exit %d: %s", want, o.exit_code, o.err);
+	assert_int_equal(count(o.err, "\n"), 1); /* one clear line */
+	release(&o);
+}
+
+static void test_report_refuses_corrupt_inputs_naming_file_and_place(void **state)
+{
+	char dir[1300], want[1500];
+
+	(void)state;
+	copy_dir(full, "cut", "profile.0.json profile.1.json", dir, sizeof(dir));
+	sh("head -c 2000 '%s/profile.1.json' > '%s/cut' && mv '%s/cut' '%s/profile.1.json'", dir,
+	   dir, dir, dir);
+	snprintf(want, sizeof(want),
+	         "lynx report: %s/profile.1.json: not valid JSON: the text ends early (after 2000 "
+	         "bytes",
+	         dir);
+	expect_refusal(dir, want);
+
+	copy_dir(full, "field", "profile.0.json", dir, sizeof(dir));
+	sh("sed -i 's/\"peak_bytes\":/\"peak\":/' '%s/profile.0.json'", dir);
+	snprintf(want, sizeof(want), "%s/profile.0.json: memory.peak_bytes: missing", dir);
+	expect_refusal(dir, want);
+
+	copy_dir(full, "trace-cut", "profile.0.json trace.0.json", dir, sizeof(dir));
+	sh("head -c 5000 '%s/trace.0.json' > '%s/cut' && mv '%s/cut' '%s/trace.0.json'", dir, dir,
+	   dir, dir);
+	snprintf(want, sizeof(want), "%s/trace.0.json: not valid JSON: the text ends early", dir);
+	expect_refusal(dir, want);
+
+	/* A timeline that is JSON but breaks a rule: two kernels overlapping on one stream. */
+	copy_dir(full, "overlap", "profile.0.json", dir, sizeof(dir));
+	sh("printf '%%s' '[{\"ph\":\"X\",\"name\":\"a\",\"pid\":0,\"tid\":1,\"ts\":0,\"dur\":5},"
+	   "{\"ph\":\"X\",\"name\":\"b\",\"pid\":0,\"tid\":1,\"ts\":3,\"dur\":5}]' > "
+	   "'%s/trace.0.json'",
+	   dir);
+	expect_refusal(dir, "trace.0.json: traceEvents[1] (\"b\", 3.000 to 8.000 us) partly "
+	                    "overlaps traceEvents[0]");
+
+	copy_dir(full, "misnamed", "profile.0.json", dir, sizeof(dir));
+	sh("mv '%s/profile.0.json' '%s/profile.5.json'", dir, dir);
+	expect_refusal(dir, "profile.5.json: holds rank 0, not 5");
+
+	snprintf(dir, sizeof(dir), "%s/empty", scratch);
+	sh("mkdir -p '%s'", dir);
+	expect_refusal(dir, ": no profile.<rank>.json here");
+	snprintf(want, sizeof(want), "%s/nowhere", scratch);
+	expect_refusal(want, "nowhere: No such file or directory");
+}
+
+/* `lynx profile --trace` writes the timeline even when no profile can be built from the dump,
+ * and says why there is no profile; the timeline then has no layers and says why. */
+static void test_profile_trace_is_written_without_a_profile(void **state)
+{
+	char cmd[sizeof(lynx) + 4096], path[1300];
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/launcher.trace.json", scratch);
+	snprintf(cmd, sizeof(cmd), "'%s' profile '%s' -o '%s/none.json' --trace '%s'", lynx,
+	         launcher, scratch, path);
+	struct output o = run("", cmd);
+	assert_int_equal(o.exit_code, 1);
+	assert_non_null(strstr(o.err, "no profile: "));
+	assert_non_null(strstr(o.out, "launcher.trace.json: timeline (Chrome trace-event JSON)"));
+	release(&o);
+	char *text = slurp(path);
+	assert_non_null(text);
+	assert_non_null(strstr(text, "\"format\":\"lynx-trace\""));
+	assert_non_null(strstr(text, "\"layers\":\"none: "));
+	assert_null(strstr(text, "\"cat\":\"iteration\""));
+	free(text);
+	snprintf(path, sizeof(path), "%s/none.json", scratch);
+	assert_int_equal(access(path, F_OK), -1);
+}
+
+static void test_report_usage_errors(void **state)
+{
+	char cmd[sizeof(lynx) + 64];
+
+	(void)state;
+	snprintf(cmd, sizeof(cmd), "'%s' report", lynx);
+	struct output o = run("", cmd);
+	assert_int_equal(o.exit_code, 2);
+	assert_non_null(strstr(o.err, "lynx report: expected a directory"));
+	release(&o);
+	snprintf(cmd, sizeof(cmd), "'%s' report a b", lynx);
+	o = run("", cmd);
+	assert_int_equal(o.exit_code, 2);
+	assert_non_null(strstr(o.err, "expected one directory, got 'b' too"));
+	release(&o);
+	snprintf(cmd, sizeof(cmd), "'%s' report --frobnicate x", lynx);
+	o = run("", cmd);
+	assert_int_equal(o.exit_code, 2);
+	release(&o);
+	snprintf(cmd, sizeof(cmd), "'%s' help report", lynx);
+	o = run("", cmd);
+	assert_int_equal(o.exit_code, 0);
+	assert_non_null(strstr(o.out, "usage: lynx report DIR"));
+	release(&o);
+}
+
+/* Records tinytrain (pp2) under the shim and builds both directories with `lynx profile`. */
+static int setup(void **state)
+{
+	char rec[1200], cmd[3 * sizeof(lynx) + 16384], pids[2][1500];
+	int found = 0;
+	struct dirent *d;
+
+	(void)state;
+	snprintf(rec, sizeof(rec), "%s/rec", scratch);
+	snprintf(full, sizeof(full), "%s/full", scratch);
+	snprintf(bare, sizeof(bare), "%s/bare", scratch);
+	snprintf(cmd, sizeof(cmd),
+	         "mkdir -p '%s' '%s' '%s' && env LD_PRELOAD='%s/liblynx.so' LYNX_MODE=profile "
+	         "LYNX_OUT='%s' LYNX_EVENTS='%s/ev' '%s/bin/tinytrain' --nproc 2 --pp 2 --layers 4 "
+	         "--microbatches 2 --steps 2 >'%s/stdout' 2>'%s/stderr'",
+	         rec, full, bare, build_dir, rec, rec, build_dir, rec, rec);
+	if (system(cmd))
+		return -1;
+	/* The ranks' dumps (the launcher's holds a handful of events), by pid: tinytrain forks
+	 * its ranks in rank order. */
+	DIR *dir = opendir(rec);
+	if (!dir)
+		return -1;
+	while ((d = readdir(dir))) {
+		char path[1500];
+		if (strncmp(d->d_name, "ev.", 3))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", rec, d->d_name);
+		char *text = slurp(path);
+		int lines = text ? count(text, "\n") : 0;
+		free(text);
+		if (lines < 100) {
+			snprintf(launcher, sizeof(launcher), "%s", path);
+			continue;
+		}
+		if (found == 2)
+			continue;
+		snprintf(pids[found++], sizeof(pids[0]), "%s", path);
+	}
+	closedir(dir);
+	if (found != 2 || !launcher[0])
+		return -1;
+	if (atoi(strrchr(pids[0], '/') + 4) > atoi(strrchr(pids[1], '/') + 4)) {
+		char t[sizeof(pids[0])];
+		memcpy(t, pids[0], sizeof(t));
+		memcpy(pids[0], pids[1], sizeof(t));
+		memcpy(pids[1], t, sizeof(t));
+	}
+	for (int r = 0; r < 2; r++) {
+		snprintf(cmd, sizeof(cmd),
+		         "'%s' profile '%s' -o '%s/profile.%d.json' --trace '%s/trace.%d.json' "
+		         "--rank %d --world 2 >/dev/null && '%s' profile '%s' -o "
+		         "'%s/profile.%d.json' --rank %d --world 2 >/dev/null",
+		         lynx, pids[r], full, r, full, r, r, lynx, pids[r], bare, r, r);
+		if (system(cmd))
+			return -1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_report_tables_and_svg_from_profiles_and_timelines),
+	        cmocka_unit_test(test_report_without_timelines_says_what_is_missing),
+	        cmocka_unit_test(test_report_stream_busy_share_from_device_slices),
+	        cmocka_unit_test(test_report_refuses_corrupt_inputs_naming_file_and_place),
+	        cmocka_unit_test(test_profile_trace_is_written_without_a_profile),
+	        cmocka_unit_test(test_report_usage_errors),
+	};
+
+	if (argc < 1 || harness_init(argv[0], "test_report")) {
+		fprintf(stderr, "cannot find the build directory from %s\n", argc ? argv[0] : "?");
+		return 1;
+	}
+	snprintf(lynx, sizeof(lynx), "%s/bin/lynx", build_dir);
+	return harness_finish(cmocka_run_group_tests(tests, setup, NULL));
+}

@@ -1,0 +1,1034 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * `lynx report DIR`: reads each rank's profile (and timeline), groups the ranks into
+ * pipeline stages, prints the tables and writes DIR/report.svg by hand (no plotting library).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cjson/cJSON.h>
+
+#include "chrome_check.h"
+#include "../profiler/profile.h" /* not tools/profile.h, which a plain include finds first */
+#include "lynx.h"
+#include "report.h"
+
+#define MAX_RANKS 4096
+
+void lynx_report_help(FILE *out)
+{
+	fprintf(out,
+	        "DIR holds profile.<rank>.json files (`lynx profile EVENTS -o DIR/profile.R.json\n"
+	        "--rank R --world W`), and trace.<rank>.json timelines when they were written\n"
+	        "(`--trace DIR/trace.R.json`). Ranks with the same layers, micro-batches and\n"
+	        "windows form a stage; a stage's layer times are its slowest rank's medians.\n"
+	        "report.svg plots, per rank, device memory over one iteration and each stream's\n"
+	        "busy share (from the timeline; device-timed work only), and the peak by class.\n");
+}
+
+/* ---- Formatting ---------------------------------------------------------------------------- */
+
+static const char *fmt_bytes(uint64_t b, char *buf, size_t len)
+{
+	if (b >= (1ull << 30))
+		snprintf(buf, len, "%.2f GiB", (double)b / (1ull << 30));
+	else if (b >= (1ull << 20))
+		snprintf(buf, len, "%.2f MiB", (double)b / (1ull << 20));
+	else if (b >= 1024)
+		snprintf(buf, len, "%.2f KiB", (double)b / 1024);
+	else
+		snprintf(buf, len, "%llu B", (unsigned long long)b);
+	return buf;
+}
+
+static const char *fmt_ms(uint64_t ns, char *buf, size_t len)
+{
+	snprintf(buf, len, "%.3f ms", (double)ns / 1e6);
+	return buf;
+}
+
+static const char *fmt_time(const struct lynx_profile_time *t, char *buf, size_t len)
+{
+	if (t->source != LYNX_PROFILE_SOURCE_UNKNOWN)
+		return fmt_ms(t->ns, buf, len);
+	snprintf(buf, len, "unknown");
+	return buf;
+}
+
+/* ---- The ranks ----------------------------------------------------------------------------- */
+
+struct stream_use {
+	char name[96];
+	size_t items;   /* slices and instants in the window */
+	bool timed;     /* at least one device-timed slice */
+	double busy_us; /* union of device-timed slices in the window */
+};
+
+struct mem_point {
+	double ts, bytes;
+};
+
+/* What a timeline gives the plot: one iteration's memory and stream use. */
+struct timeline {
+	char label[64];
+	double start_us, end_us;
+	struct mem_point *mem;
+	size_t mem_count;
+	struct stream_use *streams;
+	size_t stream_count;
+};
+
+struct rank {
+	int rank;
+	struct lynx_profile p;
+	bool have_trace;
+	struct timeline tl;
+	size_t stage;
+};
+
+struct stage {
+	size_t first; /* index of its first rank */
+	int key;      /* its place in the pipeline (stage_key), for sorting */
+	int number;   /* pipeline position; -1: unknown */
+	bool pipelined;
+};
+
+struct report {
+	const char *dir;
+	struct rank *ranks;
+	size_t count;
+	struct stage *stages;
+	size_t stage_count;
+};
+
+static int by_rank(const void *a, const void *b)
+{
+	const struct rank *x = a, *y = b;
+
+	return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* "profile.<rank>.json" -> rank, or -1. */
+static int profile_rank(const char *name)
+{
+	char *end;
+	long r;
+
+	if (strncmp(name, "profile.", 8) || name[8] < '0' || name[8] > '9')
+		return -1;
+	errno = 0;
+	r = strtol(name + 8, &end, 10);
+	if (errno || strcmp(end, ".json") || r < 0 || r >= MAX_RANKS)
+		return -1;
+	return (int)r;
+}
+
+static char *read_text(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	char *text = NULL;
+	size_t cap = 0, n;
+
+	*len = 0;
+	if (!f)
+		return NULL;
+	do {
+		if (cap - *len < 65536) {
+			char *t = realloc(text, cap + 65536 + cap / 2);
+			if (!t) {
+				free(text);
+				fclose(f);
+				errno = ENOMEM;
+				return NULL;
+			}
+			text = t;
+			cap += 65536 + cap / 2;
+		}
+		n = fread(text + *len, 1, cap - *len, f);
+		*len += n;
+	} while (n);
+	if (ferror(f)) {
+		free(text);
+		fclose(f);
+		errno = EIO;
+		return NULL;
+	}
+	fclose(f);
+	return text;
+}
+
+/* ---- Timelines ----------------------------------------------------------------------------- */
+
+static double num(const cJSON *obj, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+
+	return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+static const char *str(const cJSON *obj, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+
+	return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static int by_ts(const void *a, const void *b)
+{
+	const struct mem_point *x = a, *y = b;
+
+	return (x->ts > y->ts) - (x->ts < y->ts);
+}
+
+struct span {
+	double a, b;
+};
+
+static int by_start(const void *a, const void *b)
+{
+	const struct span *x = a, *y = b;
+
+	return (x->a > y->a) - (x->a < y->a);
+}
+
+/* The length of the union of spans (sorts them). */
+static double union_length(struct span *s, size_t n)
+{
+	double total = 0, a = 0, b = 0;
+
+	if (!n)
+		return 0;
+	qsort(s, n, sizeof(*s), by_start);
+	for (size_t i = 0; i < n; i++) {
+		if (i && s[i].a <= b) {
+			b = s[i].b > b ? s[i].b : b;
+			continue;
+		}
+		total += b - a;
+		a = s[i].a;
+		b = s[i].b;
+	}
+	return total + (b - a);
+}
+
+/* The window the plot shows: the last iteration slice, or the whole trace. */
+static void find_window(const cJSON *events, struct timeline *tl)
+{
+	const cJSON *ev;
+	bool any = false;
+
+	cJSON_ArrayForEach(ev, events)
+	{
+		if (!strcmp(str(ev, "ph"), "X") && !strcmp(str(ev, "cat"), "iteration")) {
+			tl->start_us = num(ev, "ts");
+			tl->end_us = tl->start_us + num(ev, "dur");
+			snprintf(tl->label, sizeof(tl->label), "%s", str(ev, "name"));
+			any = true;
+		}
+	}
+	if (any)
+		return;
+	snprintf(tl->label, sizeof(tl->label), "the whole trace (no iteration found)");
+	tl->start_us = INFINITY;
+	tl->end_us = 0;
+	cJSON_ArrayForEach(ev, events)
+	{
+		if (!strcmp(str(ev, "ph"), "M"))
+			continue;
+		double ts = num(ev, "ts"), end = ts + num(ev, "dur");
+		tl->start_us = ts < tl->start_us ? ts : tl->start_us;
+		tl->end_us = end > tl->end_us ? end : tl->end_us;
+	}
+	if (tl->start_us > tl->end_us)
+		tl->start_us = tl->end_us = 0;
+}
+
+/* The "device memory" counter inside the window, with its value where the window starts. */
+static int memory_series(const cJSON *events, struct timeline *tl)
+{
+	const cJSON *ev;
+	size_t n = 0, cap = 0;
+	struct mem_point *all = NULL;
+
+	cJSON_ArrayForEach(ev, events)
+	{
+		if (strcmp(str(ev, "ph"), "C") || strcmp(str(ev, "name"), "device memory"))
+			continue;
+		if (n == cap) {
+			size_t c = cap ? 2 * cap : 256;
+			struct mem_point *grown = realloc(all, c * sizeof(*grown));
+			if (!grown) {
+				free(all);
+				return -ENOMEM;
+			}
+			all = grown;
+			cap = c;
+		}
+		all[n++] = (struct mem_point){
+		        num(ev, "ts"), num(cJSON_GetObjectItemCaseSensitive(ev, "args"), "bytes")};
+	}
+	if (!n)
+		return 0;
+	qsort(all, n, sizeof(*all), by_ts);
+	tl->mem = malloc((n + 1) * sizeof(*tl->mem));
+	if (!tl->mem) {
+		free(all);
+		return -ENOMEM;
+	}
+	double at_start = 0;
+	for (size_t i = 0; i < n && all[i].ts <= tl->start_us; i++)
+		at_start = all[i].bytes;
+	tl->mem[tl->mem_count++] = (struct mem_point){tl->start_us, at_start};
+	for (size_t i = 0; i < n; i++)
+		if (all[i].ts > tl->start_us && all[i].ts <= tl->end_us)
+			tl->mem[tl->mem_count++] = all[i];
+	free(all);
+	return 0;
+}
+
+/* Each stream track's items and device-busy time inside the window. */
+static int stream_use(const cJSON *events, struct timeline *tl)
+{
+	const cJSON *ev;
+	double *tids = NULL;
+	int err = 0;
+
+	cJSON_ArrayForEach(ev, events)
+	{
+		const cJSON *args = cJSON_GetObjectItemCaseSensitive(ev, "args");
+		if (strcmp(str(ev, "ph"), "M") || strcmp(str(ev, "name"), "thread_name") ||
+		    strncmp(str(args, "name"), "stream ", 7))
+			continue;
+		struct stream_use *grown =
+		        realloc(tl->streams, (tl->stream_count + 1) * sizeof(*grown));
+		double *grown_tids = realloc(tids, (tl->stream_count + 1) * sizeof(*grown_tids));
+		if (grown)
+			tl->streams = grown;
+		if (grown_tids)
+			tids = grown_tids;
+		if (!grown || !grown_tids) {
+			free(tids);
+			return -ENOMEM;
+		}
+		tl->streams[tl->stream_count] = (struct stream_use){.items = 0};
+		snprintf(tl->streams[tl->stream_count].name, sizeof(tl->streams[0].name), "%s",
+		         str(args, "name"));
+		tids[tl->stream_count++] = num(ev, "tid");
+	}
+	for (size_t s = 0; s < tl->stream_count && !err; s++) {
+		struct span *spans = NULL;
+		size_t n = 0;
+		cJSON_ArrayForEach(ev, events)
+		{
+			const char *ph = str(ev, "ph");
+			double ts = num(ev, "ts"), end = ts + num(ev, "dur");
+			if (num(ev, "tid") != tids[s] || (strcmp(ph, "X") && strcmp(ph, "i")) ||
+			    end < tl->start_us || ts > tl->end_us)
+				continue;
+			tl->streams[s].items++;
+			if (strcmp(ph, "X") ||
+			    strcmp(str(cJSON_GetObjectItemCaseSensitive(ev, "args"), "clock"),
+			           "device"))
+				continue;
+			tl->streams[s].timed = true;
+			struct span *grown = realloc(spans, (n + 1) * sizeof(*grown));
+			if (!grown) {
+				err = -ENOMEM;
+				break;
+			}
+			spans = grown;
+			spans[n++] = (struct span){ts > tl->start_us ? ts : tl->start_us,
+			                           end < tl->end_us ? end : tl->end_us};
+		}
+		tl->streams[s].busy_us = union_length(spans, n);
+		free(spans);
+	}
+	free(tids);
+	return err;
+}
+
+/* Reads DIR/trace.<rank>.json when there: 0 (have_trace says whether it was), -EINVAL with
+ * the reason printed, -ENOMEM. */
+static int read_timeline(const char *dir, struct rank *r)
+{
+	char path[4200], why[512];
+	size_t len;
+	char *text;
+	cJSON *root;
+	int err;
+
+	snprintf(path, sizeof(path), "%s/trace.%d.json", dir, r->rank);
+	text = read_text(path, &len);
+	if (!text) {
+		if (errno == ENOENT)
+			return 0;
+		fprintf(stderr, "lynx report: %s: %s\n", path, strerror(errno));
+		return -EINVAL;
+	}
+	err = lynx_prof_chrome_check(text, len, NULL, why, sizeof(why));
+	if (err) {
+		free(text);
+		if (err == -EINVAL)
+			fprintf(stderr, "lynx report: %s: %s\n", path, why);
+		return err;
+	}
+	root = cJSON_ParseWithLength(text, len);
+	free(text);
+	if (!root)
+		return -ENOMEM; /* it parsed a moment ago: only memory can fail */
+	const cJSON *events =
+	        cJSON_IsArray(root) ? root : cJSON_GetObjectItemCaseSensitive(root, "traceEvents");
+	find_window(events, &r->tl);
+	err = memory_series(events, &r->tl);
+	if (!err)
+		err = stream_use(events, &r->tl);
+	cJSON_Delete(root);
+	r->have_trace = !err;
+	return err;
+}
+
+/* ---- Stages -------------------------------------------------------------------------------- */
+
+static void window_counts(const struct lynx_profile *p, size_t n[LYNX_PROFILE_WINDOW_KIND_COUNT])
+{
+	memset(n, 0, sizeof(size_t) * LYNX_PROFILE_WINDOW_KIND_COUNT);
+	for (size_t i = 0; i < p->window_count; i++)
+		n[p->windows[i].kind]++;
+}
+
+/* Ranks of one stage run the same layers, micro-batches and windows. */
+static bool same_stage(const struct lynx_profile *a, const struct lynx_profile *b)
+{
+	size_t na[LYNX_PROFILE_WINDOW_KIND_COUNT], nb[LYNX_PROFILE_WINDOW_KIND_COUNT];
+
+	if (a->layer_count != b->layer_count || a->microbatches != b->microbatches ||
+	    a->warmup_forwards != b->warmup_forwards || a->rerun != b->rerun)
+		return false;
+	window_counts(a, na);
+	window_counts(b, nb);
+	return !memcmp(na, nb, sizeof(na));
+}
+
+/* Position of a stage in the pipeline from its transfers: the first stage sends activations
+ * and receives none, the last receives and sends none; a middle stage's place comes from its
+ * 1F1B warm-up forwards (p - s - 1), when the profile has them. */
+static int stage_key(const struct lynx_profile *p)
+{
+	size_t n[LYNX_PROFILE_WINDOW_KIND_COUNT];
+
+	window_counts(p, n);
+	if (n[LYNX_PROFILE_WINDOW_PP_SEND_FWD] && !n[LYNX_PROFILE_WINDOW_PP_RECV_FWD])
+		return 0;
+	if (!n[LYNX_PROFILE_WINDOW_PP_SEND_FWD] && n[LYNX_PROFILE_WINDOW_PP_RECV_FWD])
+		return 1 << 30;
+	return (1 << 20) - (int)(p->warmup_forwards < (1u << 19) ? p->warmup_forwards : 0);
+}
+
+static bool pipelined(const struct lynx_profile *p)
+{
+	size_t n[LYNX_PROFILE_WINDOW_KIND_COUNT];
+
+	window_counts(p, n);
+	return n[LYNX_PROFILE_WINDOW_PP_SEND_FWD] || n[LYNX_PROFILE_WINDOW_PP_RECV_FWD];
+}
+
+static int by_pipeline(const void *a, const void *b)
+{
+	const struct stage *x = a, *y = b;
+
+	if (x->key != y->key)
+		return x->key < y->key ? -1 : 1;
+	return (x->first > y->first) - (x->first < y->first);
+}
+
+static int group_stages(struct report *rep)
+{
+	bool any_pp = false;
+
+	rep->stages = calloc(rep->count, sizeof(*rep->stages));
+	if (!rep->stages)
+		return -ENOMEM;
+	for (size_t i = 0; i < rep->count; i++) {
+		size_t s;
+		for (s = 0; s < rep->stage_count; s++)
+			if (same_stage(&rep->ranks[rep->stages[s].first].p, &rep->ranks[i].p))
+				break;
+		if (s == rep->stage_count)
+			rep->stages[rep->stage_count++] =
+			        (struct stage){.first = i, .key = stage_key(&rep->ranks[i].p)};
+		any_pp |= pipelined(&rep->ranks[i].p);
+	}
+	qsort(rep->stages, rep->stage_count, sizeof(*rep->stages), by_pipeline);
+	for (size_t s = 0; s < rep->stage_count; s++) {
+		rep->stages[s].number = any_pp ? (int)s : -1;
+		rep->stages[s].pipelined = any_pp;
+		for (size_t i = 0; i < rep->count; i++)
+			if (same_stage(&rep->ranks[rep->stages[s].first].p, &rep->ranks[i].p))
+				rep->ranks[i].stage = s;
+	}
+	return 0;
+}
+
+static void stage_name(const struct report *rep, size_t s, char *buf, size_t len)
+{
+	if (rep->stages[s].pipelined)
+		snprintf(buf, len, "stage %d", rep->stages[s].number);
+	else if (rep->stage_count == 1)
+		snprintf(buf, len, "all ranks");
+	else
+		snprintf(buf, len, "group %zu", s);
+}
+
+/* ---- Tables -------------------------------------------------------------------------------- */
+
+static uint64_t class_bytes(const struct lynx_profile *p, enum lynx_profile_memory_class c)
+{
+	return p->memory.at_peak[c];
+}
+
+static void print_ranks(const struct report *rep)
+{
+	char a[40], b[40], c[40], st[32];
+
+	printf("\n%-5s  %-9s  %6s  %4s  %-14s  %-11s  %-13s  %7s  %s\n", "rank", "stage", "layers",
+	       "mb", "iteration", "peak", "saved at peak", "windows", "timeline");
+	for (size_t i = 0; i < rep->count; i++) {
+		const struct rank *r = &rep->ranks[i];
+		stage_name(rep, r->stage, st, sizeof(st));
+		printf("%-5d  %-9s  %6zu  %4u  %-14s  %-11s  %-13s  %7zu  %s\n", r->rank, st,
+		       r->p.layer_count, r->p.microbatches,
+		       fmt_time(&r->p.iteration.time, a, sizeof(a)),
+		       fmt_bytes(r->p.memory.peak_bytes, b, sizeof(b)),
+		       fmt_bytes(class_bytes(&r->p, LYNX_PROFILE_MEMORY_SAVED), c, sizeof(c)),
+		       r->p.window_count, r->have_trace ? "yes" : "missing");
+	}
+}
+
+/* The stage's slowest rank's time for a layer (its median), with that time's source. */
+static struct lynx_profile_time slowest(const struct report *rep, size_t s, size_t layer,
+                                        bool forward)
+{
+	struct lynx_profile_time best = {.source = LYNX_PROFILE_SOURCE_UNKNOWN};
+
+	for (size_t i = 0; i < rep->count; i++) {
+		const struct rank *r = &rep->ranks[i];
+		if (r->stage != s || layer >= r->p.layer_count)
+			continue;
+		const struct lynx_profile_time *t =
+		        forward ? &r->p.layers[layer].forward : &r->p.layers[layer].backward;
+		if (t->source != LYNX_PROFILE_SOURCE_UNKNOWN &&
+		    (best.source == LYNX_PROFILE_SOURCE_UNKNOWN || t->ns > best.ns))
+			best = *t;
+	}
+	return best;
+}
+
+static void print_layers(const struct report *rep, size_t s)
+{
+	const struct lynx_profile *p = &rep->ranks[rep->stages[s].first].p;
+	char a[40], b[40], c[40];
+	uint64_t per_mb = 0;
+
+	printf("  %-5s  %-12s  %-12s  %-12s  %s\n", "layer", "forward", "backward", "saved",
+	       "time source");
+	for (size_t k = 0; k < p->layer_count; k++) {
+		struct lynx_profile_time f = slowest(rep, s, k, true),
+		                         bw = slowest(rep, s, k, false);
+		uint64_t saved = 0;
+		for (size_t i = 0; i < rep->count; i++)
+			if (rep->ranks[i].stage == s && k < rep->ranks[i].p.layer_count &&
+			    rep->ranks[i].p.layers[k].saved_bytes > saved)
+				saved = rep->ranks[i].p.layers[k].saved_bytes;
+		per_mb += saved;
+		printf("  %-5zu  %-12s  %-12s  %-12s  %s%s%s\n", k, fmt_time(&f, a, sizeof(a)),
+		       fmt_time(&bw, b, sizeof(b)), fmt_bytes(saved, c, sizeof(c)),
+		       lynx_profile_source_name(f.source), f.source != bw.source ? "/" : "",
+		       f.source != bw.source ? lynx_profile_source_name(bw.source) : "");
+	}
+	printf("  activation memory: %s saved per micro-batch (sum over layers; the largest "
+	       "rank's)\n",
+	       fmt_bytes(per_mb, a, sizeof(a)));
+}
+
+static void print_memory(const struct report *rep, size_t s)
+{
+	char a[40], b[40];
+
+	for (size_t i = 0; i < rep->count; i++) {
+		const struct rank *r = &rep->ranks[i];
+		if (r->stage != s)
+			continue;
+		printf("  rank %d peak %s (%s, %" PRIu64 " allocations), at the peak:", r->rank,
+		       fmt_bytes(r->p.memory.peak_bytes, a, sizeof(a)),
+		       lynx_profile_source_name(r->p.memory.source), r->p.memory.buffers);
+		for (int c = 0; c < LYNX_PROFILE_MEMORY_CLASS_COUNT; c++) {
+			uint64_t bytes = r->p.memory.at_peak[c];
+			double share =
+			        r->p.memory.peak_bytes
+			                ? 100.0 * (double)bytes / (double)r->p.memory.peak_bytes
+			                : 0;
+			printf("%s %s %s (%.1f%%)", c ? "," : "", lynx_profile_memory_class_name(c),
+			       fmt_bytes(bytes, b, sizeof(b)), share);
+		}
+		printf("\n");
+	}
+}
+
+struct kind_total {
+	size_t count;
+	uint64_t bytes, duration_ns, idle_ns;
+	enum lynx_profile_source duration_source, idle_source;
+};
+
+/* One rank's windows of one kind. A sum is known only when every window's time is. */
+static struct kind_total kind_total(const struct lynx_profile *p, int kind)
+{
+	struct kind_total t = {.duration_source = LYNX_PROFILE_SOURCE_COUNT,
+	                       .idle_source = LYNX_PROFILE_SOURCE_COUNT};
+
+	for (size_t i = 0; i < p->window_count; i++) {
+		const struct lynx_profile_window *w = &p->windows[i];
+		if ((int)w->kind != kind)
+			continue;
+		t.count++;
+		t.bytes += w->bytes;
+		t.duration_ns += w->duration.ns;
+		t.idle_ns += w->idle.ns;
+		if (t.duration_source == LYNX_PROFILE_SOURCE_COUNT ||
+		    w->duration.source == LYNX_PROFILE_SOURCE_UNKNOWN)
+			t.duration_source = w->duration.source;
+		if (t.idle_source == LYNX_PROFILE_SOURCE_COUNT ||
+		    w->idle.source == LYNX_PROFILE_SOURCE_UNKNOWN)
+			t.idle_source = w->idle.source;
+	}
+	return t;
+}
+
+static void print_windows(const struct report *rep, size_t s)
+{
+	const struct lynx_profile *p0 = &rep->ranks[rep->stages[s].first].p;
+	char a[40], b[40], c[40], share[24];
+
+	if (!p0->window_count) {
+		printf("  windows: none (no NCCL call in the iteration)\n");
+		return;
+	}
+	printf("  windows per iteration (the stage's slowest rank for times):\n");
+	printf("  %-12s  %5s  %-12s  %-16s  %-16s  %s\n", "kind", "count", "bytes", "duration",
+	       "idle", "share of iteration");
+	for (int k = 0; k < LYNX_PROFILE_WINDOW_KIND_COUNT; k++) {
+		struct kind_total worst = kind_total(p0, k);
+		const struct lynx_profile *wp = p0;
+		if (!worst.count)
+			continue;
+		for (size_t i = 0; i < rep->count; i++) {
+			if (rep->ranks[i].stage != s)
+				continue;
+			struct kind_total t = kind_total(&rep->ranks[i].p, k);
+			if (t.duration_source != LYNX_PROFILE_SOURCE_UNKNOWN &&
+			    t.duration_ns > worst.duration_ns) {
+				worst = t;
+				wp = &rep->ranks[i].p;
+			}
+		}
+		bool dur_known = worst.duration_source != LYNX_PROFILE_SOURCE_UNKNOWN;
+		bool idle_known = worst.idle_source != LYNX_PROFILE_SOURCE_UNKNOWN;
+		if (dur_known)
+			snprintf(a, sizeof(a), "%.3f ms %s", (double)worst.duration_ns / 1e6,
+			         lynx_profile_source_name(worst.duration_source));
+		else
+			snprintf(a, sizeof(a), "unknown");
+		if (idle_known)
+			snprintf(b, sizeof(b), "%.3f ms %s", (double)worst.idle_ns / 1e6,
+			         lynx_profile_source_name(worst.idle_source));
+		else
+			snprintf(b, sizeof(b), "unknown");
+		if (dur_known && wp->iteration.time.source != LYNX_PROFILE_SOURCE_UNKNOWN &&
+		    wp->iteration.time.ns)
+			snprintf(share, sizeof(share), "%.1f%%",
+			         100.0 * (double)worst.duration_ns / (double)wp->iteration.time.ns);
+		else
+			snprintf(share, sizeof(share), "-");
+		printf("  %-12s  %5zu  %-12s  %-16s  %-16s  %s\n", lynx_profile_window_kind_name(k),
+		       worst.count, fmt_bytes(worst.bytes, c, sizeof(c)), a, b, share);
+	}
+}
+
+static void print_tables(const struct report *rep)
+{
+	char st[32], a[40];
+	int world = -1;
+
+	for (size_t i = 0; i < rep->count; i++)
+		if (rep->ranks[i].p.world > world)
+			world = rep->ranks[i].p.world;
+	printf("%s: %zu rank%s", rep->dir, rep->count, rep->count == 1 ? "" : "s");
+	if (world >= 0)
+		printf(" of %d", world);
+	printf(", %zu stage%s\n", rep->stage_count, rep->stage_count == 1 ? "" : "s");
+	if (world > 0 && (size_t)world > rep->count) {
+		printf("missing ranks:");
+		for (int r = 0, i = 0; r < world; r++) {
+			while ((size_t)i < rep->count && rep->ranks[i].rank < r)
+				i++;
+			if ((size_t)i == rep->count || rep->ranks[i].rank != r)
+				printf(" %d", r);
+		}
+		printf("\n");
+	}
+	print_ranks(rep);
+	for (size_t s = 0; s < rep->stage_count; s++) {
+		const struct lynx_profile *p = &rep->ranks[rep->stages[s].first].p;
+		stage_name(rep, s, st, sizeof(st));
+		size_t members = 0;
+		for (size_t i = 0; i < rep->count; i++)
+			members += rep->ranks[i].stage == s;
+		printf("\n%s (rank%s", st, members == 1 ? "" : "s");
+		for (size_t i = 0, n = 0; i < rep->count; i++)
+			if (rep->ranks[i].stage == s)
+				printf("%s%d", n++ ? ", " : " ", rep->ranks[i].rank);
+		printf("): %zu layers, %u micro-batches, iteration %s%s\n", p->layer_count,
+		       p->microbatches, fmt_time(&p->iteration.time, a, sizeof(a)),
+		       p->rerun ? ", each backward reruns its forward" : "");
+		print_layers(rep, s);
+		print_memory(rep, s);
+		print_windows(rep, s);
+	}
+}
+
+/* ---- report.svg ---------------------------------------------------------------------------- */
+
+#define SVG_W 980
+#define PANEL_H 330
+#define PLOT_X 70
+#define PLOT_W 520
+#define PLOT_Y 50
+#define PLOT_H 190
+#define USE_X 640
+#define USE_W 200
+
+static const char *const class_colour[LYNX_PROFILE_MEMORY_CLASS_COUNT] = {
+        "#4e79a7", "#e15759", "#f28e2b", "#76b7b2", "#9c9c9c"};
+
+/* Text with XML's special characters escaped. */
+static void svg_text(FILE *f, double x, double y, const char *attrs, const char *text)
+{
+	fprintf(f, "<text x=\"%.1f\" y=\"%.1f\"%s%s>", x, y, *attrs ? " " : "", attrs);
+	for (const char *c = text; *c; c++) {
+		if (*c == '<')
+			fputs("&lt;", f);
+		else if (*c == '>')
+			fputs("&gt;", f);
+		else if (*c == '&')
+			fputs("&amp;", f);
+		else if (*c == '"')
+			fputs("&quot;", f);
+		else
+			fputc(*c, f);
+	}
+	fputs("</text>\n", f);
+}
+
+static void svg_memory(FILE *f, const struct rank *r, double y0)
+{
+	const struct timeline *tl = &r->tl;
+	double span = tl->end_us - tl->start_us, top = (double)r->p.memory.peak_bytes;
+	char a[40], line[160];
+
+	fprintf(f,
+	        "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"none\" "
+	        "stroke=\"#888\"/>\n",
+	        PLOT_X, y0 + PLOT_Y, PLOT_W, PLOT_H);
+	if (!tl->mem_count) {
+		svg_text(f, PLOT_X + 10, y0 + PLOT_Y + 20, "font-size=\"12\"",
+		         "the timeline has no device memory counter");
+		return;
+	}
+	for (size_t i = 0; i < tl->mem_count; i++)
+		top = tl->mem[i].bytes > top ? tl->mem[i].bytes : top;
+	if (top <= 0)
+		top = 1;
+	if (span <= 0)
+		span = 1;
+	/* A step line: each value holds until the next change, and the last to the end. */
+	fputs("<polyline fill=\"none\" stroke=\"#4e79a7\" stroke-width=\"1.5\" points=\"", f);
+	for (size_t i = 0; i < tl->mem_count; i++) {
+		double x = PLOT_X + PLOT_W * (tl->mem[i].ts - tl->start_us) / span;
+		double y = y0 + PLOT_Y + PLOT_H - PLOT_H * tl->mem[i].bytes / top;
+		if (i) {
+			double prev = y0 + PLOT_Y + PLOT_H - PLOT_H * tl->mem[i - 1].bytes / top;
+			fprintf(f, "%.1f,%.1f ", x, prev);
+		}
+		fprintf(f, "%.1f,%.1f ", x, y);
+	}
+	fprintf(f, "%.1f,%.1f\"/>\n", (double)(PLOT_X + PLOT_W),
+	        y0 + PLOT_Y + PLOT_H - PLOT_H * tl->mem[tl->mem_count - 1].bytes / top);
+	double peak_y = y0 + PLOT_Y + PLOT_H - PLOT_H * (double)r->p.memory.peak_bytes / top;
+	fprintf(f,
+	        "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#e15759\" "
+	        "stroke-dasharray=\"4 3\"/>\n",
+	        PLOT_X, peak_y, PLOT_X + PLOT_W, peak_y);
+	snprintf(line, sizeof(line), "profile peak %s",
+	         fmt_bytes(r->p.memory.peak_bytes, a, sizeof(a)));
+	svg_text(f, PLOT_X + PLOT_W - 150, peak_y - 4, "font-size=\"10\" fill=\"#e15759\"", line);
+	svg_text(f, PLOT_X - 5, y0 + PLOT_Y + 10, "font-size=\"10\" text-anchor=\"end\"",
+	         fmt_bytes((uint64_t)top, a, sizeof(a)));
+	svg_text(f, PLOT_X - 5, y0 + PLOT_Y + PLOT_H, "font-size=\"10\" text-anchor=\"end\"", "0");
+	svg_text(f, PLOT_X, y0 + PLOT_Y + PLOT_H + 14, "font-size=\"10\"", "0 ms");
+	snprintf(line, sizeof(line), "%.3f ms", span / 1e3);
+	svg_text(f, PLOT_X + PLOT_W, y0 + PLOT_Y + PLOT_H + 14,
+	         "font-size=\"10\" text-anchor=\"end\"", line);
+	snprintf(line, sizeof(line), "live device memory over %s (host clock)", tl->label);
+	svg_text(f, PLOT_X, y0 + PLOT_Y - 6, "font-size=\"12\"", line);
+}
+
+static void svg_streams(FILE *f, const struct rank *r, double y0)
+{
+	const struct timeline *tl = &r->tl;
+	double span = tl->end_us - tl->start_us;
+	char line[200];
+
+	svg_text(f, USE_X, y0 + PLOT_Y - 6, "font-size=\"12\"", "stream busy share (device clock)");
+	if (!tl->stream_count)
+		svg_text(f, USE_X, y0 + PLOT_Y + 16, "font-size=\"11\"", "no stream tracks");
+	for (size_t s = 0; s < tl->stream_count && s < 8; s++) {
+		const struct stream_use *u = &tl->streams[s];
+		double y = y0 + PLOT_Y + 8 + 24.0 * (double)s;
+		svg_text(f, USE_X, y + 9, "font-size=\"10\"", u->name);
+		fprintf(f, "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"8\" fill=\"#eee\"/>\n",
+		        USE_X, y + 12, USE_W);
+		if (u->timed && span > 0) {
+			double share = u->busy_us / span;
+			fprintf(f,
+			        "<rect x=\"%d\" y=\"%.1f\" width=\"%.1f\" height=\"8\" "
+			        "fill=\"#59a14f\"/>\n",
+			        USE_X, y + 12, USE_W * (share > 1 ? 1 : share));
+			snprintf(line, sizeof(line), "%.1f%%", 100 * share);
+		} else {
+			snprintf(line, sizeof(line), "not timed on the device (%zu items)",
+			         u->items);
+		}
+		svg_text(f, USE_X + USE_W + 6, y + 20, "font-size=\"10\"", line);
+	}
+}
+
+/* The profile's peak split by class: one stacked bar with its legend. */
+static void svg_classes(FILE *f, const struct rank *r, double y0)
+{
+	double x = PLOT_X, y = y0 + PLOT_Y + PLOT_H + 30;
+	uint64_t peak = r->p.memory.peak_bytes;
+	char a[40], line[120];
+
+	snprintf(line, sizeof(line), "device memory at the peak, by class (profile): %s",
+	         fmt_bytes(peak, a, sizeof(a)));
+	svg_text(f, PLOT_X, y, "font-size=\"11\"", line);
+	for (int c = 0; c < LYNX_PROFILE_MEMORY_CLASS_COUNT; c++) {
+		double w = peak ? 600.0 * (double)r->p.memory.at_peak[c] / (double)peak : 0;
+		fprintf(f,
+		        "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"12\" fill=\"%s\"/>\n",
+		        x, y + 5, w, class_colour[c]);
+		x += w;
+	}
+	for (int c = 0; c < LYNX_PROFILE_MEMORY_CLASS_COUNT; c++) {
+		double lx = PLOT_X + 170.0 * c;
+		fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"%s\"/>\n",
+		        lx, y + 22, class_colour[c]);
+		snprintf(line, sizeof(line), "%s %s", lynx_profile_memory_class_name(c),
+		         fmt_bytes(r->p.memory.at_peak[c], a, sizeof(a)));
+		svg_text(f, lx + 14, y + 31, "font-size=\"10\"", line);
+	}
+}
+
+static void svg_panel(FILE *f, const struct report *rep, const struct rank *r, double y0)
+{
+	char st[32], a[40], title[200];
+
+	stage_name(rep, r->stage, st, sizeof(st));
+	snprintf(title, sizeof(title), "rank %d (%s): %zu layers, %u micro-batches, iteration %s",
+	         r->rank, st, r->p.layer_count, r->p.microbatches,
+	         fmt_time(&r->p.iteration.time, a, sizeof(a)));
+	svg_text(f, 10, y0 + 22, "font-size=\"14\" font-weight=\"bold\"", title);
+	if (r->have_trace) {
+		svg_memory(f, r, y0);
+		svg_streams(f, r, y0);
+	} else {
+		fprintf(f,
+		        "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"#fafafa\" "
+		        "stroke=\"#ccc\"/>\n",
+		        PLOT_X, y0 + PLOT_Y, PLOT_W + USE_W + 100, PLOT_H);
+		snprintf(title, sizeof(title),
+		         "no trace.%d.json here: memory over time and stream use are missing",
+		         r->rank);
+		svg_text(f, PLOT_X + 12, y0 + PLOT_Y + 30, "font-size=\"12\"", title);
+		svg_text(f, PLOT_X + 12, y0 + PLOT_Y + 50, "font-size=\"11\" fill=\"#555\"",
+		         "(write it with: lynx profile EVENTS --trace DIR/trace.<rank>.json)");
+	}
+	svg_classes(f, r, y0);
+	fprintf(f, "<line x1=\"0\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n",
+	        y0 + PANEL_H - 2, SVG_W, y0 + PANEL_H - 2);
+}
+
+static int write_svg(const struct report *rep, const char *path)
+{
+	char *tmp = malloc(strlen(path) + sizeof(".tmp.XXXXXX"));
+	FILE *f;
+	int fd, err = 0;
+
+	if (!tmp)
+		return -ENOMEM;
+	sprintf(tmp, "%s.tmp.XXXXXX", path);
+	fd = mkstemp(tmp);
+	if (fd < 0) {
+		err = -errno;
+		free(tmp);
+		return err;
+	}
+	f = fdopen(fd, "w");
+	if (!f) {
+		err = -errno;
+		close(fd);
+		goto out;
+	}
+	fprintf(f,
+	        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%zu\" "
+	        "viewBox=\"0 0 %d %zu\" font-family=\"sans-serif\">\n",
+	        SVG_W, PANEL_H * rep->count, SVG_W, PANEL_H * rep->count);
+	fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+	for (size_t i = 0; i < rep->count; i++)
+		svg_panel(f, rep, &rep->ranks[i], (double)PANEL_H * (double)i);
+	fputs("</svg>\n", f);
+	if (ferror(f) || fflush(f))
+		err = errno ? -errno : -EIO;
+	if (fclose(f) && !err)
+		err = errno ? -errno : -EIO;
+	if (!err && rename(tmp, path))
+		err = -errno;
+out:
+	if (err)
+		unlink(tmp);
+	free(tmp);
+	return err;
+}
+
+/* ---- The command --------------------------------------------------------------------------- */
+
+static void report_free(struct report *rep)
+{
+	for (size_t i = 0; i < rep->count; i++) {
+		lynx_profile_free(&rep->ranks[i].p);
+		free(rep->ranks[i].tl.mem);
+		free(rep->ranks[i].tl.streams);
+	}
+	free(rep->ranks);
+	free(rep->stages);
+}
+
+/* Reads every profile.<rank>.json in dir. Returns 0, or an exit status (messages printed). */
+static int read_profiles(struct report *rep)
+{
+	DIR *d = opendir(rep->dir);
+	struct dirent *e;
+	char path[4200], why[512];
+
+	if (!d) {
+		fprintf(stderr, "lynx report: %s: %s\n", rep->dir, strerror(errno));
+		return LYNX_EXIT_USAGE;
+	}
+	while ((e = readdir(d))) {
+		int rank = profile_rank(e->d_name);
+		if (rank < 0)
+			continue;
+		struct rank *grown = realloc(rep->ranks, (rep->count + 1) * sizeof(*grown));
+		if (!grown) {
+			closedir(d);
+			fprintf(stderr, "lynx report: out of memory\n");
+			return LYNX_EXIT_FAIL;
+		}
+		rep->ranks = grown;
+		rep->ranks[rep->count] = (struct rank){.rank = rank};
+		snprintf(path, sizeof(path), "%s/%s", rep->dir, e->d_name);
+		int err = lynx_profile_read(path, &rep->ranks[rep->count].p, why, sizeof(why));
+		if (err) {
+			closedir(d);
+			fprintf(stderr, "lynx report: %s: %s\n", path,
+			        err == -EINVAL ? why : strerror(-err));
+			return LYNX_EXIT_USAGE;
+		}
+		rep->count++;
+		const struct lynx_profile *p = &rep->ranks[rep->count - 1].p;
+		if (p->rank >= 0 && p->rank != rank) {
+			closedir(d);
+			fprintf(stderr, "lynx report: %s: holds rank %d, not %d\n", path, p->rank,
+			        rank);
+			return LYNX_EXIT_USAGE;
+		}
+	}
+	closedir(d);
+	if (!rep->count) {
+		fprintf(stderr,
+		        "lynx report: %s: no profile.<rank>.json here (write them with `lynx "
+		        "profile "
+		        "EVENTS -o %s/profile.R.json --rank R`)\n",
+		        rep->dir, rep->dir);
+		return LYNX_EXIT_USAGE;
+	}
+	qsort(rep->ranks, rep->count, sizeof(*rep->ranks), by_rank);
+	return 0;
+}
+
+int lynx_report_main(int argc, char **argv)
+{
+	struct report rep = {0};
+	char path[4200];
+	int status = LYNX_EXIT_OK, err;
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--help") || !strcmp(a, "-h"))
+			return lynx_command_help("report");
+		if (a[0] == '-' && a[1])
+			return lynx_usage_error("report", "unknown option '%s'", a);
+		if (rep.dir)
+			return lynx_usage_error("report", "expected one directory, got '%s' too",
+			                        a);
+		rep.dir = a;
+	}
+	if (!rep.dir)
+		return lynx_usage_error("report",
+		                        "expected a directory of profile.<rank>.json files");
+	if ((status = read_profiles(&rep)))
+		goto out;
+	for (size_t i = 0; i < rep.count; i++) {
+		err = read_timeline(rep.dir, &rep.ranks[i]);
+		if (err) {
+			if (err != -EINVAL)
+				fprintf(stderr, "lynx report: out of memory\n");
+			status = err == -EINVAL ? LYNX_EXIT_USAGE : LYNX_EXIT_FAIL;
+			goto out;
+		}
+	}
+	if (group_stages(&rep)) {
+		fprintf(stderr, "lynx report: out of memory\n");
+		status = LYNX_EXIT_FAIL;
+		goto out;
+	}
+	print_tables(&rep);
+	snprintf(path, sizeof(path), "%s/report.svg", rep.dir);
+	err = write_svg(&rep, path);
+	if (err) {
+		fprintf(stderr, "lynx report: cannot write %s: %s\n", path, strerror(-err));
+		status = LYNX_EXIT_FAIL;
+		goto out;
+	}
+	printf("\n%s: %zu panel%s\n", path, rep.count, rep.count == 1 ? "" : "s");
+out:
+	report_free(&rep);
+	return status;
+}
