@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "build.h"
+#include "chrome_trace.h"
 #include "event.h"
 #include "hooks.h"
 #include "log.h"
@@ -308,6 +309,17 @@ static void write_profile(struct lynx_prof_trace *view, bool at_exit)
 			lynx_warn("cannot write %s: %s", path, strerror(-err));
 		else
 			lynx_info("profile written to %s", path);
+	}
+	/* The warm-up's timeline, for Perfetto and lynx report; written without a profile
+	 * too, since it shows what was seen. */
+	if (prof.output_ok) {
+		struct lynx_prof_chrome_options copt = {lynx_job_rank(), lynx_job_world()};
+		profile_path(path, sizeof(path), "trace", "json");
+		err = lynx_prof_write_chrome_trace(view, prof.have_profile ? &prof.profile : NULL,
+		                                   &copt, path, why, sizeof(why));
+		if (err)
+			lynx_warn("cannot write the trace: %s",
+			          err == -ENOMEM ? "out of memory" : why);
 	}
 }
 

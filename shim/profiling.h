@@ -11,7 +11,8 @@
  * LYNX_WARMUP identical iterations of a period that still held after the trace grew by
  * half since that period was first found (a micro-batch repeats long before an iteration
  * does), it stops timing and collecting, resolves the timing
- * marks, builds the profile (profiler/build.h) and writes profile.<rank>.json. If the
+ * marks, builds the profile (profiler/build.h) and writes profile.<rank>.json and the
+ * warm-up's timeline as trace.<rank>.json (profiler/chrome_trace.h). If the
  * device has not reached every mark yet, it tries again at the next synchronisation (a few
  * times, then goes on with what is resolved) rather than wait. At exit, a run whose
  * warm-up never completed gets a profile of the iterations it did see (at least two), and

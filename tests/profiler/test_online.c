@@ -9,7 +9,8 @@
  *    sequence on simgpu's compute track;
  *  - every tensor-parallel window's duration and compute-idle time are within 2% of the
  *    matching all-reduce on simgpu's network track, less its overlap with compute;
- *  - the pipeline windows are there, one per micro-batch and direction.
+ *  - the pipeline windows are there, one per micro-batch and direction;
+ *  - trace.<rank>.json passes the trace-event checker, with slices, flows and counters.
  * And training results (loss, gradient hash, peak memory) are identical at every step
  * with and without profiling; the virtual step time pays for device timing only during
  * warm-up, and the bound on that cost is checked.
@@ -27,6 +28,7 @@
 #include <cmocka.h>
 
 #include "../harness.h"
+#include "chrome_check.h"
 #include "profile.h"
 
 #define LAYERS 8
@@ -225,6 +227,19 @@ static void check_rank(int rank)
 	}
 	timeline_free(&tl);
 	lynx_profile_free(&p);
+
+	/* The warm-up's timeline, beside the profile: valid trace-event JSON with device slices
+	 * and cross-stream flows. */
+	struct lynx_prof_chrome_stats stats;
+	snprintf(path, sizeof(path), "%s/trace.%d.json", out_dir, rank);
+	char *trace = slurp(path);
+	assert_non_null(trace);
+	if (lynx_prof_chrome_check(trace, strlen(trace), &stats, why, sizeof(why)))
+		fail_msg("%s: %s", path, why);
+	assert_true(stats.slices > 0);
+	assert_true(stats.flows > 0);
+	assert_true(stats.counters > 0);
+	free(trace);
 }
 
 static void test_profile_mode_matches_simgpu_timeline(void **state)
