@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Lynx's exact planner (OPT): one MILP per stage, solved by COIN-OR CBC through its C
- * interface, loaded at run time (opt.h). Every layer is decided on its own (HEU decides one
+ * interface, loaded at run time (cbc.h). Every layer is decided on its own (HEU decides one
  * representative layer and mixes two policies over the identical layers).
  *
  * Units. As in HEU, a layer's groups that rerun the same ops are one unit (the checker
@@ -59,7 +59,6 @@
  * Size: n · U · (4n + 4) binaries at most (n layers, U units, two TP windows per direction
  * per layer without sequence parallelism): about 7,000 for a 16-layer stage.
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
@@ -69,8 +68,7 @@
 #include <string.h>
 #include <time.h>
 
-#include <coin/Cbc_C_Interface.h>
-
+#include "cbc.h"
 #include "checker.h"
 #include "opt.h"
 #include "units.h"
@@ -82,63 +80,6 @@
 #define C_KEEP 0
 #define C_DEMAND 1
 
-/* The CBC functions OPT calls, resolved by name from the library. */
-#define CBC_FUNCTIONS(X)               \
-	X(Cbc_newModel)                \
-	X(Cbc_deleteModel)             \
-	X(Cbc_addCol)                  \
-	X(Cbc_addRow)                  \
-	X(Cbc_setObjSense)             \
-	X(Cbc_setMIPStartI)            \
-	X(Cbc_setMaximumSeconds)       \
-	X(Cbc_setAllowableGap)         \
-	X(Cbc_setLogLevel)             \
-	X(Cbc_solve)                   \
-	X(Cbc_bestSolution)            \
-	X(Cbc_getObjValue)             \
-	X(Cbc_getBestPossibleObjValue) \
-	X(Cbc_isProvenOptimal)
-
-struct cbc {
-	void *lib;
-#define CBC_MEMBER(f) __typeof__(f) *f;
-	CBC_FUNCTIONS(CBC_MEMBER)
-#undef CBC_MEMBER
-};
-
-static const struct {
-	const char *name;
-	size_t offset;
-} cbc_symbols[] = {
-#define CBC_SYMBOL(f) {#f, offsetof(struct cbc, f)},
-        CBC_FUNCTIONS(CBC_SYMBOL)
-#undef CBC_SYMBOL
-};
-
-/* Loads CBC into c. Returns 0, or -ENOENT with the loader's reason in why. */
-static int cbc_open(struct cbc *c, const char *library, char *why, size_t len)
-{
-	memset(c, 0, sizeof(*c));
-	c->lib = dlopen(library, RTLD_NOW | RTLD_LOCAL);
-	if (!c->lib) {
-		snprintf(why, len, "CBC is not available (%s)", dlerror());
-		return -ENOENT;
-	}
-	for (size_t i = 0; i < sizeof(cbc_symbols) / sizeof(cbc_symbols[0]); i++) {
-		void *sym = dlsym(c->lib, cbc_symbols[i].name);
-
-		if (!sym) {
-			snprintf(why, len, "CBC (%s) has no %s", library, cbc_symbols[i].name);
-			dlclose(c->lib);
-			c->lib = NULL;
-			return -ENOENT;
-		}
-		memcpy((char *)c + cbc_symbols[i].offset, &sym, sizeof(sym));
-	}
-	return 0;
-}
-
-/* Groups rebuilt by the same ops. */
 /* A stage window as a place to rebuild in. */
 struct slot {
 	uint32_t window; /* the stage's window index */
@@ -302,7 +243,7 @@ static void put(struct row *r, int col, double val)
 }
 
 /* Adds every column and row of m with budget `budget` to CBC model cm. */
-static void build(const struct cbc *c, Cbc_Model *cm, const struct model *m, uint64_t budget,
+static void build(const struct lynx_cbc *c, Cbc_Model *cm, const struct model *m, uint64_t budget,
                   struct row *r)
 {
 	const struct lynx_problem_stage *st = m->st;
@@ -464,23 +405,6 @@ static double seconds_now(void)
 	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/*
- * What a micro-batch's forward and backward take on stage st without recomputation, in ms:
- * the constant part of the stage's per-micro-batch time, whose variable part the MILP
- * minimises. Gaps are relative to the whole, (added - bound) / (base + added): a gap on the
- * added time alone is ill-conditioned when windows hide nearly all of it.
- */
-static double stage_base_ms(const struct lynx_problem *p, const struct lynx_problem_stage *st)
-{
-	double t = st->layers * (p->layer.fwd_s + p->layer.bwd_s);
-
-	if (st->embedding.present)
-		t += st->embedding.fwd_s + st->embedding.bwd_s;
-	if (st->head.present)
-		t += st->head.fwd_s + st->head.bwd_s;
-	return t * MS;
-}
-
 /* One stage's solve. */
 struct stage_solve {
 	bool solved, optimal;
@@ -491,7 +415,7 @@ struct stage_solve {
  * Solves stage s within `budget`, starting from `from`, into plan. Returns 0 (out->solved
  * false when CBC found nothing) or -ENOMEM.
  */
-static int solve_stage(const struct cbc *c, const struct lynx_opt_options *o,
+static int solve_stage(const struct lynx_cbc *c, const struct lynx_opt_options *o,
                        const struct lynx_problem *p, const struct lynx_layer_units *lu, uint32_t s,
                        uint64_t budget, const struct lynx_plan *from, struct lynx_plan *plan,
                        struct stage_solve *out)
@@ -501,7 +425,7 @@ static int solve_stage(const struct cbc *c, const struct lynx_opt_options *o,
 	Cbc_Model *cm = NULL;
 	double *x0 = NULL;
 	int *idx = NULL;
-	double base_ms = stage_base_ms(p, &p->stages[s]);
+	double base_ms = lynx_cbc_stage_base_ms(p, &p->stages[s]);
 	int err = find_slots(&m);
 
 	*out = (struct stage_solve){.gap = NAN, .added_gap = NAN};
@@ -532,8 +456,7 @@ static int solve_stage(const struct cbc *c, const struct lynx_opt_options *o,
 
 		write_stage(&m, c->Cbc_bestSolution(cm), plan);
 		out->solved = true;
-		out->gap = fmax(0, (obj - bound) / (base_ms + obj));
-		out->added_gap = obj > 1e-9 ? fmax(0, (obj - bound) / obj) : 0;
+		lynx_cbc_gaps(obj, bound, base_ms, &out->gap, &out->added_gap);
 		out->optimal = c->Cbc_isProvenOptimal(cm) || out->gap <= o->stop_gap;
 	}
 out:
@@ -562,7 +485,7 @@ static void copy_decisions(const struct lynx_problem *p, const struct lynx_plan 
  * rep->solved set when every stage solved; -ENOENT (CBC missing) or a solve failure with
  * why; -ENOMEM.
  */
-static int milp_plan(const struct cbc *c, const struct lynx_opt_options *o,
+static int milp_plan(const struct lynx_cbc *c, const struct lynx_opt_options *o,
                      const struct lynx_problem *p, const struct lynx_plan *heu,
                      struct lynx_plan *plan, struct lynx_opt_report *rep, char *why, size_t len)
 {
@@ -631,7 +554,7 @@ int lynx_opt_plan(const struct lynx_problem *p, const struct lynx_opt_options *o
 	struct lynx_opt_options opt = o ? *o : (struct lynx_opt_options){0};
 	struct lynx_opt_report rep = {.gap = NAN, .added_gap = NAN, .milp_step_s = NAN};
 	struct lynx_plan heu, milp;
-	struct cbc c;
+	struct lynx_cbc c;
 	char reason[200] = "";
 	int err;
 
@@ -643,7 +566,7 @@ int lynx_opt_plan(const struct lynx_problem *p, const struct lynx_opt_options *o
 	if (err)
 		return err;
 	rep.heu_step_s = heu.step_time_s;
-	err = cbc_open(&c, opt.library ? opt.library : LYNX_OPT_LIBRARY, reason, sizeof(reason));
+	err = lynx_cbc_open(&c, opt.library, reason, sizeof(reason));
 	if (!err) {
 		err = lynx_plan_init(&milp, p, "opt", false);
 		if (!err) {
@@ -652,7 +575,7 @@ int lynx_opt_plan(const struct lynx_problem *p, const struct lynx_opt_options *o
 			if (err)
 				lynx_plan_free(&milp);
 		}
-		dlclose(c.lib);
+		lynx_cbc_close(&c);
 	}
 	if (err == -ENOMEM) {
 		lynx_plan_free(&heu);

@@ -5,8 +5,8 @@
  * MIP start; opt.c describes the formulation. The checker confirms the result, and its
  * numbers are the plan's prediction; the plan carries the MILP's optimality gap.
  *
- * CBC is loaded at run time (dlopen of libCbcSolver.so.3), so Lynx builds and runs without
- * it: when it is missing, when a solve fails, or when it stops without a solution, OPT
+ * CBC is loaded at run time (cbc.h: dlopen of libCbcSolver.so.3), so Lynx builds and runs
+ * without it: when it is missing, when a solve fails, or when it stops without a solution, OPT
  * returns HEU's plan and says so in the plan's note. It also returns HEU's plan, with a
  * note, when the checker finds HEU's faster: OPT is never slower than HEU by the checker.
  *
@@ -18,11 +18,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "cbc.h"
 #include "plan.h"
 #include "problem.h"
 
 #define LYNX_OPT_DEFAULT_TIME_LIMIT_S 60.0
-#define LYNX_OPT_LIBRARY "libCbcSolver.so.3"
+#define LYNX_OPT_LIBRARY LYNX_CBC_LIBRARY
 
 struct lynx_opt_options {
 	double time_limit_s; /* per stage solve; <= 0: LYNX_OPT_DEFAULT_TIME_LIMIT_S */

@@ -63,6 +63,8 @@ static void test_planner_table_has_unique_names(void **state)
 	assert_non_null(lynx_planner_find("none"));
 	assert_non_null(lynx_planner_find("full"));
 	assert_non_null(lynx_planner_find("selective"));
+	assert_non_null(lynx_planner_find("checkmate"));
+	assert_non_null(lynx_planner_find("dtr"));
 	assert_non_null(lynx_planner_find("offload"));
 	assert_non_null(lynx_planner_find("heu"));
 	assert_non_null(lynx_planner_find("opt"));
