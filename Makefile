@@ -31,7 +31,8 @@ Q := @
 say = @printf '  %-7s %s\n' $(1) $(2)
 endif
 
-.PHONY: all test demo install clean format format-check deps simgpu lynx examples tests bench fuzz
+.PHONY: all test demo install clean format format-check deps simgpu lynx examples tests bench \
+	bench-policy fuzz
 all: simgpu lynx examples tests
 
 # ---------------------------------------------------------------------------
@@ -146,6 +147,10 @@ examples: $(TINYTRAIN)
 # shim/hooks*.c or shim/interpose*.c; the other shim modules are plain C that unit tests
 # link directly (never a test that defines cudaMalloc itself).
 LIBLYNX := $(BUILD)/liblynx.so
+# Static libraries that rules below name before their own sections: the shim links the
+# profiler in, and the policy tests read profiles through it.
+PROFILER_LIB := $(BUILD)/obj/libprofiler.a
+POLICY_LIB := $(BUILD)/obj/libpolicy.a
 SHIM_SRC := $(wildcard shim/*.c)
 SHIM_PURE_SRC := $(filter-out shim/hooks%.c shim/interpose%.c,$(SHIM_SRC))
 SHIM_PURE_LIB := $(BUILD)/obj/libshim_pure.a
@@ -200,9 +205,6 @@ $(SHIM_TESTS): $(BUILD)/tests/test_%: $(BUILD)/obj/tests/shim/test_%.o $(SHIM_PU
 # policy/: cost model, planners and pipeline simulator; plain C with no CUDA. A static
 # library shared by the lynx command and the policy tests (tests/policy/test_<module>.c).
 POLICY_SRC := $(wildcard policy/*.c)
-POLICY_LIB := $(BUILD)/obj/libpolicy.a
-# Policy tests read profiles through profiler/profile.h: they link the profiler too.
-PROFILER_LIB := $(BUILD)/obj/libprofiler.a
 POLICY_CFLAGS := -Ipolicy -Iprofiler -Ishim
 $(BUILD)/obj/policy/%.o: policy/%.c
 	$(call say,CC,$<)
@@ -294,6 +296,10 @@ $(BUILD)/obj/tests/bench/%.o: tests/bench/%.c
 	$(Q)$(CC) $(ALL_CFLAGS) $(SIM_PROGRAM_CFLAGS) -c $< -o $@
 bench: all $(BENCH_CALLS)
 	$(Q)BUILD=$(BUILD) tests/bench/run_bench.sh
+# make bench-policy: the planners side by side over the GPT sweep on a100-nvlink and a100-pcie,
+# by lynx sim; fails when a target is missed (tests/bench/bench_policy.sh).
+bench-policy: $(LYNX)
+	$(Q)BUILD=$(BUILD) tests/bench/bench_policy.sh
 # make fuzz: the profile reader under libFuzzer with ASan and UBSan for FUZZ_SECONDS, from the
 # seeds in tests/fuzz/corpus (new inputs go to $(BUILD)/fuzz/corpus). Needs clang with
 # libFuzzer (Debian's clang-14 has it); cJSON itself is the system's, uninstrumented.
