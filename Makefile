@@ -155,7 +155,7 @@ SHIM_SRC := $(wildcard shim/*.c)
 SHIM_PURE_SRC := $(filter-out shim/hooks%.c shim/interpose%.c,$(SHIM_SRC))
 SHIM_PURE_LIB := $(BUILD)/obj/libshim_pure.a
 # The shim defines deprecated entry points too (cudaGetDriverEntryPoint): it must.
-SHIM_CFLAGS := -D__CUDA_API_VERSION_INTERNAL -Ishim -Iprofiler -fvisibility=hidden \
+SHIM_CFLAGS := -D__CUDA_API_VERSION_INTERNAL -Ishim -Iprofiler -Ipolicy -fvisibility=hidden \
 	-Wno-deprecated-declarations
 
 $(BUILD)/obj/shim/%.o: shim/%.c
@@ -168,11 +168,12 @@ $(BUILD)/obj/shim/%.o: shim/%.c
 # start-up, before they are ready: it is never instrumented.
 $(BUILD)/obj/shim/interpose_dlsym.o: ALL_CFLAGS := $(filter-out -fsanitize=%,$(ALL_CFLAGS))
 
-# The online profiler (shim/profiling.c) links profiler/ in: it builds the profile in process.
-$(LIBLYNX): $(call obj,$(SHIM_SRC)) $(PROFILER_LIB) shim/liblynx.map
+# The online profiler (shim/profiling.c) links profiler/ in, to build the profile in process,
+# and policy/, for the what-if (and, later, planning online).
+$(LIBLYNX): $(call obj,$(SHIM_SRC)) $(POLICY_LIB) $(PROFILER_LIB) shim/liblynx.map
 	$(call say,LD,$@)
 	$(Q)$(CC) -shared -Wl,-soname,liblynx.so -Wl,--version-script=shim/liblynx.map \
-		-o $@ $(filter %.o,$^) $(PROFILER_LIB) $(ALL_LDFLAGS) -ldl -lcjson -lm
+		-o $@ $(filter %.o,$^) $(POLICY_LIB) $(PROFILER_LIB) $(ALL_LDFLAGS) -ldl -lcjson -lm
 
 $(SHIM_PURE_LIB): $(call obj,$(SHIM_PURE_SRC))
 	$(call say,AR,$@)
@@ -306,12 +307,13 @@ bench-policy: $(LYNX)
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_PROFILE := $(BUILD)/fuzz/fuzz_profile
-$(FUZZ_PROFILE): tests/fuzz/fuzz_profile.c profiler/profile.c profiler/profile.h
+FUZZ_PROFILE_SRC := profiler/profile.c profiler/json_text.c
+$(FUZZ_PROFILE): tests/fuzz/fuzz_profile.c $(FUZZ_PROFILE_SRC) profiler/profile.h
 	$(call say,FUZZCC,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(FUZZ_CC) -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined \
 		-fno-sanitize-recover=undefined -Iprofiler -o $@ tests/fuzz/fuzz_profile.c \
-		profiler/profile.c -lcjson -lm
+		$(FUZZ_PROFILE_SRC) -lcjson -lm
 fuzz: $(FUZZ_PROFILE)
 	@mkdir -p $(BUILD)/fuzz/corpus
 	$(Q)$(FUZZ_PROFILE) -max_total_time=$(FUZZ_SECONDS) -max_len=16384 \

@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "chrome_check.h"
+#include "json_text.h"
 
 #define EPS_US 0.0005 /* half a nanosecond, in microseconds */
 
@@ -487,44 +488,6 @@ static size_t count_tracks(struct checker *c)
 }
 
 /* Line and column of byte offset at in text. */
-static void where(const char *text, size_t at, size_t *line, size_t *col)
-{
-	*line = 1;
-	*col = 1;
-	for (size_t i = 0; i < at; i++) {
-		if (text[i] == '\n') {
-			(*line)++;
-			*col = 1;
-		} else {
-			(*col)++;
-		}
-	}
-}
-
-/* Whether text ends inside a string, object or array. */
-static bool unclosed(const char *text, size_t len)
-{
-	bool in_string = false;
-	long depth = 0;
-
-	for (size_t i = 0; i < len; i++) {
-		char c = text[i];
-		if (in_string) {
-			if (c == '\\')
-				i++;
-			else if (c == '"')
-				in_string = false;
-		} else if (c == '"') {
-			in_string = true;
-		} else if (c == '{' || c == '[') {
-			depth++;
-		} else if ((c == '}' || c == ']') && --depth < 0) {
-			return false;
-		}
-	}
-	return in_string || depth > 0;
-}
-
 static int parse(const char *text, size_t len, cJSON **root, char *why, size_t why_len)
 {
 	const char *nul = memchr(text, '\0', len), *end = NULL;
@@ -542,11 +505,10 @@ static int parse(const char *text, size_t len, cJSON **root, char *why, size_t w
 	*root = cJSON_ParseWithOpts(copy, &end, true);
 	if (!*root) {
 		size_t at = end && end >= copy ? (size_t)(end - copy) : 0;
-		/* Truncated: unclosed, and cJSON stopped in the last character or with only white
-		 * space after (it stops on the last byte of an unterminated string). */
-		bool early = unclosed(copy, len) &&
-		             (at + 1 >= len || !copy[at + strspn(copy + at, " \t\r\n")]);
-		where(copy, at, &line, &col);
+		/* Truncated: unclosed (cJSON may stop anywhere in the last token, so where it
+		 * stopped says nothing more), as profile.c reads it. */
+		bool early = lynx_json_unclosed(copy, len);
+		lynx_json_position(copy, at, &line, &col);
 		free(copy);
 		if (early)
 			return refuse(

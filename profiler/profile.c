@@ -43,6 +43,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "json_text.h"
 #include "profile.h"
 
 #define MAX_EXACT 9007199254740992.0 /* 2^53 */
@@ -809,46 +810,13 @@ static int read_profile(struct reader *r, const cJSON *root, struct lynx_profile
 	return read_memory(r, root, &p->memory);
 }
 
-/* Whether text ends inside a string, an object or an array: a truncated document. A
- * corruption that drops a closing bracket looks the same; the message gives cJSON's offset
- * either way. */
-static bool unclosed(const char *text, size_t len)
-{
-	bool in_string = false;
-	long depth = 0;
-
-	for (size_t i = 0; i < len; i++) {
-		char c = text[i];
-		if (in_string) {
-			if (c == '\\')
-				i++;
-			else if (c == '"')
-				in_string = false;
-		} else if (c == '"') {
-			in_string = true;
-		} else if (c == '{' || c == '[') {
-			depth++;
-		} else if ((c == '}' || c == ']') && --depth < 0) {
-			return false;
-		}
-	}
-	return in_string || depth > 0;
-}
-
 /* Where cJSON stopped, as "byte N (line L, column C)", and whether the text ends early. */
 static int refuse_syntax(struct reader *r, const char *text, size_t len, size_t offset)
 {
-	size_t line = 1, col = 1;
+	size_t line, col;
 
-	for (size_t i = 0; i < offset && i < len; i++) {
-		if (text[i] == '\n') {
-			line++;
-			col = 1;
-		} else {
-			col++;
-		}
-	}
-	if (unclosed(text, len))
+	lynx_json_position(text, offset < len ? offset : len, &line, &col);
+	if (lynx_json_unclosed(text, len))
 		return refuse(r,
 		              "not valid JSON: the text ends early (after %zu bytes, inside an "
 		              "unclosed string, object or array); parsing stopped at byte %zu "
