@@ -72,8 +72,4 @@ void lynx_profile_print_summary(FILE *f, const struct lynx_profile *p, int rank)
 	if (p->iteration.time.ns && idle_total)
 		fprintf(f, "%s: the compute stream idles in windows for %.1f%% of the step\n", tag,
 		        100.0 * (double)idle_total / (double)p->iteration.time.ns);
-	fprintf(f,
-	        "%s: what-if: planner not available on a profile yet (lynx plan --model "
-	        "gives the planners' view of a described job)\n",
-	        tag);
 }

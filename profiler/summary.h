@@ -2,7 +2,8 @@
 /*
  * The short summary of one rank's profile that profiling-only mode prints on stderr at
  * exit: the iteration, a per-layer table, activation and peak memory, the communication
- * windows and the share of the step they cover, and the what-if line.
+ * windows and the share of the step they cover. The what-if, which needs every stage's
+ * profile, is policy/whatif.h's.
  */
 #ifndef LYNX_PROF_SUMMARY_H
 #define LYNX_PROF_SUMMARY_H

@@ -19,6 +19,7 @@
 #include "profiling.h"
 #include "summary.h"
 #include "timing.h"
+#include "whatif.h"
 
 /* Two marks per timed call: room for half a million timed calls of warm-up. */
 #define MAX_MARKS (1u << 20)
@@ -48,7 +49,8 @@ static struct {
 	int attempts;
 	bool out_of_memory;
 	uint32_t warmup;
-	bool timing; /* LYNX_TIMING=device and the timing marks are ready */
+	uint64_t budget; /* LYNX_BUDGET, for the what-if; 0: a ladder of budgets */
+	bool timing;     /* LYNX_TIMING=device and the timing marks are ready */
 	bool output_ok;
 	char out_dir[PATH_MAX];
 	struct lynx_profile profile;
@@ -116,6 +118,7 @@ bool lynx_profiling_start(const struct lynx_config *cfg, bool output_ok)
 	if (cfg->mode == LYNX_MODE_OFF || cfg->warmup == 0)
 		return false;
 	prof.warmup = cfg->warmup;
+	prof.budget = cfg->budget;
 	prof.output_ok = output_ok;
 	snprintf(prof.out_dir, sizeof(prof.out_dir), "%s", cfg->out_dir);
 	if (lynx_prof_trace_init(&prof.trace, (int)getpid())) {
@@ -426,6 +429,49 @@ static void look(uint32_t needed, bool final)
 	free(view.events);
 }
 
+/*
+ * The job's what-if, printed once, by rank 0: it needs every stage's profile, which the
+ * other ranks wrote into LYNX_OUT at the end of their warm-up. Plain CPU work at exit.
+ */
+static void print_whatif(void)
+{
+	int world = lynx_job_world() > 0 ? lynx_job_world() : 1;
+	struct lynx_profile *profiles = calloc((size_t)world, sizeof(*profiles));
+	const struct lynx_profile **ranks = calloc((size_t)world, sizeof(*ranks));
+	char path[PATH_MAX + 64], why[256], tag[32];
+	struct lynx_whatif w;
+	int read = 0;
+
+	snprintf(tag, sizeof(tag), "lynx[rank %d]", lynx_job_rank() < 0 ? 0 : lynx_job_rank());
+	for (int r = 0; profiles && ranks && r < world; r++) {
+		if (world == 1) {
+			ranks[read++] = &prof.profile;
+			break;
+		}
+		snprintf(path, sizeof(path), "%s/profile.%d.json", prof.out_dir, r);
+		if (lynx_profile_read(path, &profiles[read], why, sizeof(why)))
+			continue;
+		ranks[read] = &profiles[read];
+		read++;
+	}
+	if (!profiles || !ranks)
+		fprintf(stderr, "%s: what-if: out of memory\n", tag);
+	else if (read < world)
+		fprintf(stderr,
+		        "%s: what-if: %d of %d ranks' profiles in %s; run `lynx plan "
+		        "%s/profile.*.json` "
+		        "once all are there\n",
+		        tag, read, world, prof.out_dir, prof.out_dir);
+	else if (lynx_whatif_from_profiles(ranks, (size_t)read, prof.budget, &w, why, sizeof(why)))
+		fprintf(stderr, "%s: what-if: no plan: %s\n", tag, why);
+	else
+		lynx_whatif_print(stderr, tag, &w);
+	for (int r = 0; profiles && r < read && world > 1; r++)
+		lynx_profile_free(&profiles[r]);
+	free(profiles);
+	free(ranks);
+}
+
 void lynx_profiling_at_sync(void)
 {
 	int phase = atomic_load_explicit(&prof.phase, memory_order_acquire);
@@ -467,8 +513,11 @@ void lynx_profiling_at_exit(void)
 	default:
 		break;
 	}
-	if (prof.have_profile)
+	if (prof.have_profile) {
 		lynx_profile_print_summary(stderr, &prof.profile, lynx_job_rank());
+		if (lynx_job_rank() <= 0)
+			print_whatif();
+	}
 	pthread_mutex_unlock(&prof.look);
 }
 

@@ -19,6 +19,7 @@
 #include "../profiler/profile.h" /* not tools/profile.h, which a plain include finds first */
 #include "lynx.h"
 #include "report.h"
+#include "whatif.h"
 
 #define MAX_RANKS 4096
 
@@ -983,6 +984,26 @@ static int read_profiles(struct report *rep)
 	return 0;
 }
 
+/* What Lynx's HEU would save and cost on this job (policy/whatif.h); profiles that do not
+ * make a planning problem (a stage missing, full recompute on) say why instead. */
+static void print_whatif(const struct report *rep)
+{
+	const struct lynx_profile **ranks = calloc(rep->count + 1, sizeof(*ranks));
+	struct lynx_whatif w;
+	char why[256];
+
+	if (!ranks)
+		return;
+	for (size_t i = 0; i < rep->count; i++)
+		ranks[i] = &rep->ranks[i].p;
+	printf("\n");
+	if (lynx_whatif_from_profiles(ranks, rep->count, 0, &w, why, sizeof(why)))
+		printf("what-if: no plan: %s\n", why);
+	else
+		lynx_whatif_print(stdout, "lynx report", &w);
+	free(ranks);
+}
+
 int lynx_report_main(int argc, char **argv)
 {
 	struct report rep = {0};
@@ -1020,6 +1041,7 @@ int lynx_report_main(int argc, char **argv)
 		goto out;
 	}
 	print_tables(&rep);
+	print_whatif(&rep);
 	snprintf(path, sizeof(path), "%s/report.svg", rep.dir);
 	err = write_svg(&rep, path);
 	if (err) {

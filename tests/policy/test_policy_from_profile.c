@@ -21,6 +21,7 @@
 #include "planner.h"
 #include "problem.h"
 #include "profile.h"
+#include "whatif.h"
 
 #define US 1000 /* ns */
 
@@ -561,6 +562,39 @@ static void test_planners_and_checker_run_on_it(void **state)
 	drop(pr);
 }
 
+/* The what-if of profiling-only mode (policy/whatif.h) on the same profile: each rung of the
+ * ladder saves memory against keeping everything and costs no less time, and says whether it
+ * fits; a budget below the static memory gives no row. */
+static void test_whatif_ladder_saves_memory_at_a_cost(void **state)
+{
+	struct lynx_profile *pr = tp_stage();
+	const struct lynx_profile *ranks[] = {pr};
+	struct lynx_whatif w;
+	char why[256];
+
+	if (lynx_whatif_from_profiles(ranks, 1, 0, &w, why, sizeof(why)))
+		fail_msg("what-if: %s", why);
+	assert_int_equal(w.stages, 1);
+	assert_true(w.base_peak > w.static_max);
+	assert_int_equal(w.n_rows, LYNX_WHATIF_MAX_ROWS);
+	/* Keeping a quarter of the activations is below what this layer can reach (its
+	 * inputs stay): that rung says so. */
+	assert_true(w.rows[0].fits);
+	assert_false(w.rows[LYNX_WHATIF_MAX_ROWS - 1].fits);
+	for (size_t i = 0; i < w.n_rows; i++) {
+		assert_true(w.rows[i].fits == (w.rows[i].peak <= w.rows[i].budget_bytes));
+		assert_true(w.rows[i].peak < w.base_peak);
+		assert_true(w.rows[i].step_s >= w.base_step_s * (1 - 1e-12));
+		if (i > 0) /* tighter budgets: no more memory, no less time */
+			assert_true(w.rows[i].peak <= w.rows[i - 1].peak &&
+			            w.rows[i].step_s >= w.rows[i - 1].step_s * (1 - 1e-12));
+	}
+	assert_int_equal(
+	        lynx_whatif_from_profiles(ranks, 1, w.static_max / 2, &w, why, sizeof(why)), 0);
+	assert_int_equal(w.n_rows, 0);
+	drop(pr);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -571,6 +605,7 @@ int main(void)
 	        cmocka_unit_test(test_merges_kernels_and_groups_past_the_limits),
 	        cmocka_unit_test(test_refuses_bad_input_with_a_reason),
 	        cmocka_unit_test(test_planners_and_checker_run_on_it),
+	        cmocka_unit_test(test_whatif_ladder_saves_memory_at_a_cost),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -253,6 +253,9 @@ static void test_profile_mode_matches_simgpu_timeline(void **state)
 	assert_non_null(strstr(o.err, "lynx[rank 0]: "));
 	assert_non_null(strstr(o.err, "lynx[rank 3]: "));
 	assert_non_null(strstr(o.err, "(device time)"));
+	/* Rank 0's what-if over both stages' profiles, with the ladder of budgets. */
+	assert_non_null(strstr(o.err, "lynx[rank 0]: what-if (Lynx HEU over 2 stages"));
+	assert_non_null(strstr(o.err, "% less), iteration +"));
 	release(&o);
 }
 

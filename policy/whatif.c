@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The what-if of profiling-only mode: see whatif.h. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "checker.h"
+#include "planner.h"
+#include "problem.h"
+#include "whatif.h"
+
+/* The activation share of the peak each ladder row keeps. */
+static const double ladder[LYNX_WHATIF_MAX_ROWS] = {0.75, 0.5, 0.25};
+
+/* Runs planner name on the profiles' problem at budget; fills the replayed numbers. */
+static int replay(const struct lynx_profile *const *ranks, size_t n, uint64_t budget,
+                  const char *name, struct lynx_whatif_row *row, struct lynx_problem *keep,
+                  char *why, size_t len)
+{
+	struct lynx_problem_options opt = {.budget_bytes = budget};
+	struct lynx_checker_result r;
+	struct lynx_problem p;
+	struct lynx_plan plan;
+	int err = lynx_problem_from_profile(ranks, n, &opt, &p, why, len);
+
+	if (err)
+		return err;
+	err = lynx_planner_run(lynx_planner_find(name), &p, &plan, why, len);
+	if (!err) {
+		err = lynx_checker_replay(&p, &plan, &r, why, len);
+		if (!err) {
+			row->budget_bytes = p.budget_bytes;
+			row->fits = r.fits;
+			row->step_s = r.step_time_s;
+			row->search_s = plan.search_time_s;
+			row->peak = 0;
+			for (uint32_t s = 0; s < r.n_stages; s++)
+				row->peak =
+				        r.peak_bytes[s] > row->peak ? r.peak_bytes[s] : row->peak;
+			lynx_checker_free(&r);
+		}
+		lynx_plan_free(&plan);
+	}
+	if (!err && keep)
+		*keep = p;
+	else
+		lynx_problem_free(&p);
+	return err;
+}
+
+int lynx_whatif_from_profiles(const struct lynx_profile *const *ranks, size_t n,
+                              uint64_t budget_bytes, struct lynx_whatif *out, char *why, size_t len)
+{
+	struct lynx_whatif_row base;
+	struct lynx_problem p;
+	int err;
+
+	memset(out, 0, sizeof(*out));
+	/* Keeping everything, at the measured peak (from_profile's default budget). */
+	err = replay(ranks, n, 0, "none", &base, &p, why, len);
+	if (err)
+		return err;
+	out->stages = p.n_stages;
+	out->base_step_s = base.step_s;
+	out->base_peak = base.peak;
+	out->static_max = lynx_problem_max_static_bytes(&p);
+	lynx_problem_free(&p);
+
+	for (size_t i = 0; i < (budget_bytes ? 1 : LYNX_WHATIF_MAX_ROWS); i++) {
+		uint64_t budget = budget_bytes;
+		if (!budget) {
+			uint64_t share = out->base_peak > out->static_max
+			                         ? out->base_peak - out->static_max
+			                         : 0;
+			budget = out->static_max + (uint64_t)((double)share * ladder[i]);
+		}
+		err = replay(ranks, n, budget, "heu", &out->rows[out->n_rows], NULL, why, len);
+		if (err == -ENOMEM)
+			return err;
+		/* A budget below some stage's static memory: no plan; the ladder stops. */
+		if (err)
+			break;
+		out->n_rows++;
+	}
+	return 0;
+}
+
+static double mib(uint64_t bytes)
+{
+	return (double)bytes / (1024.0 * 1024.0);
+}
+
+void lynx_whatif_print(FILE *f, const char *tag, const struct lynx_whatif *w)
+{
+	fprintf(f,
+	        "%s: what-if (Lynx HEU over %u stage%s; checker's prediction, optimizer step not "
+	        "included): keeping everything peaks at %.2f MiB, %.3f ms per iteration\n",
+	        tag, w->stages, w->stages == 1 ? "" : "s", mib(w->base_peak), w->base_step_s * 1e3);
+	for (size_t i = 0; i < w->n_rows; i++) {
+		const struct lynx_whatif_row *r = &w->rows[i];
+		double saved =
+		        w->base_peak ? 100.0 * (1.0 - (double)r->peak / (double)w->base_peak) : 0.0;
+		double cost = w->base_step_s > 0 ? 100.0 * (r->step_s / w->base_step_s - 1.0) : 0.0;
+		fprintf(f,
+		        "%s:   budget %8.2f MiB: peak %8.2f MiB (%5.1f%% less), iteration "
+		        "%+.1f%%%s "
+		        "(search %.1f ms)\n",
+		        tag, mib(r->budget_bytes), mib(r->peak), saved, cost,
+		        r->fits ? "" : ", DOES NOT FIT", r->search_s * 1e3);
+	}
+	if (!w->n_rows)
+		fprintf(f, "%s:   no budget below the peak leaves room above the static memory\n",
+		        tag);
+}

@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The what-if of profiling-only mode: from the job's profiles (one per rank), what Lynx's
+ * HEU planner predicts it would save in memory and cost in time, against keeping every
+ * activation. Numbers are the independent checker's replay of each plan on the problem that
+ * lynx_problem_from_profile() builds, so they carry its approximations (no host link, the
+ * optimizer step left out).
+ *
+ * Without a budget, a ladder: the stage peaks' activation share (the peak above the static
+ * memory) cut to 75%, 50% and 25%; with one, that budget alone.
+ */
+#ifndef LYNX_POLICY_WHATIF_H
+#define LYNX_POLICY_WHATIF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+struct lynx_profile; /* profiler/profile.h */
+
+#define LYNX_WHATIF_MAX_ROWS 3
+
+struct lynx_whatif_row {
+	uint64_t budget_bytes;
+	bool fits;       /* by the checker, every stage */
+	double step_s;   /* predicted iteration, optimizer step not included */
+	uint64_t peak;   /* the largest stage peak */
+	double search_s; /* HEU's search time */
+};
+
+struct lynx_whatif {
+	uint32_t stages;
+	double base_step_s;  /* keeping everything */
+	uint64_t base_peak;  /* keeping everything: the largest stage peak */
+	uint64_t static_max; /* the largest stage static memory: no plan goes below it */
+	struct lynx_whatif_row rows[LYNX_WHATIF_MAX_ROWS];
+	size_t n_rows;
+};
+
+/*
+ * Fills out from ranks[0..n) (every pipeline stage's profile at least). budget_bytes 0: the
+ * ladder. Returns 0; -EINVAL with one sentence in why (the profiles do not make a problem:
+ * lynx_problem_from_profile's reasons); -ENOMEM.
+ */
+int lynx_whatif_from_profiles(const struct lynx_profile *const *ranks, size_t n,
+                              uint64_t budget_bytes, struct lynx_whatif *out, char *why,
+                              size_t len);
+
+/* Prints w as a few lines, each starting with tag. */
+void lynx_whatif_print(FILE *f, const char *tag, const struct lynx_whatif *w);
+
+#endif /* LYNX_POLICY_WHATIF_H */
