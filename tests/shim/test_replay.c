@@ -1,0 +1,841 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Tests of kernel replay and verification on simgpu's driver (dlopened from build/simgpu,
+ * reached through cuGetProcAddress like the shim does), with kernels of this file registered
+ * through simgpu's API: redirected replays, pointers inside by-value structs, words left
+ * alone, non-determinism, a pointer read from device memory, in-place accumulation,
+ * temporaries, records that cannot be replayed, and launches that fail.
+ *
+ * Each kernel is first launched for real and recorded the way the shim's launch hook records
+ * it: a recorder event whose payload is the packed parameter bytes (cuFuncGetParamInfo).
+ * simgpu reads SIMGPU_FAULTS once per process, so the failing-launch suite runs in a child
+ * forked before simgpu is loaded.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <dlfcn.h>
+
+#include "../harness.h"
+#include "../simgpu/simgpu.h"
+#include "log.h"
+#include "recorder.h"
+#include "replay.h"
+
+#define N 64 /* floats per test buffer */
+
+static struct lynx_replay_driver driver;
+static PFN_cuStreamCreate_v2000 stream_create;
+static PFN_cuStreamDestroy_v4000 stream_destroy;
+static uint64_t (*call_count)(const char *symbol);
+static void (*memory_stats)(struct simgpu_memory_stats *out);
+
+/* ---- Kernels ----------------------------------------------------------------------------- */
+
+static const void *scale_kernel, *scale_struct_kernel, *add_one_kernel, *stamp_kernel,
+        *fill_through_kernel, *echo_words_kernel, *accumulate_kernel;
+
+/* scale(x, y, a, n): y = a * x. */
+static void scale_body(const struct simgpu_launch_dims *dims, void **params)
+{
+	const float *x = *(const float **)params[0];
+	float *y = *(float **)params[1];
+	float a = *(float *)params[2];
+	int n = *(int *)params[3];
+
+	for (int i = 0; i < n; i++)
+		y[i] = a * x[i];
+}
+
+/* scale_struct(args): the same, with the pointers inside a by-value struct. */
+struct scale_args {
+	const float *x;
+	float *y;
+	float a;
+	int n;
+};
+
+static void scale_struct_body(const struct simgpu_launch_dims *dims, void **params)
+{
+	struct scale_args args = *(struct scale_args *)params[0];
+
+	for (int i = 0; i < args.n; i++)
+		args.y[i] = args.a * args.x[i];
+}
+
+/* add_one(x, y, n): y = x + 1. */
+static void add_one_body(const struct simgpu_launch_dims *dims, void **params)
+{
+	const float *x = *(const float **)params[0];
+	float *y = *(float **)params[1];
+	int n = *(int *)params[2];
+
+	for (int i = 0; i < n; i++)
+		y[i] = x[i] + 1.0f;
+}
+
+/* stamp(counter, out, n): out = ++*counter, everywhere. Not deterministic by design. */
+static void stamp_body(const struct simgpu_launch_dims *dims, void **params)
+{
+	unsigned int *counter = *(unsigned int **)params[0];
+	float *out = *(float **)params[1];
+	int n = *(int *)params[2];
+	float stamp = (float)++*counter;
+
+	for (int i = 0; i < n; i++)
+		out[i] = stamp;
+}
+
+/* fill_through(out_ref, value, n): (*out_ref)[0..n) = value; the output pointer lives in
+ * device memory, like tinytrain's embedding table. */
+static void fill_through_body(const struct simgpu_launch_dims *dims, void **params)
+{
+	float *const *out_ref = *(float *const **)params[0];
+	float value = *(float *)params[1];
+	int n = *(int *)params[2];
+
+	for (int i = 0; i < n; i++)
+		(*out_ref)[i] = value;
+}
+
+/* echo_words(out, a, b, c): out[0..3) = a, b, c, so a test sees the words as launched. */
+static void echo_words_body(const struct simgpu_launch_dims *dims, void **params)
+{
+	uint64_t *out = *(uint64_t **)params[0];
+
+	for (int i = 0; i < 3; i++)
+		out[i] = *(uint64_t *)params[1 + i];
+}
+
+/* accumulate(x, y, n): y += x, in place. */
+static void accumulate_body(const struct simgpu_launch_dims *dims, void **params)
+{
+	const float *x = *(const float **)params[0];
+	float *y = *(float **)params[1];
+	int n = *(int *)params[2];
+
+	for (int i = 0; i < n; i++)
+		y[i] += x[i];
+}
+
+static int register_kernels(const void *(*kernel_register)(const struct simgpu_kernel_desc *))
+{
+	const size_t ptr = sizeof(void *);
+
+	scale_kernel = kernel_register(&(struct simgpu_kernel_desc){
+	        .name = "scale",
+	        .num_params = 4,
+	        .param_sizes = {ptr, ptr, sizeof(float), sizeof(int)},
+	        .body = scale_body,
+	});
+	scale_struct_kernel = kernel_register(&(struct simgpu_kernel_desc){
+	        .name = "scale_struct",
+	        .num_params = 1,
+	        .param_sizes = {sizeof(struct scale_args)},
+	        .body = scale_struct_body,
+	});
+	add_one_kernel = kernel_register(&(struct simgpu_kernel_desc){
+	        .name = "add_one",
+	        .num_params = 3,
+	        .param_sizes = {ptr, ptr, sizeof(int)},
+	        .body = add_one_body,
+	});
+	stamp_kernel = kernel_register(&(struct simgpu_kernel_desc){
+	        .name = "stamp",
+	        .num_params = 3,
+	        .param_sizes = {ptr, ptr, sizeof(int)},
+	        .body = stamp_body,
+	});
+	fill_through_kernel = kernel_register(&(struct simgpu_kernel_desc){
+	        .name = "fill_through",
+	        .num_params = 3,
+	        .param_sizes = {ptr, sizeof(float), sizeof(int)},
+	        .body = fill_through_body,
+	});
+	echo_words_kernel = kernel_register(&(struct simgpu_kernel_desc){
+	        .name = "echo_words",
+	        .num_params = 4,
+	        .param_sizes = {ptr, 8, 8, 8},
+	        .body = echo_words_body,
+	});
+	accumulate_kernel = kernel_register(&(struct simgpu_kernel_desc){
+	        .name = "accumulate",
+	        .num_params = 3,
+	        .param_sizes = {ptr, ptr, sizeof(int)},
+	        .body = accumulate_body,
+	});
+	return scale_kernel && scale_struct_kernel && add_one_kernel && stamp_kernel &&
+	                       fill_through_kernel && echo_words_kernel && accumulate_kernel
+	               ? 0
+	               : -1;
+}
+
+/* ---- simgpu ------------------------------------------------------------------------------ */
+
+typedef CUresult (*get_proc_address_fn)(const char *symbol, void **pfn, int version,
+                                        cuuint64_t flags, CUdriverProcAddressQueryResult *status);
+
+static void *proc_address(const char *symbol, int version, void *arg)
+{
+	get_proc_address_fn get_proc_address = (get_proc_address_fn)arg;
+	CUdriverProcAddressQueryResult status;
+	void *fn = NULL;
+
+	if (get_proc_address(symbol, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) !=
+	            CUDA_SUCCESS ||
+	    status != CU_GET_PROC_ADDRESS_SUCCESS)
+		return NULL;
+	return fn;
+}
+
+/* Loads simgpu's libcuda.so.1, initialises it, fills the replay table and registers the
+ * kernels. Returns 0 or -1. */
+static int simgpu_load(void)
+{
+	char path[1200];
+	void *libcuda;
+	CUresult (*init)(unsigned int);
+	get_proc_address_fn get_proc_address;
+	const void *(*kernel_register)(const struct simgpu_kernel_desc *);
+
+	snprintf(path, sizeof(path), "%s/simgpu/libcuda.so.1", build_dir);
+	libcuda = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!libcuda) {
+		fprintf(stderr, "cannot load %s: %s\n", path, dlerror());
+		return -1;
+	}
+	init = (CUresult(*)(unsigned int))dlsym(libcuda, "cuInit");
+	get_proc_address = (get_proc_address_fn)dlsym(libcuda, "cuGetProcAddress_v2");
+	kernel_register = (const void *(*)(const struct simgpu_kernel_desc *))dlsym(
+	        libcuda, "simgpu_kernel_register");
+	call_count = (uint64_t(*)(const char *))dlsym(libcuda, "simgpu_counter");
+	memory_stats =
+	        (void (*)(struct simgpu_memory_stats *))dlsym(libcuda, "simgpu_memory_stats");
+	if (!init || !get_proc_address || !kernel_register || !call_count || !memory_stats ||
+	    init(0) != CUDA_SUCCESS)
+		return -1;
+	stream_create = (PFN_cuStreamCreate_v2000)proc_address("cuStreamCreate", 2000,
+	                                                       (void *)get_proc_address);
+	stream_destroy = (PFN_cuStreamDestroy_v4000)proc_address("cuStreamDestroy", 4000,
+	                                                         (void *)get_proc_address);
+	if (!stream_create || !stream_destroy ||
+	    lynx_replay_driver_resolve(&driver, proc_address, (void *)get_proc_address))
+		return -1;
+	return register_kernels(kernel_register);
+}
+
+/* ---- Helpers ----------------------------------------------------------------------------- */
+
+static size_t physical_bytes(void)
+{
+	struct simgpu_memory_stats stats;
+
+	memory_stats(&stats);
+	return stats.current_bytes;
+}
+
+static CUdeviceptr device_alloc(size_t bytes)
+{
+	CUdeviceptr ptr = 0;
+
+	assert_int_equal(driver.mem_alloc(&ptr, bytes), CUDA_SUCCESS);
+	return ptr;
+}
+
+static void upload(CUstream stream, CUdeviceptr dst, const void *src, size_t bytes)
+{
+	assert_int_equal(driver.memcpy_htod_async(dst, src, bytes, stream), CUDA_SUCCESS);
+	assert_int_equal(driver.stream_synchronize(stream), CUDA_SUCCESS);
+}
+
+static void download(CUstream stream, void *dst, CUdeviceptr src, size_t bytes)
+{
+	assert_int_equal(driver.memcpy_dtoh_async(dst, src, bytes, stream), CUDA_SUCCESS);
+	assert_int_equal(driver.stream_synchronize(stream), CUDA_SUCCESS);
+}
+
+/* Floats with every mantissa bit in play, so that a replay that is merely close shows. */
+static void inputs(float *x)
+{
+	for (int i = 0; i < N; i++)
+		x[i] = (float)i * 0.3713f + 1.0f / 3.0f;
+}
+
+/* A launch recorded as the shim records it: an event, the packed parameters after it. */
+struct recording {
+	struct lynx_event event;
+	unsigned char payload[256];
+};
+
+/* Launches kernel on stream with args, records it into *rec and fills *kernel from the
+ * record. */
+static void launch_recorded(CUstream stream, const void *kernel, void **args, struct recording *rec,
+                            struct lynx_replay_kernel *out)
+{
+	CUfunction f = (CUfunction)(uintptr_t)kernel;
+	uint32_t count = 0, bytes = 0;
+	size_t offset, size;
+
+	memset(rec, 0, sizeof(*rec));
+	while (driver.func_get_param_info(f, count, &offset, &size) == CUDA_SUCCESS) {
+		assert_true(offset + size <= sizeof(rec->payload));
+		memcpy(rec->payload + offset, args[count], size);
+		if (offset + size > bytes)
+			bytes = (uint32_t)(offset + size);
+		count++;
+	}
+	rec->event.kind = LYNX_EV_LAUNCH;
+	rec->event.u.launch.function = (uint64_t)(uintptr_t)kernel;
+	for (int i = 0; i < 3; i++)
+		rec->event.u.launch.grid[i] = rec->event.u.launch.block[i] = 1;
+	rec->event.u.launch.param_count = count;
+	rec->event.u.launch.param_bytes = bytes;
+	assert_int_equal(driver.launch_kernel(f, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL),
+	                 CUDA_SUCCESS);
+	assert_int_equal(driver.stream_synchronize(stream), CUDA_SUCCESS);
+	assert_true(lynx_replay_kernel_from_event(&rec->event, out));
+	assert_ptr_equal(out->params, rec->payload);
+}
+
+static struct lynx_replay_segment *segment_of(const struct lynx_replay_kernel *kernels,
+                                              size_t count)
+{
+	struct lynx_replay_segment *segment = NULL;
+
+	assert_int_equal(lynx_replay_segment_create(&driver, kernels, count, &segment), 0);
+	assert_non_null(segment);
+	assert_int_equal(lynx_replay_segment_kernels(segment), count);
+	return segment;
+}
+
+struct fixture {
+	CUstream stream;
+	size_t physical_before;
+};
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+
+	if (!f || stream_create(&f->stream, 0) != CUDA_SUCCESS) {
+		free(f);
+		return -1;
+	}
+	f->physical_before = physical_bytes();
+	*state = f;
+	return 0;
+}
+
+/* Fails if a test left device memory behind: verification's own scratch included. */
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+	size_t leaked = physical_bytes() - f->physical_before;
+	CUresult destroyed = stream_destroy(f->stream);
+
+	free(f);
+	if (leaked || destroyed != CUDA_SUCCESS) {
+		fprintf(stderr, "%zu bytes of device memory left, stream destroy %d\n", leaked,
+		        (int)destroyed);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- Tests ------------------------------------------------------------------------------- */
+
+static void test_a_redirected_replay_reproduces_bit_for_bit(void **state)
+{
+	struct fixture *f = *state;
+	CUdeviceptr x = device_alloc(N * 4), y = device_alloc(N * 4), z = device_alloc(N * 4);
+	float a = 1.7f, host_x[N], host_y[N], host_z[N], after[N];
+	int n = N;
+	struct recording rec;
+	struct lynx_replay_kernel kernel;
+	struct lynx_replay_check check;
+	struct lynx_replay_stats stats;
+
+	inputs(host_x);
+	upload(f->stream, x, host_x, sizeof(host_x));
+	launch_recorded(f->stream, scale_kernel, (void *[]){&x, &y, &a, &n}, &rec, &kernel);
+	download(f->stream, host_y, y, sizeof(host_y));
+	struct lynx_replay_segment *segment = segment_of(&kernel, 1);
+	assert_null(lynx_replay_segment_unsupported(segment, NULL));
+
+	/* Verification, with scratch of its own: y redirected, x read in place. */
+	assert_int_equal(lynx_replay_verify(segment, f->stream,
+	                                    &(struct lynx_replay_range){y, N * 4}, NULL, 1, NULL, 0,
+	                                    &check),
+	                 LYNX_REPLAY_REPRODUCES);
+	assert_int_equal(check.verdict, LYNX_REPLAY_REPRODUCES);
+	assert_int_equal(check.rewritten, 1);
+	assert_false(check.restore_failed);
+	assert_non_null(strstr(check.reason, "bit for bit"));
+	download(f->stream, after, y, sizeof(after));
+	assert_memory_equal(after, host_y, sizeof(after));
+
+	/* A plain replay into z gives y's bytes, and leaves y alone. */
+	memset(host_z, 0, sizeof(host_z));
+	upload(f->stream, z, host_z, sizeof(host_z));
+	assert_int_equal(lynx_replay_launch(segment, f->stream,
+	                                    &(struct lynx_replay_redirect){y, N * 4, z}, 1, &stats),
+	                 0);
+	assert_int_equal(driver.stream_synchronize(f->stream), CUDA_SUCCESS);
+	assert_int_equal(stats.rewritten, 1);
+	assert_int_equal(stats.launched, 1);
+	assert_int_equal(stats.error, CUDA_SUCCESS);
+	download(f->stream, host_z, z, sizeof(host_z));
+	assert_memory_equal(host_z, host_y, sizeof(host_z));
+
+	/* The record's bytes are the segment's own copy: the caller may reuse them. */
+	memset(rec.payload, 0, sizeof(rec.payload));
+	assert_int_equal(lynx_replay_verify(segment, f->stream,
+	                                    &(struct lynx_replay_range){y, N * 4}, &z, 1, NULL, 0,
+	                                    &check),
+	                 LYNX_REPLAY_REPRODUCES);
+
+	lynx_replay_segment_destroy(segment);
+	driver.mem_free(x);
+	driver.mem_free(y);
+	driver.mem_free(z);
+}
+
+static void test_a_pointer_inside_a_by_value_struct_is_redirected(void **state)
+{
+	struct fixture *f = *state;
+	CUdeviceptr x = device_alloc(N * 4), y = device_alloc(N * 4), z = device_alloc(N * 4);
+	struct scale_args args = {(const float *)x, (float *)y, 2.5f, N};
+	float host_x[N], host_y[N], host_z[N], sentinel[N];
+	struct recording rec;
+	struct lynx_replay_kernel kernel;
+	struct lynx_replay_check check;
+	struct lynx_replay_stats stats;
+
+	inputs(host_x);
+	upload(f->stream, x, host_x, sizeof(host_x));
+	launch_recorded(f->stream, scale_struct_kernel, (void *[]){&args}, &rec, &kernel);
+	assert_int_equal(kernel.param_count, 1);
+	assert_int_equal(kernel.param_bytes, sizeof(struct scale_args));
+	download(f->stream, host_y, y, sizeof(host_y));
+	struct lynx_replay_segment *segment = segment_of(&kernel, 1);
+
+	assert_int_equal(lynx_replay_verify(segment, f->stream,
+	                                    &(struct lynx_replay_range){y, N * 4}, NULL, 1, NULL, 0,
+	                                    &check),
+	                 LYNX_REPLAY_REPRODUCES);
+	assert_int_equal(check.rewritten, 1);
+
+	/* y now holds something else (its address reused): the replay writes z only. */
+	for (int i = 0; i < N; i++)
+		sentinel[i] = -1.0f;
+	upload(f->stream, y, sentinel, sizeof(sentinel));
+	assert_int_equal(lynx_replay_launch(segment, f->stream,
+	                                    &(struct lynx_replay_redirect){y, N * 4, z}, 1, &stats),
+	                 0);
+	assert_int_equal(driver.stream_synchronize(f->stream), CUDA_SUCCESS);
+	assert_int_equal(stats.rewritten, 1);
+	download(f->stream, host_z, z, sizeof(host_z));
+	assert_memory_equal(host_z, host_y, sizeof(host_z));
+	download(f->stream, host_y, y, sizeof(host_y));
+	assert_memory_equal(host_y, sentinel, sizeof(host_y));
+
+	lynx_replay_segment_destroy(segment);
+	driver.mem_free(x);
+	driver.mem_free(y);
+	driver.mem_free(z);
+}
+
+static void test_words_outside_every_from_range_are_left_alone(void **state)
+{
+	struct fixture *f = *state;
+	CUdeviceptr out = device_alloc(24), other = device_alloc(64), z = device_alloc(24);
+	/* a: inside out (redirected to the same offset in z); b: one past out's end; c: another
+	 * allocation. b and c look like pointers but lie in no from-range. */
+	uint64_t a = out + 8, b = out + 24, c = other + 8;
+	uint64_t words[3], zero[3] = {0};
+	struct recording rec;
+	struct lynx_replay_kernel kernel;
+	struct lynx_replay_stats stats;
+
+	launch_recorded(f->stream, echo_words_kernel, (void *[]){&out, &a, &b, &c}, &rec, &kernel);
+	download(f->stream, words, out, sizeof(words));
+	assert_int_equal(words[0], a);
+	assert_int_equal(words[2], c);
+	struct lynx_replay_segment *segment = segment_of(&kernel, 1);
+
+	upload(f->stream, z, zero, sizeof(zero));
+	assert_int_equal(lynx_replay_launch(segment, f->stream,
+	                                    &(struct lynx_replay_redirect){out, 24, z}, 1, &stats),
+	                 0);
+	assert_int_equal(driver.stream_synchronize(f->stream), CUDA_SUCCESS);
+	assert_int_equal(stats.rewritten, 2); /* out itself, and a */
+	download(f->stream, words, z, sizeof(words));
+	assert_int_equal(words[0], z + 8);
+	assert_int_equal(words[1], b);
+	assert_int_equal(words[2], c);
+
+	lynx_replay_segment_destroy(segment);
+	driver.mem_free(out);
+	driver.mem_free(other);
+	driver.mem_free(z);
+}
+
+static void test_a_nondeterministic_kernel_differs(void **state)
+{
+	struct fixture *f = *state;
+	CUdeviceptr counter = device_alloc(4), out = device_alloc(N * 4);
+	unsigned int zero = 0, count;
+	int n = N;
+	float host_out[N];
+	struct recording rec;
+	struct lynx_replay_kernel kernel;
+	struct lynx_replay_check check;
+
+	upload(f->stream, counter, &zero, sizeof(zero));
+	launch_recorded(f->stream, stamp_kernel, (void *[]){&counter, &out, &n}, &rec, &kernel);
+	struct lynx_replay_segment *segment = segment_of(&kernel, 1);
+
+	assert_int_equal(lynx_replay_verify(segment, f->stream,
+	                                    &(struct lynx_replay_range){out, N * 4}, NULL, 1, NULL,
+	                                    0, &check),
+	                 LYNX_REPLAY_DIFFERS);
+	assert_int_equal(check.output, 0);
+	/* 1.0f is 00 00 80 3f and 2.0f is 00 00 00 40, little-endian: byte 2 differs first. */
+	assert_int_equal(check.offset, 2);
+	assert_non_null(strstr(check.reason, "output 0 differs"));
+	/* The counter is read in place (it is no output): the replay did increment it. */
+	download(f->stream, &count, counter, sizeof(count));
+	assert_int_equal(count, 2);
+	download(f->stream, host_out, out, sizeof(host_out));
+	for (int i = 0; i < N; i++)
+		assert_true(host_out[i] == 1.0f);
+
+	lynx_replay_segment_destroy(segment);
+	driver.mem_free(counter);
+	driver.mem_free(out);
+}
+
+static void test_an_output_pointer_read_from_device_memory_is_caught_and_undone(void **state)
+{
+	struct fixture *f = *state;
+	CUdeviceptr out = device_alloc(N * 4), ref = device_alloc(sizeof(CUdeviceptr));
+	float value = 3.25f, before[N], after[N];
+	int n = N;
+	struct recording rec;
+	struct lynx_replay_kernel kernel;
+	struct lynx_replay_check check;
+
+	upload(f->stream, ref, &out, sizeof(out));
+	launch_recorded(f->stream, fill_through_kernel, (void *[]){&ref, &value, &n}, &rec,
+	                &kernel);
+	download(f->stream, before, out, sizeof(before));
+	struct lynx_replay_segment *segment = segment_of(&kernel, 1);
+
+	assert_int_equal(lynx_replay_verify(segment, f->stream,
+	                                    &(struct lynx_replay_range){out, N * 4}, NULL, 1, NULL,
+	                                    0, &check),
+	                 LYNX_REPLAY_WRITES_THROUGH_DEVICE_POINTER);
+	assert_int_equal(check.output, 0);
+	assert_int_equal(check.offset, 0);
+	assert_int_equal(check.rewritten, 0); /* ref is an input, read in place */
+	assert_false(check.restore_failed);
+	assert_non_null(strstr(check.reason, "reads a pointer from device memory"));
+	download(f->stream, after, out, sizeof(after));
+	assert_memory_equal(after, before, sizeof(after));
+
+	lynx_replay_segment_destroy(segment);
+	driver.mem_free(out);
+	driver.mem_free(ref);
+}
+
+static void test_an_in_place_accumulation_differs_and_keeps_the_original(void **state)
+{
+	struct fixture *f = *state;
+	CUdeviceptr x = device_alloc(N * 4), y = device_alloc(N * 4);
+	float host_x[N], before[N], after[N];
+	int n = N;
+	struct recording rec;
+	struct lynx_replay_kernel kernel;
+	struct lynx_replay_check check;
+
+	inputs(host_x);
+	upload(f->stream, x, host_x, sizeof(host_x));
+	upload(f->stream, y, host_x, sizeof(host_x));
+	launch_recorded(f->stream, accumulate_kernel, (void *[]){&x, &y, &n}, &rec, &kernel);
+	download(f->stream, before, y, sizeof(before));
+	struct lynx_replay_segment *segment = segment_of(&kernel, 1);
+
+	assert_int_equal(lynx_replay_verify(segment, f->stream,
+	                                    &(struct lynx_replay_range){y, N * 4}, NULL, 1, NULL, 0,
+	                                    &check),
+	                 LYNX_REPLAY_DIFFERS);
+	download(f->stream, after, y, sizeof(after));
+	assert_memory_equal(after, before, sizeof(after));
+
+	lynx_replay_segment_destroy(segment);
+	driver.mem_free(x);
+	driver.mem_free(y);
+}
+
+/* Two kernels, x -> tmp -> y, with tmp's address reused after the segment ran. */
+struct two_kernel_segment {
+	CUdeviceptr x, tmp, y;
+	float host_y[N];
+	struct recording rec[2];
+	struct lynx_replay_kernel kernels[2];
+};
+
+static void run_two_kernels(CUstream stream, struct two_kernel_segment *s)
+{
+	float a = 2.0f, host_x[N];
+	int n = N;
+
+	s->x = device_alloc(N * 4);
+	s->tmp = device_alloc(N * 4);
+	s->y = device_alloc(N * 4);
+	inputs(host_x);
+	upload(stream, s->x, host_x, sizeof(host_x));
+	launch_recorded(stream, scale_kernel, (void *[]){&s->x, &s->tmp, &a, &n}, &s->rec[0],
+	                &s->kernels[0]);
+	launch_recorded(stream, add_one_kernel, (void *[]){&s->tmp, &s->y, &n}, &s->rec[1],
+	                &s->kernels[1]);
+	download(stream, s->host_y, s->y, sizeof(s->host_y));
+}
+
+static void free_two_kernels(struct two_kernel_segment *s)
+{
+	driver.mem_free(s->x);
+	driver.mem_free(s->tmp);
+	driver.mem_free(s->y);
+}
+
+static void test_temporaries_are_redirected_to_scratch(void **state)
+{
+	struct fixture *f = *state;
+	struct two_kernel_segment s;
+	float sentinel[N], host_tmp[N], after[N];
+	struct lynx_replay_check check;
+
+	run_two_kernels(f->stream, &s);
+	for (int i = 0; i < N; i++)
+		sentinel[i] = -7.0f;
+	upload(f->stream, s.tmp, sentinel, sizeof(sentinel));
+	CUdeviceptr tmp_scratch = device_alloc(N * 4);
+	struct lynx_replay_segment *segment = segment_of(s.kernels, 2);
+
+	assert_int_equal(lynx_replay_verify(
+	                         segment, f->stream, &(struct lynx_replay_range){s.y, N * 4}, NULL,
+	                         1, &(struct lynx_replay_redirect){s.tmp, N * 4, tmp_scratch}, 1,
+	                         &check),
+	                 LYNX_REPLAY_REPRODUCES);
+	assert_int_equal(check.rewritten, 3); /* tmp twice, y once */
+	download(f->stream, host_tmp, s.tmp, sizeof(host_tmp));
+	assert_memory_equal(host_tmp, sentinel, sizeof(host_tmp));
+	download(f->stream, after, s.y, sizeof(after));
+	assert_memory_equal(after, s.host_y, sizeof(after));
+
+	lynx_replay_segment_destroy(segment);
+	driver.mem_free(tmp_scratch);
+	free_two_kernels(&s);
+}
+
+static void test_records_that_cannot_be_replayed_launch_nothing(void **state)
+{
+	struct fixture *f = *state;
+	struct two_kernel_segment s;
+	struct lynx_replay_kernel broken[2];
+	struct lynx_replay_segment *segment;
+	struct lynx_replay_check check;
+	struct lynx_replay_stats stats;
+	const char *why;
+	size_t which = 99;
+
+	run_two_kernels(f->stream, &s);
+	uint64_t launches = call_count("cuLaunchKernel");
+
+	/* No parameter bytes (a launch the hook could not capture), in the second kernel. */
+	memcpy(broken, s.kernels, sizeof(broken));
+	broken[1].params = NULL;
+	segment = segment_of(broken, 2);
+	why = lynx_replay_segment_unsupported(segment, &which);
+	assert_non_null(why);
+	assert_string_equal(why, "no recorded parameter bytes");
+	assert_int_equal(which, 1);
+	assert_int_equal(lynx_replay_launch(segment, f->stream, NULL, 0, &stats), -ENOTSUP);
+	assert_int_equal(stats.launched, 0);
+	assert_int_equal(lynx_replay_verify(segment, f->stream,
+	                                    &(struct lynx_replay_range){s.y, N * 4}, NULL, 1, NULL,
+	                                    0, &check),
+	                 LYNX_REPLAY_UNSUPPORTED);
+	assert_int_equal(check.kernel, 1);
+	assert_non_null(strstr(check.reason, "kernel 1 cannot be replayed"));
+	lynx_replay_segment_destroy(segment);
+
+	/* Parameters beyond the recorded bytes (a truncated payload). */
+	memcpy(broken, s.kernels, sizeof(broken));
+	broken[0].param_bytes = 12;
+	segment = segment_of(broken, 2);
+	why = lynx_replay_segment_unsupported(segment, &which);
+	assert_non_null(why);
+	assert_string_equal(why, "parameters beyond the recorded bytes");
+	assert_int_equal(which, 0);
+	lynx_replay_segment_destroy(segment);
+
+	/* A record that saw fewer parameters than the function has. */
+	memcpy(broken, s.kernels, sizeof(broken));
+	broken[1].param_count = 2;
+	segment = segment_of(broken, 2);
+	why = lynx_replay_segment_unsupported(segment, &which);
+	assert_non_null(why);
+	assert_string_equal(why, "the function has more parameters than recorded");
+	lynx_replay_segment_destroy(segment);
+
+	/* A handle the driver does not know. */
+	memcpy(broken, s.kernels, sizeof(broken));
+	broken[0].function = (CUfunction)(uintptr_t)&which;
+	segment = segment_of(broken, 2);
+	why = lynx_replay_segment_unsupported(segment, &which);
+	assert_non_null(why);
+	assert_string_equal(why, "the driver gives no parameter layout for the function");
+	lynx_replay_segment_destroy(segment);
+
+	assert_int_equal(call_count("cuLaunchKernel"), launches);
+	free_two_kernels(&s);
+}
+
+static void test_bad_arguments_are_refused(void **state)
+{
+	struct fixture *f = *state;
+	struct two_kernel_segment s;
+	struct lynx_replay_driver incomplete = driver;
+	struct lynx_replay_segment *segment = NULL;
+	struct lynx_replay_check check;
+	uint64_t launches;
+
+	run_two_kernels(f->stream, &s);
+	launches = call_count("cuLaunchKernel");
+	incomplete.mem_free = NULL;
+	assert_int_equal(lynx_replay_segment_create(&incomplete, s.kernels, 2, &segment), -EINVAL);
+	assert_null(segment);
+	assert_int_equal(lynx_replay_segment_create(&driver, s.kernels, 0, &segment), -EINVAL);
+	segment = segment_of(s.kernels, 2);
+
+	/* A redirect from 0 would capture every null pointer. */
+	assert_int_equal(lynx_replay_launch(segment, f->stream,
+	                                    &(struct lynx_replay_redirect){0, 4096, s.y}, 1, NULL),
+	                 -EINVAL);
+	assert_int_equal(
+	        lynx_replay_verify(segment, f->stream,
+	                           (struct lynx_replay_range[]){{s.y, N * 4}, {s.y + 4, 4}}, NULL,
+	                           2, NULL, 0, &check),
+	        LYNX_REPLAY_INVALID);
+	assert_non_null(strstr(check.reason, "overlap"));
+	assert_int_equal(call_count("cuLaunchKernel"), launches);
+
+	assert_string_equal(lynx_replay_verdict_name(LYNX_REPLAY_WRITES_THROUGH_DEVICE_POINTER),
+	                    "WRITES_THROUGH_DEVICE_POINTER");
+	assert_string_equal(lynx_replay_verdict_name(LYNX_REPLAY_VERDICT_COUNT), "UNKNOWN");
+	assert_non_null(strstr(lynx_replay_verdict_text(LYNX_REPLAY_REPRODUCES), "bit for bit"));
+
+	struct lynx_event alloc = {.kind = LYNX_EV_ALLOC};
+	struct lynx_replay_kernel unused;
+	assert_false(lynx_replay_kernel_from_event(&alloc, &unused));
+
+	lynx_replay_segment_destroy(segment);
+	free_two_kernels(&s);
+}
+
+/* In the child with SIMGPU_FAULTS=cuLaunchKernel@4=719: the two original launches are calls
+ * 1 and 2, the replay's are 3 and 4. */
+static void test_a_failing_launch_is_reported_and_the_original_restored(void **state)
+{
+	struct fixture *f = *state;
+	struct two_kernel_segment s;
+	struct lynx_replay_check check;
+	float after[N];
+
+	run_two_kernels(f->stream, &s);
+	assert_int_equal(call_count("cuLaunchKernel"), 2);
+	struct lynx_replay_segment *segment = segment_of(s.kernels, 2);
+	CUdeviceptr tmp_scratch = device_alloc(N * 4);
+
+	assert_int_equal(lynx_replay_verify(
+	                         segment, f->stream, &(struct lynx_replay_range){s.y, N * 4}, NULL,
+	                         1, &(struct lynx_replay_redirect){s.tmp, N * 4, tmp_scratch}, 1,
+	                         &check),
+	                 LYNX_REPLAY_LAUNCH_FAILED);
+	assert_int_equal(check.kernel, 1);
+	assert_int_equal(check.error, CUDA_ERROR_LAUNCH_FAILED);
+	assert_false(check.restore_failed);
+	assert_non_null(strstr(check.reason, "kernel 1"));
+	assert_int_equal(call_count("cuLaunchKernel"), 4);
+	download(f->stream, after, s.y, sizeof(after));
+	assert_memory_equal(after, s.host_y, sizeof(after));
+
+	lynx_replay_segment_destroy(segment);
+	driver.mem_free(tmp_scratch);
+	free_two_kernels(&s);
+}
+
+static int run_suite(const char *name, const struct CMUnitTest *tests, size_t count)
+{
+	if (simgpu_load()) {
+		fprintf(stderr, "%s: cannot load simgpu from %s/simgpu\n", name, build_dir);
+		return 1;
+	}
+	return _cmocka_run_group_tests(name, tests, count, NULL, NULL);
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test_setup_teardown(test_a_redirected_replay_reproduces_bit_for_bit,
+	                                        setup, teardown),
+	        cmocka_unit_test_setup_teardown(
+	                test_a_pointer_inside_a_by_value_struct_is_redirected, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_words_outside_every_from_range_are_left_alone,
+	                                        setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_a_nondeterministic_kernel_differs, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(
+	                test_an_output_pointer_read_from_device_memory_is_caught_and_undone, setup,
+	                teardown),
+	        cmocka_unit_test_setup_teardown(
+	                test_an_in_place_accumulation_differs_and_keeps_the_original, setup,
+	                teardown),
+	        cmocka_unit_test_setup_teardown(test_temporaries_are_redirected_to_scratch, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_records_that_cannot_be_replayed_launch_nothing,
+	                                        setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_bad_arguments_are_refused, setup, teardown),
+	};
+	const struct CMUnitTest faulty[] = {
+	        cmocka_unit_test_setup_teardown(
+	                test_a_failing_launch_is_reported_and_the_original_restored, setup,
+	                teardown),
+	};
+	int status = 0, failed;
+	pid_t child;
+
+	if (harness_init(argv[0], "test-replay"))
+		return 1;
+	lynx_log_open(LYNX_LOG_ERROR, NULL);
+	fflush(NULL);
+	child = fork();
+	if (child == 0) {
+		setenv("SIMGPU_FAULTS", "cuLaunchKernel@4=719", 1);
+		exit(run_suite("replay_launch_faults", faulty, sizeof(faulty) / sizeof(faulty[0])));
+	}
+	if (child < 0 || waitpid(child, &status, 0) != child)
+		return harness_finish(1);
+	failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+	failed |= run_suite("replay", tests, sizeof(tests) / sizeof(tests[0])) != 0;
+	return harness_finish(failed);
+}
