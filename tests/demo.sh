@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# The demo: the main job on the simulated GPU. Today that is tinytrain with its own
-# recompute baselines; later issues put it under liblynx (profile, then recompute).
+# The demo: the main job on the simulated GPU. tinytrain with its own recompute baselines,
+# then under liblynx.so in profiling-only mode (the profile, the summary, the what-if and
+# lynx report). Recompute mode comes with issue 7.
 set -euo pipefail
 BUILD=${BUILD:-build}
 TT="$BUILD/bin/tinytrain"
-ARGS=(--nproc 4 --pp 2 --tp 2 --dp 1 --layers 8 --microbatches 4 --steps 2
-	--virtual-model gpt-1.3b)
+LYNX="$BUILD/bin/lynx"
+ARGS=(--nproc 4 --pp 2 --tp 2 --dp 1 --layers 8 --microbatches 4 --virtual-model gpt-1.3b)
 
-echo "== tinytrain ${ARGS[*]} (4 ranks on simgpu, virtual GPT-1.3B costs)"
-"$TT" "${ARGS[@]}"
+echo "== tinytrain ${ARGS[*]} --steps 2 (4 ranks on simgpu, virtual GPT-1.3B costs)"
+"$TT" "${ARGS[@]}" --steps 2
 echo
 echo "== its recompute baselines, step 1 of rank 0 (first pipeline stage):"
 printf '%-10s %12s %16s %18s\n' recompute peak_bytes step_time_ns grad_hash
 for mode in none selective full; do
-	"$TT" "${ARGS[@]}" --recompute "$mode" |
+	"$TT" "${ARGS[@]}" --steps 2 --recompute "$mode" |
 		awk -v mode="$mode" -F'[:,}"]+' '/"step":1,"rank":0,/ {
 			for (i = 1; i < NF; i++) v[$i] = $(i + 1)
 			printf "%-10s %12s %16s %18s\n", mode, v["peak_bytes"], v["step_time_ns"], v["grad_hash"]
@@ -21,7 +22,20 @@ for mode in none selective full; do
 done
 echo "(same grad_hash: recompute changes memory and time, never results)"
 echo
-echo "== simgpu's two-rank example, with a Chrome trace of its virtual timeline"
-rm -f "$BUILD"/demo-trace.*.json
-SIMGPU_TRACE="$BUILD/demo-trace" "$BUILD/bin/simgpu_example" 2
-ls "$BUILD"/demo-trace.*.json
+out="$BUILD/demo-out"
+rm -rf "$out"
+echo "== the same job under liblynx.so, profiling only: lynx run --mode profile --out $out"
+echo "   (warm-up learns iterations, layers, saved activations and windows, timed on the"
+echo "   device; rank 0 ends with the what-if of Lynx's HEU planner)"
+LD_LIBRARY_PATH="$BUILD/simgpu" "$LYNX" run --mode profile --out "$out" -- \
+	"$TT" "${ARGS[@]}" --steps 8 >"$out.steps.jsonl"
+echo "(training output, identical in loss and gradients to the run without Lynx: $out.steps.jsonl)"
+echo
+echo "== lynx report $out"
+"$LYNX" report "$out"
+echo
+echo "== lynx plan $out/profile.*.json --budget 2150K (HEU, the plan file and its prediction)"
+"$LYNX" plan "$out"/profile.*.json --budget 2150K --out "$out/plan.json" | head -4
+echo
+echo "Open $out/trace.0.json in ui.perfetto.dev for rank 0's warm-up timeline;"
+echo "$out/report.svg plots memory and stream use per rank."
