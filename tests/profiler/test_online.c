@@ -5,6 +5,8 @@
  * warm-up. The profile is checked against the ground truth of simgpu's own timeline
  * (SIMGPU_TRACE, one Chrome trace per rank process), never against constants:
  *  - every rank finds the iteration and exactly L/pp layers, with device times;
+ *  - each layer's saved-activation bytes are exactly tinytrain's own count (--report-saved),
+ *    here and under selective and full recompute;
  *  - each layer's forward and backward time is within 2% of the span of the same kernel
  *    sequence on simgpu's compute track;
  *  - every tensor-parallel window's duration and compute-idle time are within 2% of the
@@ -38,7 +40,7 @@
 #define STEPS 8
 #define TRAINER_ARGS                                                                      \
 	"build/bin/tinytrain --nproc 4 --pp 2 --tp 2 --dp 1 --layers 8 --microbatches 4 " \
-	"--steps 8"
+	"--steps 8 --report-saved"
 
 /* A slice of simgpu's timeline, in ns. */
 struct slice {
@@ -160,7 +162,28 @@ static struct output run_profiled(void)
 	return run(env, TRAINER_ARGS);
 }
 
-static void check_rank(int rank)
+/* tinytrain's own count of the bytes each local layer's forward keeps (--report-saved):
+ * the line {"step":-1,"rank":R,"saved_layer_bytes":[...]}. Returns how many it read. */
+static size_t saved_truth(const char *out, int rank, uint64_t *bytes, size_t max)
+{
+	char key[64];
+	const char *p;
+	size_t n = 0;
+
+	snprintf(key, sizeof(key), "{\"step\":-1,\"rank\":%d,\"saved_layer_bytes\":[", rank);
+	p = strstr(out, key);
+	if (!p)
+		return 0;
+	p += strlen(key);
+	while (n < max && *p && *p != ']') {
+		char *end;
+		bytes[n++] = strtoull(p, &end, 10);
+		p = *end == ',' ? end + 1 : end;
+	}
+	return n;
+}
+
+static void check_rank(int rank, const char *trainer_out)
 {
 	char path[1500];
 	struct lynx_profile p;
@@ -178,6 +201,12 @@ static void check_rank(int rank)
 	assert_int_equal(p.iteration.time.source, LYNX_PROFILE_SOURCE_DEVICE);
 	/* Stage 0 of 2 runs one warm-up forward; the last stage none. */
 	assert_int_equal(p.warmup_forwards, rank / TP == 0 ? 1 : 0);
+
+	/* Saved-activation bytes per layer: exactly what tinytrain keeps. */
+	uint64_t truth[LAYERS];
+	assert_int_equal(saved_truth(trainer_out, rank, truth, LAYERS), p.layer_count);
+	for (size_t l = 0; l < p.layer_count; l++)
+		assert_int_equal(p.layers[l].saved_bytes, truth[l]);
 
 	snprintf(path, sizeof(path), "%s/simgpu.%d.json", out_dir, p.env.pid);
 	timeline_read(path, &tl);
@@ -248,7 +277,7 @@ static void test_profile_mode_matches_simgpu_timeline(void **state)
 
 	assert_int_equal(o.exit_code, 0);
 	for (int rank = 0; rank < PP * TP; rank++)
-		check_rank(rank);
+		check_rank(rank, o.out);
 	/* The summary at exit, once per rank. */
 	assert_non_null(strstr(o.err, "lynx[rank 0]: "));
 	assert_non_null(strstr(o.err, "lynx[rank 3]: "));
@@ -271,6 +300,10 @@ static size_t parse_lines(const char *text, struct step_line *lines, size_t max)
 
 	for (const char *line = text; *line && n < max;) {
 		const char *end = strchr(line, '\n');
+		if (!strncmp(line, "{\"step\":-1,", strlen("{\"step\":-1,"))) { /* saved bytes */
+			line = end ? end + 1 : line + strlen(line);
+			continue;
+		}
 		const char *t = strstr(line, ",\"step_time_ns\":");
 		assert_non_null(t);
 		snprintf(lines[n].results, sizeof(lines[n].results), "%.*s", (int)(t - line), line);
@@ -311,16 +344,19 @@ static void test_profile_mode_leaves_results_unchanged(void **state)
 	release(&profiled);
 }
 
-/* Pipeline-only and data-parallel-only layouts, under Megatron's full recompute: every rank
- * still finds its L/pp layers, device-timed, and sees the rerun forwards. */
+/* Pipeline-only and data-parallel-only layouts under Megatron's full recompute, and
+ * selective recompute: every rank still finds its L/pp layers, device-timed, sees the rerun
+ * forwards where there are some, and counts exactly the bytes tinytrain keeps. */
 static void test_profile_mode_finds_layers_in_other_layouts(void **state)
 {
 	const struct {
-		const char *args;
+		const char *args, *recompute;
 		int ranks, layers;
+		bool rerun;
 	} layouts[] = {
-	        {"--nproc 4 --pp 4 --tp 1 --dp 1", 4, LAYERS / 4},
-	        {"--nproc 4 --pp 1 --tp 1 --dp 4", 4, LAYERS},
+	        {"--nproc 4 --pp 4 --tp 1 --dp 1", "full", 4, LAYERS / 4, true},
+	        {"--nproc 4 --pp 1 --tp 1 --dp 4", "full", 4, LAYERS, true},
+	        {"--nproc 4 --pp 2 --tp 2 --dp 1", "selective", 4, LAYERS / 2, false},
 	};
 
 	for (size_t l = 0; l < sizeof(layouts) / sizeof(layouts[0]); l++) {
@@ -331,8 +367,8 @@ static void test_profile_mode_finds_layers_in_other_layouts(void **state)
 		         out_dir);
 		snprintf(cmd, sizeof(cmd),
 		         "build/bin/tinytrain %s --layers 8 --microbatches 4 --steps 8 "
-		         "--recompute full",
-		         layouts[l].args);
+		         "--recompute %s --report-saved",
+		         layouts[l].args, layouts[l].recompute);
 		struct output o = run(env, cmd);
 		assert_int_equal(o.exit_code, 0);
 		for (int rank = 0; rank < layouts[l].ranks; rank++) {
@@ -340,8 +376,12 @@ static void test_profile_mode_finds_layers_in_other_layouts(void **state)
 			snprintf(path, sizeof(path), "%s/profile.%d.json", out_dir, rank);
 			if (lynx_profile_read(path, &p, why, sizeof(why)))
 				fail_msg("%s rank %d: %s", layouts[l].args, rank, why);
+			uint64_t truth[LAYERS];
 			assert_int_equal(p.layer_count, layouts[l].layers);
-			assert_true(p.rerun);
+			assert_int_equal(p.rerun, layouts[l].rerun);
+			assert_int_equal(saved_truth(o.out, rank, truth, LAYERS), p.layer_count);
+			for (size_t k = 0; k < p.layer_count; k++)
+				assert_int_equal(p.layers[k].saved_bytes, truth[k]);
 			assert_int_equal(p.layers[0].forward.source, LYNX_PROFILE_SOURCE_DEVICE);
 			lynx_profile_free(&p);
 		}

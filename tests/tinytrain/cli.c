@@ -62,12 +62,15 @@ static void usage(FILE *f)
 	        "                 [--virtual-model gpt-1.3b|gpt-7b|gpt-22b]\n"
 	        "                 [--virtual-hidden H --virtual-heads A --virtual-seq S "
 	        "--virtual-batch B]\n"
-	        "                 [--seed K] [--no-hazard NAME]...\n"
+	        "                 [--seed K] [--no-hazard NAME]... [--report-saved]\n"
 	        "\n"
 	        "Trains a GPT-style model on simgpu with N = P*T*D ranks (pipeline, tensor and\n"
 	        "data parallel), printing one JSON line per step and rank, ordered by step then\n"
 	        "rank: step, rank, loss (last pipeline stage, reduced over data parallel; null\n"
-	        "elsewhere), grad_hash, peak_bytes, step_time_ns (virtual).\n"
+	        "elsewhere), grad_hash, peak_bytes, step_time_ns (virtual). --report-saved first\n"
+	        "prints a line per rank with step -1 and saved_layer_bytes: the bytes each local\n"
+	        "layer's forward keeps for its backward (its input included), the most over\n"
+	        "micro-batches.\n"
 	        "\n"
 	        "Real dimensions (the arithmetic): hidden 64, 8 heads, sequence 16, micro-batch "
 	        "2,\n"
@@ -128,6 +131,7 @@ enum {
 	OPT_VIRTUAL_BATCH,
 	OPT_SEED,
 	OPT_NO_HAZARD,
+	OPT_REPORT_SAVED,
 	OPT_HELP,
 };
 
@@ -147,6 +151,7 @@ static const struct option long_options[] = {
         {"virtual-batch", required_argument, NULL, OPT_VIRTUAL_BATCH},
         {"seed", required_argument, NULL, OPT_SEED},
         {"no-hazard", required_argument, NULL, OPT_NO_HAZARD},
+        {"report-saved", no_argument, NULL, OPT_REPORT_SAVED},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
 };
@@ -258,6 +263,9 @@ int tt_parse_args(int argc, char **argv, struct tt_config *cfg)
 			if (value < 0)
 				return usage_error("unknown hazard '%s' (see --help)", optarg);
 			cfg->hazard[value] = false;
+			continue;
+		case OPT_REPORT_SAVED:
+			cfg->report_saved = true;
 			continue;
 		case OPT_HELP:
 			usage(stdout);

@@ -237,7 +237,8 @@ void tt_model_init(struct tt_rank *r)
 	r->w = calloc((size_t)r->local_layers, sizeof(*r->w));
 	r->g = calloc((size_t)r->local_layers, sizeof(*r->g));
 	r->acts = calloc((size_t)(r->local_layers * r->cfg->microbatches), sizeof(*r->acts));
-	if (!r->w || !r->g || !r->acts) {
+	r->saved_layer_bytes = calloc((size_t)r->local_layers, sizeof(*r->saved_layer_bytes));
+	if (!r->w || !r->g || !r->acts || !r->saved_layer_bytes) {
 		fprintf(stderr, "tinytrain: out of host memory\n");
 		exit(1);
 	}
@@ -553,6 +554,41 @@ static void free_saved(struct tt_rank *r, struct tt_acts *a)
 	*a = (struct tt_acts){.x = a->x};
 }
 
+/*
+ * Every buffer of struct tt_acts with its size in bytes, from the real shape:
+ * X(field, bytes). forward_compute allocates each with exactly this size.
+ */
+#define TT_ACTS_BUFFERS(X, s)                                                  \
+	X(x, (s)->tokens *(s)->hidden * 4)                                     \
+	X(ln1, (s)->tokens *(s)->hidden * 4)                                   \
+	X(ln1_mean, (s)->tokens * 4)                                           \
+	X(ln1_rstd, (s)->tokens * 4)                                           \
+	X(q, (s)->tokens *(s)->local_hidden * 4)                               \
+	X(k, (s)->tokens *(s)->local_hidden * 4)                               \
+	X(v, (s)->tokens *(s)->local_hidden * 4)                               \
+	X(probs, (s)->batch *(s)->local_heads *(s)->seq *(s)->seq * 4)         \
+	X(probs_dropped, (s)->batch *(s)->local_heads *(s)->seq *(s)->seq * 4) \
+	X(attn_mask, (s)->batch *(s)->local_heads *(s)->seq *(s)->seq)         \
+	X(merged, (s)->tokens *(s)->local_hidden * 4)                          \
+	X(mask1, (s)->tokens *(s)->hidden)                                     \
+	X(x2, (s)->tokens *(s)->hidden * 4)                                    \
+	X(ln2, (s)->tokens *(s)->hidden * 4)                                   \
+	X(ln2_mean, (s)->tokens * 4)                                           \
+	X(ln2_rstd, (s)->tokens * 4)                                           \
+	X(fc1, (s)->tokens *(s)->local_ffn * 4)                                \
+	X(gelu, (s)->tokens *(s)->local_ffn * 4)                               \
+	X(mask2, (s)->tokens *(s)->hidden)
+
+int64_t tt_acts_bytes(const struct tt_rank *r, const struct tt_acts *a)
+{
+	int64_t bytes = 0;
+
+#define TT_ACTS_ADD(field, size) bytes += a->field ? (int64_t)(size) : 0;
+	TT_ACTS_BUFFERS(TT_ACTS_ADD, &r->real)
+#undef TT_ACTS_ADD
+	return bytes;
+}
+
 float *tt_layer_forward(struct tt_rank *r, int layer, int mb, float *x)
 {
 	struct tt_acts *a = acts_of(r, layer, mb);
@@ -564,6 +600,8 @@ float *tt_layer_forward(struct tt_rank *r, int layer, int mb, float *x)
 		free_saved(r, a);
 	else if (r->cfg->recompute == TT_RECOMPUTE_SELECTIVE)
 		attention_core_free(r, a);
+	if (r->saved_layer_bytes && tt_acts_bytes(r, a) > r->saved_layer_bytes[layer])
+		r->saved_layer_bytes[layer] = tt_acts_bytes(r, a);
 	return out;
 }
 

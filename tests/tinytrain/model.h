@@ -69,7 +69,8 @@ struct tt_rank {
 	float **embedding_ref; /* device memory holding ew.embedding */
 	float *loss_sum;       /* device scalar: this rank's summed token losses */
 
-	struct tt_acts *acts; /* [local_layers * microbatches] */
+	struct tt_acts *acts;       /* [local_layers * microbatches] */
+	int64_t *saved_layer_bytes; /* [local_layers]: the most a forward kept (tt_acts_bytes) */
 	int step;
 };
 
@@ -93,6 +94,9 @@ void tt_model_init(struct tt_rank *r);
 /* Forward of local layer `layer` for micro-batch `mb`: takes ownership of x (the input),
  * returns the output, and keeps in acts what the recompute mode says. */
 float *tt_layer_forward(struct tt_rank *r, int layer, int mb, float *x);
+/* The bytes of the buffers a holds: what a layer's forward keeps for its backward, its input
+ * included. */
+int64_t tt_acts_bytes(const struct tt_rank *r, const struct tt_acts *a);
 /* Backward: consumes dy (the output gradient) and the layer's acts; returns dx. */
 float *tt_layer_backward(struct tt_rank *r, int layer, int mb, float *dy);
 

@@ -86,6 +86,7 @@ void tt_rank_teardown(struct tt_rank *r)
 	free(r->w);
 	free(r->g);
 	free(r->acts);
+	free(r->saved_layer_bytes);
 }
 
 int tt_rank_run(const struct tt_config *cfg, int rank, const void *nccl_id, int out_fd)
@@ -116,6 +117,12 @@ int tt_rank_run(const struct tt_config *cfg, int rank, const void *nccl_id, int 
 		simgpu_memory_stats(&mem);
 		if (result.has_loss)
 			snprintf(loss, sizeof(loss), "%.9g", result.loss);
+		if (step == 0 && cfg->report_saved) {
+			dprintf(out_fd, "{\"step\":-1,\"rank\":%d,\"saved_layer_bytes\":[", rank);
+			for (int l = 0; l < r.local_layers; l++)
+				dprintf(out_fd, "%s%" PRId64, l ? "," : "", r.saved_layer_bytes[l]);
+			dprintf(out_fd, "]}\n");
+		}
 		dprintf(out_fd,
 		        "{\"step\":%d,\"rank\":%d,\"loss\":%s,\"grad_hash\":\"%016" PRIx64
 		        "\",\"peak_bytes\":%zu,\"step_time_ns\":%" PRIu64 "}\n",

@@ -43,6 +43,9 @@ struct tt_config {
 	const char *virtual_name;
 	float dropout, lr;
 	bool hazard[TT_HAZARD_COUNT];
+	/* Print, before the first step, the bytes each local layer's forward keeps for its
+	 * backward: the ground truth for profilers (--report-saved). */
+	bool report_saved;
 };
 
 /*
