@@ -2,6 +2,7 @@
 /* The what-if of profiling-only mode: see whatif.h. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "checker.h"
@@ -111,4 +112,98 @@ void lynx_whatif_print(FILE *f, const char *tag, const struct lynx_whatif *w)
 	if (!w->n_rows)
 		fprintf(f, "%s:   no budget below the peak leaves room above the static memory\n",
 		        tag);
+}
+
+/* The checker's replay of plan on p, as a row. */
+static int replay_row(const struct lynx_problem *p, const struct lynx_plan *plan,
+                      struct lynx_whatif_row *row, char *why, size_t len)
+{
+	struct lynx_checker_result r;
+	int err = lynx_checker_replay(p, plan, &r, why, len);
+
+	if (err)
+		return err;
+	row->budget_bytes = p->budget_bytes;
+	row->fits = r.fits;
+	row->step_s = r.step_time_s;
+	row->search_s = plan->search_time_s;
+	row->peak = 0;
+	for (uint32_t s = 0; s < r.n_stages; s++)
+		row->peak = r.peak_bytes[s] > row->peak ? r.peak_bytes[s] : row->peak;
+	lynx_checker_free(&r);
+	return 0;
+}
+
+void lynx_whatif_plan_free(struct lynx_whatif_plan *out)
+{
+	if (out->plan)
+		lynx_plan_free(out->plan);
+	if (out->problem)
+		lynx_problem_free(out->problem);
+	free(out->plan);
+	free(out->problem);
+	out->plan = NULL;
+	out->problem = NULL;
+}
+
+int lynx_whatif_plan(const struct lynx_profile *const *ranks, size_t n, uint64_t budget_bytes,
+                     const char *planner, const char *plan_json, struct lynx_whatif_plan *out,
+                     struct lynx_whatif_row *row, struct lynx_whatif_row *keep, char *why,
+                     size_t len)
+{
+	struct lynx_problem_options opt = {.budget_bytes = budget_bytes};
+	const struct lynx_planner *pl = lynx_planner_find(planner ? planner : "heu");
+	int err;
+
+	out->problem = calloc(1, sizeof(*out->problem));
+	out->plan = NULL;
+	if (!out->problem)
+		return -ENOMEM;
+	err = lynx_problem_from_profile(ranks, n, &opt, out->problem, why, len);
+	if (err) {
+		free(out->problem);
+		out->problem = NULL;
+		return err;
+	}
+	out->plan = calloc(1, sizeof(*out->plan));
+	if (!out->plan) {
+		lynx_whatif_plan_free(out);
+		return -ENOMEM;
+	}
+	if (keep) {
+		struct lynx_plan none;
+		err = lynx_planner_run(lynx_planner_find("none"), out->problem, &none, why, len);
+		if (!err) {
+			err = replay_row(out->problem, &none, keep, why, len);
+			lynx_plan_free(&none);
+		}
+	}
+	if (!err && plan_json)
+		err = lynx_plan_from_json(plan_json, out->problem, out->plan, why, len);
+	else if (!err && !pl) {
+		snprintf(why, len, "no planner called '%s'", planner);
+		err = -EINVAL;
+	} else if (!err) {
+		err = lynx_planner_run(pl, out->problem, out->plan, why, len);
+	}
+	if (err) {
+		/* A failed planner or reader leaves nothing in the plan to free. */
+		free(out->plan);
+		out->plan = NULL;
+		lynx_whatif_plan_free(out);
+		return err;
+	}
+	err = replay_row(out->problem, out->plan, row, why, len);
+	if (err)
+		lynx_whatif_plan_free(out);
+	return err;
+}
+
+void lynx_whatif_count_actions(const struct lynx_whatif_plan *wp, uint32_t s,
+                               uint32_t counts[LYNX_ACTION_COUNT])
+{
+	memset(counts, 0, LYNX_ACTION_COUNT * sizeof(*counts));
+	for (uint32_t l = 0; s < wp->problem->n_stages && l < wp->problem->stages[s].layers; l++)
+		for (uint32_t g = 0; g < wp->problem->layer.n_groups; g++)
+			counts[lynx_plan_get(wp->plan, s, l, g)->action]++;
 }

@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "plan.h"
+
 struct lynx_profile; /* profiler/profile.h */
 
 #define LYNX_WHATIF_MAX_ROWS 3
@@ -49,5 +51,26 @@ int lynx_whatif_from_profiles(const struct lynx_profile *const *ranks, size_t n,
 
 /* Prints w as a few lines, each starting with tag. */
 void lynx_whatif_print(FILE *f, const char *tag, const struct lynx_whatif *w);
+
+/*
+ * Recompute mode's planning online: the job's plan from its profiles, with the planner
+ * called planner at budget_bytes (0: the measured peak), or, when plan_json is not NULL, the
+ * plan it holds (LYNX_PLAN), checked against the problem. out holds the problem and the plan
+ * (free with lynx_whatif_plan_free); row the checker's replay of it; keep (when not NULL) the
+ * replay of keeping everything, to compare with. Returns 0; -EINVAL with one sentence in why
+ * (the profiles make no problem, an unknown planner, a plan for another job); -ENOMEM.
+ */
+struct lynx_whatif_plan {
+	struct lynx_problem *problem;
+	struct lynx_plan *plan;
+};
+int lynx_whatif_plan(const struct lynx_profile *const *ranks, size_t n, uint64_t budget_bytes,
+                     const char *planner, const char *plan_json, struct lynx_whatif_plan *out,
+                     struct lynx_whatif_row *row, struct lynx_whatif_row *keep, char *why,
+                     size_t len);
+void lynx_whatif_plan_free(struct lynx_whatif_plan *out);
+
+/* Decisions of stage s of the plan, counted over its layers and groups, by action. */
+void lynx_whatif_count_actions(const struct lynx_whatif_plan *wp, uint32_t s, uint32_t counts[4]);
 
 #endif /* LYNX_POLICY_WHATIF_H */

@@ -282,7 +282,8 @@ static void init_locked(void)
 		return;
 	}
 	if (config.mode == LYNX_MODE_RECOMPUTE)
-		lynx_warn_once("LYNX_MODE=recompute is not available yet: profiling only");
+		lynx_warn_once("LYNX_MODE=recompute profiles and plans online, but the executor "
+		               "that applies the plan is not available yet: nothing is evicted");
 	int err = prepare_output_dir(config.out_dir);
 	output_ok = !err;
 	if (err)

@@ -34,6 +34,7 @@ enum phase {
 	PHASE_OFF,       /* off mode, or collection could not start */
 	PHASE_LEARNING,  /* collecting and timing */
 	PHASE_RESOLVING, /* warm-up seen; waiting for the device to reach the marks */
+	PHASE_PLANNING,  /* recompute mode: waiting for every rank's profile to plan */
 	PHASE_DONE,      /* the profile is written (or given up) */
 };
 
@@ -49,8 +50,12 @@ static struct {
 	int attempts;
 	bool out_of_memory;
 	uint32_t warmup;
-	uint64_t budget; /* LYNX_BUDGET, for the what-if; 0: a ladder of budgets */
-	bool timing;     /* LYNX_TIMING=device and the timing marks are ready */
+	uint64_t budget;          /* LYNX_BUDGET, for the what-if; 0: a ladder of budgets */
+	bool recompute;           /* LYNX_MODE=recompute: plan online once every profile is there */
+	char planner[32];         /* LYNX_PLANNER */
+	char plan_path[PATH_MAX]; /* LYNX_PLAN, or "" */
+	int plan_attempts;
+	bool timing; /* LYNX_TIMING=device and the timing marks are ready */
 	bool output_ok;
 	char out_dir[PATH_MAX];
 	struct lynx_profile profile;
@@ -119,6 +124,9 @@ bool lynx_profiling_start(const struct lynx_config *cfg, bool output_ok)
 		return false;
 	prof.warmup = cfg->warmup;
 	prof.budget = cfg->budget;
+	prof.recompute = cfg->mode == LYNX_MODE_RECOMPUTE;
+	lynx_config_format(cfg, LYNX_OPT_LYNX_PLANNER, prof.planner, sizeof(prof.planner));
+	snprintf(prof.plan_path, sizeof(prof.plan_path), "%s", cfg->plan ? cfg->plan : "");
 	prof.output_ok = output_ok;
 	snprintf(prof.out_dir, sizeof(prof.out_dir), "%s", cfg->out_dir);
 	if (lynx_prof_trace_init(&prof.trace, (int)getpid())) {
@@ -364,7 +372,8 @@ static void try_finish(bool at_exit)
 		resolve_marks(&prof.view, true);
 	write_profile(&prof.view, at_exit);
 	drop_collected(at_exit);
-	atomic_store(&prof.phase, PHASE_DONE);
+	atomic_store(&prof.phase,
+	             prof.recompute && prof.have_profile ? PHASE_PLANNING : PHASE_DONE);
 }
 
 /*
@@ -429,60 +438,222 @@ static void look(uint32_t needed, bool final)
 	free(view.events);
 }
 
+/* Every rank's profile, read from LYNX_OUT (this one's from memory when alone). */
+struct job_profiles {
+	struct lynx_profile *owned; /* read from files, freed by job_profiles_free */
+	const struct lynx_profile **ranks;
+	int read, world;
+};
+
+static int job_profiles_read(struct job_profiles *j)
+{
+	char path[PATH_MAX + 64], why[256];
+
+	j->world = lynx_job_world() > 0 ? lynx_job_world() : 1;
+	j->read = 0;
+	j->owned = calloc((size_t)j->world, sizeof(*j->owned));
+	j->ranks = calloc((size_t)j->world, sizeof(*j->ranks));
+	if (!j->owned || !j->ranks)
+		return -ENOMEM;
+	if (j->world == 1) {
+		j->ranks[j->read++] = &prof.profile;
+		return 0;
+	}
+	for (int r = 0; r < j->world; r++) {
+		snprintf(path, sizeof(path), "%s/profile.%d.json", prof.out_dir, r);
+		if (lynx_profile_read(path, &j->owned[j->read], why, sizeof(why)))
+			continue;
+		j->ranks[j->read] = &j->owned[j->read];
+		j->read++;
+	}
+	return 0;
+}
+
+static void job_profiles_free(struct job_profiles *j)
+{
+	for (int r = 0; j->owned && j->world > 1 && r < j->read; r++)
+		lynx_profile_free(&j->owned[r]);
+	free(j->owned);
+	free(j->ranks);
+}
+
+static void rank_tag(char *tag, size_t len)
+{
+	snprintf(tag, len, "lynx[rank %d]", lynx_job_rank() < 0 ? 0 : lynx_job_rank());
+}
+
 /*
  * The job's what-if, printed once, by rank 0: it needs every stage's profile, which the
  * other ranks wrote into LYNX_OUT at the end of their warm-up. Plain CPU work at exit.
  */
 static void print_whatif(void)
 {
-	int world = lynx_job_world() > 0 ? lynx_job_world() : 1;
-	struct lynx_profile *profiles = calloc((size_t)world, sizeof(*profiles));
-	const struct lynx_profile **ranks = calloc((size_t)world, sizeof(*ranks));
-	char path[PATH_MAX + 64], why[256], tag[32];
+	struct job_profiles j;
 	struct lynx_whatif w;
-	int read = 0;
+	char why[256], tag[32];
 
-	snprintf(tag, sizeof(tag), "lynx[rank %d]", lynx_job_rank() < 0 ? 0 : lynx_job_rank());
-	for (int r = 0; profiles && ranks && r < world; r++) {
-		if (world == 1) {
-			ranks[read++] = &prof.profile;
-			break;
-		}
-		snprintf(path, sizeof(path), "%s/profile.%d.json", prof.out_dir, r);
-		if (lynx_profile_read(path, &profiles[read], why, sizeof(why)))
-			continue;
-		ranks[read] = &profiles[read];
-		read++;
-	}
-	if (!profiles || !ranks)
+	rank_tag(tag, sizeof(tag));
+	if (job_profiles_read(&j))
 		fprintf(stderr, "%s: what-if: out of memory\n", tag);
-	else if (read < world)
+	else if (j.read < j.world)
 		fprintf(stderr,
 		        "%s: what-if: %d of %d ranks' profiles in %s; run `lynx plan "
-		        "%s/profile.*.json` "
-		        "once all are there\n",
-		        tag, read, world, prof.out_dir, prof.out_dir);
-	else if (lynx_whatif_from_profiles(ranks, (size_t)read, prof.budget, &w, why, sizeof(why)))
+		        "%s/profile.*.json` once all are there\n",
+		        tag, j.read, j.world, prof.out_dir, prof.out_dir);
+	else if (lynx_whatif_from_profiles(j.ranks, (size_t)j.read, prof.budget, &w, why,
+	                                   sizeof(why)))
 		fprintf(stderr, "%s: what-if: no plan: %s\n", tag, why);
 	else
 		lynx_whatif_print(stderr, tag, &w);
-	for (int r = 0; profiles && r < read && world > 1; r++)
-		lynx_profile_free(&profiles[r]);
-	free(profiles);
-	free(ranks);
+	job_profiles_free(&j);
+}
+
+/* Synchronisations recompute mode waits for the other ranks' profiles before it gives up. */
+#define PLAN_ATTEMPTS 64
+
+static double mib(uint64_t bytes)
+{
+	return (double)bytes / (1024.0 * 1024.0);
+}
+
+/* Writes text to path through a temporary file and a rename, as the profile is written. */
+static int write_atomically(const char *path, const char *text)
+{
+	char tmp[PATH_MAX + 96];
+	FILE *f;
+
+	snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
+	f = fopen(tmp, "w");
+	if (!f)
+		return -errno;
+	if (fputs(text, f) < 0 || fputc('\n', f) < 0 || fclose(f)) {
+		int err = -errno;
+		unlink(tmp);
+		return err ? err : -EIO;
+	}
+	return rename(tmp, path) ? -errno : 0;
+}
+
+/* The plan's summary for this rank's stage, once. */
+static void print_plan(const struct lynx_whatif_plan *wp, const struct lynx_whatif_row *row,
+                       const struct lynx_whatif_row *keep)
+{
+	uint32_t counts[LYNX_ACTION_COUNT], groups = 0;
+	uint32_t n = wp->problem->n_stages, w = prof.profile.warmup_forwards;
+	uint32_t s = w + 1 <= n ? n - 1 - w : 0;
+	char tag[32];
+
+	rank_tag(tag, sizeof(tag));
+	lynx_whatif_count_actions(wp, s, counts);
+	for (int a = 0; a < LYNX_ACTION_COUNT; a++)
+		groups += counts[a];
+	uint64_t peak = wp->plan->stages[s].peak_bytes, measured = prof.profile.memory.peak_bytes;
+	fprintf(stderr,
+	        "%s: recompute plan (%s%s, budget %.2f MiB), stage %u of %u: of %u groups keep %u, "
+	        "offload %u, recompute in windows %u, on demand %u; this stage's predicted peak "
+	        "%.2f MiB (measured without a plan: %.2f MiB, %.1f%% less), iteration %+.1f%%%s\n",
+	        tag, prof.plan_path[0] ? "LYNX_PLAN " : "",
+	        prof.plan_path[0] ? prof.plan_path : wp->plan->planner, mib(row->budget_bytes), s,
+	        n, groups, counts[LYNX_ACTION_KEEP], counts[LYNX_ACTION_OFFLOAD],
+	        counts[LYNX_ACTION_RECOMPUTE_IN_WINDOW], counts[LYNX_ACTION_RECOMPUTE_ON_DEMAND],
+	        mib(peak), mib(measured),
+	        measured ? 100.0 * (1.0 - (double)peak / (double)measured) : 0.0,
+	        keep->step_s > 0 ? 100.0 * (row->step_s / keep->step_s - 1.0) : 0.0,
+	        row->fits ? "" : "; DOES NOT FIT the budget");
+	fprintf(stderr,
+	        "%s: the executor that applies the plan is not available yet: training "
+	        "goes on unchanged\n",
+	        tag);
+}
+
+/*
+ * Recompute mode, after the profile: plans the job once every rank's profile is in LYNX_OUT
+ * (with LYNX_PLANNER at LYNX_BUDGET, or reads LYNX_PLAN), writes plan.json (rank 0) and logs
+ * this rank's part. Until all profiles are there, it tries again at the next synchronisation,
+ * PLAN_ATTEMPTS times; at exit it tries once more. Plain CPU work.
+ */
+static void try_plan(bool at_exit)
+{
+	struct lynx_whatif_row row, keep;
+	struct lynx_whatif_plan wp;
+	struct job_profiles j;
+	char why[256], tag[32], path[PATH_MAX + 64];
+	char *plan_json = NULL;
+	int err;
+
+	rank_tag(tag, sizeof(tag));
+	if (job_profiles_read(&j)) {
+		job_profiles_free(&j);
+		lynx_warn("recompute mode: out of memory while planning");
+		atomic_store(&prof.phase, PHASE_DONE);
+		return;
+	}
+	if (j.read < j.world) {
+		if (at_exit || ++prof.plan_attempts >= PLAN_ATTEMPTS) {
+			lynx_warn("recompute mode: %d of %d ranks' profiles in %s: no plan (the "
+			          "ranks "
+			          "must share LYNX_OUT, or give LYNX_PLAN)",
+			          j.read, j.world, prof.out_dir);
+			atomic_store(&prof.phase, PHASE_DONE);
+		}
+		job_profiles_free(&j);
+		return;
+	}
+	if (prof.plan_path[0]) {
+		FILE *f = fopen(prof.plan_path, "r");
+		long size = -1;
+		if (f && !fseek(f, 0, SEEK_END))
+			size = ftell(f);
+		if (f && size >= 0 && !fseek(f, 0, SEEK_SET) &&
+		    (plan_json = calloc(1, (size_t)size + 1)) &&
+		    fread(plan_json, 1, (size_t)size, f) != (size_t)size) {
+			free(plan_json);
+			plan_json = NULL;
+		}
+		if (f)
+			fclose(f);
+		if (!plan_json) {
+			lynx_warn("LYNX_PLAN='%s' cannot be read: no plan", prof.plan_path);
+			job_profiles_free(&j);
+			atomic_store(&prof.phase, PHASE_DONE);
+			return;
+		}
+	}
+	err = lynx_whatif_plan(j.ranks, (size_t)j.read, prof.budget, prof.planner, plan_json, &wp,
+	                       &row, &keep, why, sizeof(why));
+	free(plan_json);
+	job_profiles_free(&j);
+	if (err) {
+		lynx_warn("recompute mode: no plan: %s", err == -ENOMEM ? "out of memory" : why);
+		atomic_store(&prof.phase, PHASE_DONE);
+		return;
+	}
+	if (lynx_job_rank() <= 0 && prof.output_ok && !prof.plan_path[0]) {
+		char *text = lynx_plan_to_json(wp.plan, wp.problem);
+		snprintf(path, sizeof(path), "%s/plan.json", prof.out_dir);
+		if (!text || (err = write_atomically(path, text)))
+			lynx_warn("cannot write %s: %s", path,
+			          text ? strerror(-err) : "out of memory");
+		free(text);
+	}
+	print_plan(&wp, &row, &keep);
+	lynx_whatif_plan_free(&wp);
+	atomic_store(&prof.phase, PHASE_DONE);
 }
 
 void lynx_profiling_at_sync(void)
 {
 	int phase = atomic_load_explicit(&prof.phase, memory_order_acquire);
 
-	if (phase != PHASE_LEARNING && phase != PHASE_RESOLVING)
+	if (phase != PHASE_LEARNING && phase != PHASE_RESOLVING && phase != PHASE_PLANNING)
 		return;
 	if (pthread_mutex_trylock(&prof.look))
 		return;
 	phase = atomic_load(&prof.phase);
 	if (phase == PHASE_RESOLVING) {
 		try_finish(false);
+	} else if (phase == PHASE_PLANNING) {
+		try_plan(false);
 	} else if (phase == PHASE_LEARNING) {
 		lynx_recorder_drain();
 		pthread_mutex_lock(&prof.lock);
@@ -513,6 +684,9 @@ void lynx_profiling_at_exit(void)
 	default:
 		break;
 	}
+	/* A profile written at exit, or a plan still waiting: one more try. */
+	if (atomic_load(&prof.phase) == PHASE_PLANNING)
+		try_plan(true);
 	if (prof.have_profile) {
 		lynx_profile_print_summary(stderr, &prof.profile, lynx_job_rank());
 		if (lynx_job_rank() <= 0)

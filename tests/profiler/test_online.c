@@ -411,12 +411,87 @@ static void test_profile_mode_finds_layers_in_other_layouts(void **state)
 	}
 }
 
+static size_t count_lines_with(const char *text, const char *needle)
+{
+	size_t n = 0;
+
+	for (const char *p = text; (p = strstr(p, needle)); p++)
+		n++;
+	return n;
+}
+
+/*
+ * Recompute mode plans online once every rank's profile is in LYNX_OUT: plan.json (rank 0),
+ * one summary line per rank; LYNX_PLAN replays a given plan; a corrupt LYNX_PLAN warns and
+ * the run completes. Until the executor exists, training results are unchanged.
+ */
+static void test_recompute_mode_plans_online(void **state)
+{
+	char env[4000], plan[1300], why[1300];
+	struct step_line a[STEPS * 4], b[STEPS * 4];
+	struct output plain = run("LD_LIBRARY_PATH=build/simgpu", TRAINER_ARGS);
+
+	snprintf(out_dir, sizeof(out_dir), "%s/recompute", scratch);
+	snprintf(env, sizeof(env),
+	         "LD_LIBRARY_PATH=build/simgpu LD_PRELOAD=build/liblynx.so LYNX_MODE=recompute "
+	         "LYNX_OUT=%s LYNX_BUDGET=2150K",
+	         out_dir);
+	struct output o = run(env, TRAINER_ARGS);
+	assert_int_equal(o.exit_code, 0);
+	assert_int_equal(count_lines_with(o.err, ": recompute plan (heu, budget 2.10 MiB)"),
+	                 PP * TP);
+	assert_non_null(
+	        strstr(o.err, "lynx[rank 0]: recompute plan (heu, budget 2.10 MiB), stage 0 of 2"));
+	assert_non_null(
+	        strstr(o.err, "lynx[rank 3]: recompute plan (heu, budget 2.10 MiB), stage 1 of 2"));
+	size_t n = parse_lines(plain.out, a, STEPS * 4);
+	assert_int_equal(parse_lines(o.out, b, STEPS * 4), n);
+	for (size_t i = 0; i < n; i++)
+		assert_string_equal(a[i].results, b[i].results);
+
+	snprintf(plan, sizeof(plan), "%s/plan.json", out_dir);
+	char *text = slurp(plan);
+	assert_non_null(text);
+	assert_non_null(strstr(text, "\"lynx-plan\""));
+	free(text);
+	release(&o);
+
+	/* The same plan through LYNX_PLAN, into another directory. */
+	snprintf(env, sizeof(env),
+	         "LD_LIBRARY_PATH=build/simgpu LD_PRELOAD=build/liblynx.so LYNX_MODE=recompute "
+	         "LYNX_OUT=%s/given LYNX_PLAN=%s",
+	         scratch, plan);
+	o = run(env, TRAINER_ARGS);
+	assert_int_equal(o.exit_code, 0);
+	assert_int_equal(count_lines_with(o.err, ": recompute plan (LYNX_PLAN "), PP * TP);
+	release(&o);
+
+	/* A corrupt plan: a warning per rank, no plan, the run goes on. */
+	snprintf(why, sizeof(why), "%s/corrupt.json", scratch);
+	FILE *f = fopen(why, "w");
+	assert_non_null(f);
+	fputs("{\"format\": \"lynx-plan\", \"version\": 1, \"stages\": [", f);
+	fclose(f);
+	snprintf(env, sizeof(env),
+	         "LD_LIBRARY_PATH=build/simgpu LD_PRELOAD=build/liblynx.so LYNX_MODE=recompute "
+	         "LYNX_OUT=%s/corrupt LYNX_PLAN=%s",
+	         scratch, why);
+	o = run(env, TRAINER_ARGS);
+	assert_int_equal(o.exit_code, 0);
+	assert_int_equal(count_lines_with(o.err, "recompute mode: no plan: "), PP * TP);
+	assert_int_equal(count_lines_with(o.err, ": recompute plan ("), 0);
+	assert_int_equal(parse_lines(o.out, b, STEPS * 4), n);
+	release(&o);
+	release(&plain);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_profile_mode_matches_simgpu_timeline),
 	        cmocka_unit_test(test_profile_mode_leaves_results_unchanged),
 	        cmocka_unit_test(test_profile_mode_finds_layers_in_other_layouts),
+	        cmocka_unit_test(test_recompute_mode_plans_online),
 	};
 
 	if (harness_init(argv[0], "test_online"))
