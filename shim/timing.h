@@ -7,6 +7,10 @@
  * is valid across the streams of a device. So starts and ends on different streams
  * compare directly.
  *
+ * A start mark completes when the work queued ahead of it on its stream does, which is when
+ * the timed call's work begins; on an idle stream it completes at once, so the interval
+ * then also holds the launch's latency (tests/shim/test_timing.c shows both).
+ *
  * Precision: cuEventElapsedTime answers float milliseconds (about 0.5 us resolution on
  * NVIDIA GPUs; a float's 24-bit mantissa adds about 1 us at 10 s from the first mark),
  * enough for layer times of tenths of milliseconds and up.
