@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * What `lynx report` reads and derives, shared by its tables (report.c) and its plot
+ * (report_svg.c): each rank's profile and timeline, and the ranks grouped into stages.
+ */
+#ifndef LYNX_TOOLS_REPORT_MODEL_H
+#define LYNX_TOOLS_REPORT_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../profiler/profile.h" /* not tools/profile.h, which a plain include finds first */
+
+struct stream_use {
+	char name[96];
+	size_t items;   /* slices and instants in the window */
+	bool timed;     /* at least one device-timed slice */
+	double busy_us; /* union of device-timed slices in the window */
+};
+
+struct mem_point {
+	double ts, bytes;
+};
+
+/* What a timeline gives the plot: one iteration's memory and stream use. */
+struct timeline {
+	char label[64];
+	double start_us, end_us;
+	struct mem_point *mem;
+	size_t mem_count;
+	struct stream_use *streams;
+	size_t stream_count;
+};
+
+struct rank {
+	int rank;
+	struct lynx_profile p;
+	bool have_trace;
+	struct timeline tl;
+	size_t stage;
+};
+
+struct stage {
+	size_t first; /* index of its first rank */
+	int key;      /* its place in the pipeline (stage_key), for sorting */
+	int number;   /* pipeline position; -1: unknown */
+	bool pipelined;
+};
+
+struct report {
+	const char *dir;
+	struct rank *ranks;
+	size_t count;
+	struct stage *stages;
+	size_t stage_count;
+};
+
+/* Formatting shared by the tables and the plot (report.c). */
+const char *fmt_bytes(uint64_t b, char *buf, size_t len);
+const char *fmt_time(const struct lynx_profile_time *t, char *buf, size_t len);
+/* "stage 2", or what is known of an unpipelined stage. */
+void stage_name(const struct report *rep, size_t s, char *buf, size_t len);
+
+/* Writes report.svg: per rank, memory over the last iteration, streams' busy share and the
+ * peak by class (report_svg.c). Returns 0 or -errno. */
+int lynx_report_write_svg(const struct report *rep, const char *path);
+
+#endif /* LYNX_TOOLS_REPORT_MODEL_H */
