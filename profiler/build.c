@@ -99,12 +99,30 @@ static void samples_free(struct samples *s)
 	free(s->host);
 }
 
+/* Whether the shim timed every program launch of events [first, end) on the device: then
+ * their device span is the work's time (kernel-level timing covers only a sample of the
+ * warm-up iterations; the others time their NCCL calls alone). */
+static bool fully_timed(const struct lynx_prof_trace *t, size_t first, size_t end)
+{
+	size_t launches = 0;
+
+	for (size_t i = first; i < end; i++) {
+		const struct lynx_prof_event *e = &t->events[i];
+		if (e->kind != LYNX_PROF_LAUNCH || e->nested)
+			continue;
+		if (!is_timed(e))
+			return false;
+		launches++;
+	}
+	return launches > 0;
+}
+
 static void samples_add(struct samples *s, const struct lynx_prof_trace *t, size_t first,
                         size_t end)
 {
 	uint64_t ns;
 
-	if (device_span(t, first, end, &ns))
+	if (fully_timed(t, first, end) && device_span(t, first, end, &ns))
 		s->device[s->n_device++] = ns;
 	else
 		s->host[s->n_host++] = span_ns(t, first, end);
@@ -235,7 +253,13 @@ static int segment_all(struct build *b, char *why, size_t len)
 				              reason);
 			continue;
 		}
-		if (!found) {
+		/* The chosen iteration is the last that segments, preferring one the shim
+		 * timed at kernel level (its windows' idle times and kernel times need it). */
+		if (!found ||
+		    (!fully_timed(b->t, b->its.iter[b->chosen].first, b->its.iter[b->chosen].end) &&
+		     fully_timed(b->t, b->its.iter[i].first, b->its.iter[i].end) &&
+		     b->layers[i].layers == b->layers[b->chosen].layers &&
+		     b->layers[i].microbatches == b->layers[b->chosen].microbatches)) {
 			found = true;
 			b->chosen = i;
 		} else if (b->layers[i].layers != b->layers[b->chosen].layers ||

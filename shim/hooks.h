@@ -115,9 +115,13 @@ void lynx_call_end_sync(struct lynx_call *call, int result);
  * (lynx_call_reserve). NCCL calls inside a group are issued at the outermost
  * ncclGroupEnd, so their end marks wait for it (lynx_time_group_ended). Only top-level
  * calls are timed, never during a graph capture, never the shim's own calls. Off the
- * warm-up, one relaxed load.
+ * warm-up, one relaxed load. Kernel-level timing (lynx_timing_kernels) covers one sampled
+ * warm-up iteration; the others time their NCCL calls only.
  */
 extern atomic_bool lynx_timing_on;
+/* While timing: every kind of stream-ordered work (the sampled iteration), or only NCCL
+ * calls (the rest of warm-up). */
+extern atomic_bool lynx_timing_kernels;
 void lynx_time_begin_slow(struct lynx_call *call, uint64_t stream);
 static inline void lynx_time_begin(struct lynx_call *call, uint64_t stream)
 {

@@ -336,6 +336,7 @@ void lynx_call_begin(struct lynx_call *call, enum lynx_hook_id id)
 /* ---- Device timing while the profiler learns -------------------------------------------- */
 
 atomic_bool lynx_timing_on;
+atomic_bool lynx_timing_kernels;
 
 /* NCCL calls made inside a group on this thread whose end marks wait for the outermost
  * ncclGroupEnd. Beyond the array, calls keep their start mark only (not timed). */
@@ -351,6 +352,9 @@ void lynx_time_begin_slow(struct lynx_call *call, uint64_t stream)
 	/* Top-level calls only: a runtime launch is timed once, not again as the driver
 	 * launch it makes. */
 	if (hook_depth != 1 || internal_depth > 0 || lynx_capture_active())
+		return;
+	if (!atomic_load_explicit(&lynx_timing_kernels, memory_order_relaxed) &&
+	    lynx_hooks[call->id].kind != LYNX_EV_COLL && lynx_hooks[call->id].kind != LYNX_EV_P2P)
 		return;
 	call->mark_start = lynx_timing_mark((CUstream)(uintptr_t)stream);
 	call->timed_stream = stream;

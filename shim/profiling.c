@@ -46,6 +46,7 @@ static struct {
 	size_t looked_at;             /* trace.count at the last look */
 	size_t candidate_period;      /* the period (tokens) the last look found; 0: none */
 	size_t candidate_since;       /* trace.count when that period was first found */
+	bool sample_armed;            /* kernel-level timing was switched on for the sample */
 	struct lynx_prof_trace view;  /* RESOLVING: the sorted copy being finished */
 	int attempts;
 	bool out_of_memory;
@@ -401,6 +402,30 @@ static int sorted_view(struct lynx_prof_trace *view)
 }
 
 /* Looks for the iteration; with at least `needed` of them, moves to RESOLVING. */
+/* Whether the shim timed every program launch of iteration it on the device (its mark
+ * numbers are still in the view's dev_* fields). */
+static bool kernel_timed(const struct lynx_prof_trace *view, const struct lynx_prof_iteration *it)
+{
+	size_t launches = 0;
+
+	for (size_t i = it->first; i < it->end; i++) {
+		const struct lynx_prof_event *e = &view->events[i];
+		if (e->kind != LYNX_PROF_LAUNCH || e->nested)
+			continue;
+		if (!e->dev_start_ns || !e->dev_end_ns)
+			return false;
+		launches++;
+	}
+	return launches > 0;
+}
+
+/*
+ * Looks for the iteration. Timing starts at NCCL calls only; once a period is confirmed, it
+ * arms kernel-level timing (timing.h) from this synchronisation on, and once an iteration is
+ * timed whole (the sample), it goes back to NCCL calls. With at least `needed` iterations
+ * and the sample (or final, at exit, where nothing is resolved anyway), it moves to
+ * RESOLVING.
+ */
 static void look(uint32_t needed, bool final)
 {
 	struct lynx_prof_iterations iters;
@@ -411,6 +436,9 @@ static void look(uint32_t needed, bool final)
 		return;
 	if (lynx_prof_find_iterations(&view, &iters, why, sizeof(why)) == 0) {
 		size_t count = iters.count, period = iters.period;
+		bool sampled = false;
+		for (size_t i = 0; i < iters.count && !sampled; i++)
+			sampled = kernel_timed(&view, &iters.iter[i]);
 		lynx_prof_iterations_free(&iters);
 		/*
 		 * A period must still hold once the trace has grown by half since it was first
@@ -423,7 +451,17 @@ static void look(uint32_t needed, bool final)
 			prof.candidate_since = view.count;
 		}
 		bool confirmed = final || view.count * 2 >= prof.candidate_since * 3;
-		if (count >= needed && confirmed) {
+		if (confirmed && count >= 2 && prof.timing && !prof.sample_armed) {
+			prof.sample_armed = true;
+			atomic_store(&lynx_timing_kernels, true);
+			lynx_info("warm-up: period confirmed after %zu iterations; timing the next "
+			          "one at kernel level",
+			          count);
+		} else if (sampled && atomic_load(&lynx_timing_kernels)) {
+			atomic_store(&lynx_timing_kernels, false);
+			lynx_info("warm-up: kernel-level sample taken; NCCL calls only from now");
+		}
+		if (count >= needed && confirmed && (sampled || final || !prof.timing)) {
 			atomic_store(&lynx_timing_on, false);
 			atomic_store(&prof.phase, PHASE_RESOLVING);
 			prof.view = view;
@@ -721,6 +759,9 @@ void lynx_profiling_after_fork(void)
 		return;
 	}
 	prof.timing = prof.timing && !lynx_timing_init(&timing_driver, MAX_MARKS);
+	prof.sample_armed = false;
+	prof.candidate_period = prof.candidate_since = 0;
 	atomic_store(&lynx_timing_on, prof.timing);
+	atomic_store(&lynx_timing_kernels, false);
 	atomic_store(&prof.phase, PHASE_LEARNING);
 }

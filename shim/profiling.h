@@ -5,10 +5,11 @@
  *
  * From the first intercepted call, every drained event is also kept in memory (a trace in
  * arrival order, profiler/event.h) and stream-ordered work is timed on the device
- * (timing.h). Whenever the trainer synchronises with the device (a natural iteration
- * boundary, and off the launch path) and the trace has grown by a quarter since the last
- * look, the profiler looks for the iteration (profiler/period.h). Once it has seen
- * LYNX_WARMUP identical iterations of a period that still held after the trace grew by
+ * (timing.h): every launch, copy, memset and NCCL call until two identical iterations are
+ * confirmed (the kernel-level sample), then NCCL calls only. Whenever the trainer synchronises with
+ * the device (a natural iteration boundary, and off the launch path) and the trace has grown by a
+ * quarter since the last look, the profiler looks for the iteration (profiler/period.h). Once it
+ * has seen LYNX_WARMUP identical iterations of a period that still held after the trace grew by
  * half since that period was first found (a micro-batch repeats long before an iteration
  * does), it stops timing and collecting, resolves the timing
  * marks, builds the profile (profiler/build.h) and writes profile.<rank>.json and the

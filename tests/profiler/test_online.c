@@ -38,10 +38,10 @@
 #define PP 2
 #define TP 2
 #define MICROBATCHES 4
-#define STEPS 8
+#define STEPS 10
 #define TRAINER_ARGS                                                                      \
 	"build/bin/tinytrain --nproc 4 --pp 2 --tp 2 --dp 1 --layers 8 --microbatches 4 " \
-	"--steps 8 --report-saved"
+	"--steps 10 --report-saved"
 
 /* A slice of simgpu's timeline, in ns. */
 struct slice {
@@ -351,8 +351,9 @@ static void test_profile_mode_leaves_results_unchanged(void **state)
 	for (size_t i = 0; i < n; i++) {
 		/* Loss, gradient hash and peak memory: byte for byte. */
 		assert_string_equal(a[i].results, b[i].results);
-		/* Time: device timing costs a few event records per launch during warm-up,
-		 * and the step that ends warm-up resolves every mark once. */
+		/* Time: device timing costs two event records per NCCL call during warm-up,
+		 * and per launch too in the sampled iteration, and the step that ends warm-up
+		 * resolves every mark once. */
 		double ratio = (double)b[i].step_time_ns / (double)a[i].step_time_ns;
 		assert_true(ratio < 1.25);
 		slower += ratio > 1.001;
@@ -388,7 +389,7 @@ static void test_profile_mode_finds_layers_in_other_layouts(void **state)
 		         "LD_LIBRARY_PATH=build/simgpu LD_PRELOAD=build/liblynx.so LYNX_OUT=%s",
 		         out_dir);
 		snprintf(cmd, sizeof(cmd),
-		         "build/bin/tinytrain %s --layers 8 --microbatches 4 --steps 8 "
+		         "build/bin/tinytrain %s --layers 8 --microbatches 4 --steps 10 "
 		         "--recompute %s --report-saved",
 		         layouts[l].args, layouts[l].recompute);
 		struct output o = run(env, cmd);
