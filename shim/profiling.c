@@ -227,7 +227,9 @@ void lynx_profiling_consume(const struct lynx_event *ev)
 		break;
 	}
 	pthread_mutex_lock(&prof.lock);
-	if (!prof.out_of_memory &&
+	/* Checked again under the lock: a look on a trainer thread may have ended warm-up and
+	 * freed the trace since the check above. */
+	if (atomic_load(&prof.phase) == PHASE_LEARNING && !prof.out_of_memory &&
 	    lynx_prof_trace_append(&prof.trace, &out,
 	                           out.kind == LYNX_PROF_LAUNCH ? out.u.launch.params : NULL)) {
 		prof.out_of_memory = true;

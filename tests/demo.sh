@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo: the main job on the simulated GPU. tinytrain with its own recompute baselines,
 # then under liblynx.so in profiling-only mode (the profile, the summary, the what-if and
-# lynx report). Recompute mode comes with issue 7.
+# lynx report), then in recompute mode as far as it goes (planning online; the executor
+# comes with issue 7).
 set -euo pipefail
 BUILD=${BUILD:-build}
 TT="$BUILD/bin/tinytrain"
@@ -36,6 +37,15 @@ echo "== lynx report $out"
 echo
 echo "== lynx plan $out/profile.*.json --budget 2150K (HEU, the plan file and its prediction)"
 "$LYNX" plan "$out"/profile.*.json --budget 2150K --out "$out/plan.json" | head -4
+echo
+rec="$BUILD/demo-recompute"
+rm -rf "$rec"
+echo
+echo "== recompute mode: lynx run --mode recompute (LYNX_BUDGET=2150K): the same profile, then"
+echo "   each rank plans online from every rank's profile and says what it would do; the"
+echo "   executor that applies the plan is not there yet, so training is unchanged"
+LD_LIBRARY_PATH="$BUILD/simgpu" LYNX_BUDGET=2150K "$LYNX" run --mode recompute --out "$rec" -- \
+	"$TT" "${ARGS[@]}" --steps 8 2>&1 >"$rec.steps.jsonl" | grep -E 'recompute plan|not available'
 echo
 echo "Open $out/trace.0.json in ui.perfetto.dev for rank 0's warm-up timeline;"
 echo "$out/report.svg plots memory and stream use per rank."
