@@ -683,6 +683,9 @@ static void apply_move(struct lynx_plan *plan, const struct lynx_layer_units *lu
 		         undo ? LYNX_ACTION_KEEP : LYNX_ACTION_RECOMPUTE_ON_DEMAND);
 }
 
+/* The polish's per-layer marks are bitmasks over a layer's units. */
+_Static_assert(LYNX_PROBLEM_MAX_GROUPS <= 32, "tried[] holds one bit per unit");
+
 /* Step 7: see the top of the file. plan fits and carries the checker's numbers. */
 static int polish(const struct lynx_problem *p, struct lynx_plan *plan, char *why, size_t len)
 {

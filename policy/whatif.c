@@ -13,13 +13,32 @@
 /* The activation share of the peak each ladder row keeps. */
 static const double ladder[LYNX_WHATIF_MAX_ROWS] = {0.75, 0.5, 0.25};
 
+/* The checker's replay of plan on p, as a row. */
+static int replay_row(const struct lynx_problem *p, const struct lynx_plan *plan,
+                      struct lynx_whatif_row *row, char *why, size_t len)
+{
+	struct lynx_checker_result r;
+	int err = lynx_checker_replay(p, plan, &r, why, len);
+
+	if (err)
+		return err;
+	row->budget_bytes = p->budget_bytes;
+	row->fits = r.fits;
+	row->step_s = r.step_time_s;
+	row->search_s = plan->search_time_s;
+	row->peak = 0;
+	for (uint32_t s = 0; s < r.n_stages; s++)
+		row->peak = r.peak_bytes[s] > row->peak ? r.peak_bytes[s] : row->peak;
+	lynx_checker_free(&r);
+	return 0;
+}
+
 /* Runs planner name on the profiles' problem at budget; fills the replayed numbers. */
 static int replay(const struct lynx_profile *const *ranks, size_t n, uint64_t budget,
                   const char *name, struct lynx_whatif_row *row, struct lynx_problem *keep,
                   char *why, size_t len)
 {
 	struct lynx_problem_options opt = {.budget_bytes = budget};
-	struct lynx_checker_result r;
 	struct lynx_problem p;
 	struct lynx_plan plan;
 	int err = lynx_problem_from_profile(ranks, n, &opt, &p, why, len);
@@ -28,18 +47,7 @@ static int replay(const struct lynx_profile *const *ranks, size_t n, uint64_t bu
 		return err;
 	err = lynx_planner_run(lynx_planner_find(name), &p, &plan, why, len);
 	if (!err) {
-		err = lynx_checker_replay(&p, &plan, &r, why, len);
-		if (!err) {
-			row->budget_bytes = p.budget_bytes;
-			row->fits = r.fits;
-			row->step_s = r.step_time_s;
-			row->search_s = plan.search_time_s;
-			row->peak = 0;
-			for (uint32_t s = 0; s < r.n_stages; s++)
-				row->peak =
-				        r.peak_bytes[s] > row->peak ? r.peak_bytes[s] : row->peak;
-			lynx_checker_free(&r);
-		}
+		err = replay_row(&p, &plan, row, why, len);
 		lynx_plan_free(&plan);
 	}
 	if (!err && keep)
@@ -112,26 +120,6 @@ void lynx_whatif_print(FILE *f, const char *tag, const struct lynx_whatif *w)
 	if (!w->n_rows)
 		fprintf(f, "%s:   no budget below the peak leaves room above the static memory\n",
 		        tag);
-}
-
-/* The checker's replay of plan on p, as a row. */
-static int replay_row(const struct lynx_problem *p, const struct lynx_plan *plan,
-                      struct lynx_whatif_row *row, char *why, size_t len)
-{
-	struct lynx_checker_result r;
-	int err = lynx_checker_replay(p, plan, &r, why, len);
-
-	if (err)
-		return err;
-	row->budget_bytes = p->budget_bytes;
-	row->fits = r.fits;
-	row->step_s = r.step_time_s;
-	row->search_s = plan->search_time_s;
-	row->peak = 0;
-	for (uint32_t s = 0; s < r.n_stages; s++)
-		row->peak = r.peak_bytes[s] > row->peak ? r.peak_bytes[s] : row->peak;
-	lynx_checker_free(&r);
-	return 0;
 }
 
 void lynx_whatif_plan_free(struct lynx_whatif_plan *out)

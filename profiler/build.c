@@ -99,10 +99,7 @@ static void samples_free(struct samples *s)
 	free(s->host);
 }
 
-/* Whether the shim timed every program launch of events [first, end) on the device: then
- * their device span is the work's time (kernel-level timing covers only a sample of the
- * warm-up iterations; the others time their NCCL calls alone). */
-static bool fully_timed(const struct lynx_prof_trace *t, size_t first, size_t end)
+bool lynx_prof_fully_timed(const struct lynx_prof_trace *t, size_t first, size_t end)
 {
 	size_t launches = 0;
 
@@ -122,7 +119,7 @@ static void samples_add(struct samples *s, const struct lynx_prof_trace *t, size
 {
 	uint64_t ns;
 
-	if (fully_timed(t, first, end) && device_span(t, first, end, &ns))
+	if (lynx_prof_fully_timed(t, first, end) && device_span(t, first, end, &ns))
 		s->device[s->n_device++] = ns;
 	else
 		s->host[s->n_host++] = span_ns(t, first, end);
@@ -256,8 +253,9 @@ static int segment_all(struct build *b, char *why, size_t len)
 		/* The chosen iteration is the last that segments, preferring one the shim
 		 * timed at kernel level (its windows' idle times and kernel times need it). */
 		if (!found ||
-		    (!fully_timed(b->t, b->its.iter[b->chosen].first, b->its.iter[b->chosen].end) &&
-		     fully_timed(b->t, b->its.iter[i].first, b->its.iter[i].end) &&
+		    (!lynx_prof_fully_timed(b->t, b->its.iter[b->chosen].first,
+		                            b->its.iter[b->chosen].end) &&
+		     lynx_prof_fully_timed(b->t, b->its.iter[i].first, b->its.iter[i].end) &&
 		     b->layers[i].layers == b->layers[b->chosen].layers &&
 		     b->layers[i].microbatches == b->layers[b->chosen].microbatches)) {
 			found = true;
@@ -495,57 +493,99 @@ static void classify_p2p(const struct lynx_prof_event *e, const struct place *pl
 		                       : LYNX_PROFILE_WINDOW_PP_SEND_FWD;
 }
 
-/* The stream most timed launches of the iteration went to: the compute stream. */
+/* The stream most timed launches of the iteration went to: the compute stream. A tally per
+ * stream (a job uses a handful); beyond TALLY_STREAMS distinct streams, the rest are not
+ * counted. */
+#define TALLY_STREAMS 64
 static uint64_t compute_stream(const struct lynx_prof_trace *t,
                                const struct lynx_prof_iteration *it)
 {
-	uint64_t best = 0, candidate = 0;
-	size_t best_count = 0, count = 0;
+	uint64_t stream[TALLY_STREAMS];
+	size_t count[TALLY_STREAMS] = {0}, n = 0, best = 0;
 
-	/* A majority vote in one pass (Boyer-Moore), then a count to confirm it. */
 	for (size_t i = it->first; i < it->end; i++) {
 		const struct lynx_prof_event *e = &t->events[i];
+		size_t k = 0;
 		if (!is_program_launch(e) || !is_timed(e))
 			continue;
-		if (!count)
-			candidate = e->stream;
-		count += e->stream == candidate ? 1 : (size_t)-1;
+		while (k < n && stream[k] != e->stream)
+			k++;
+		if (k == n && n < TALLY_STREAMS)
+			stream[n++] = e->stream;
+		if (k < n)
+			count[k]++;
 	}
+	for (size_t k = 1; k < n; k++)
+		best = count[k] > count[best] ? k : best;
+	return n ? stream[best] : 0;
+}
+
+/* The compute stream's timed kernels of one iteration, as intervals sorted by start (one
+ * stream runs them one after the other, so they do not overlap). */
+struct busy {
+	uint64_t (*span)[2];
+	size_t count;
+};
+
+static int by_span_start(const void *a, const void *b)
+{
+	uint64_t x = (*(const uint64_t(*)[2])a)[0], y = (*(const uint64_t(*)[2])b)[0];
+
+	return x < y ? -1 : x > y;
+}
+
+static int busy_collect(const struct lynx_prof_trace *t, const struct lynx_prof_iteration *it,
+                        uint64_t compute, struct busy *out)
+{
+	out->count = 0;
+	out->span = malloc((it->end - it->first + 1) * sizeof(*out->span));
+	if (!out->span)
+		return -ENOMEM;
 	for (size_t i = it->first; i < it->end; i++) {
 		const struct lynx_prof_event *e = &t->events[i];
-		best_count += is_program_launch(e) && is_timed(e) && e->stream == candidate;
+		if (!is_program_launch(e) || !is_timed(e) || e->stream != compute)
+			continue;
+		out->span[out->count][0] = e->dev_start_ns;
+		out->span[out->count++][1] = e->dev_end_ns;
 	}
-	best = best_count ? candidate : 0;
-	return best;
+	qsort(out->span, out->count, sizeof(*out->span), by_span_start);
+	return 0;
 }
 
 /*
  * A timed NCCL call's duration on its stream, and how long the compute stream was idle
  * meanwhile: the call's interval less the compute kernels that overlap it. This is the
  * capacity a window offers to recompute on a side stream. A call on the compute stream
- * itself keeps compute waiting for its whole duration.
+ * itself keeps compute waiting for its whole duration. busy NULL: the iteration's kernels
+ * were not timed, the idle time stays unknown. O(log kernels + overlapping kernels).
  */
-static void time_window(const struct lynx_prof_trace *t, const struct lynx_prof_iteration *it,
-                        uint64_t compute, const struct lynx_prof_event *call,
+static void time_window(const struct busy *busy, const struct lynx_prof_event *call,
                         struct lynx_profile_window *w)
 {
-	uint64_t start = call->dev_start_ns, end = call->dev_end_ns, busy = 0;
+	uint64_t start = call->dev_start_ns, end = call->dev_end_ns, overlap = 0;
+	size_t low = 0, high;
 
 	if (end < start)
 		return;
-	/* Kernels of one stream run one after the other: their overlaps with the call add
-	 * up without double counting. */
-	for (size_t i = it->first; i < it->end; i++) {
-		const struct lynx_prof_event *e = &t->events[i];
-		if (!is_program_launch(e) || !is_timed(e) || e->stream != compute)
-			continue;
-		uint64_t a = e->dev_start_ns > start ? e->dev_start_ns : start;
-		uint64_t b = e->dev_end_ns < end ? e->dev_end_ns : end;
-		busy += b > a ? b - a : 0;
-	}
 	w->duration = (struct lynx_profile_time){LYNX_PROFILE_SOURCE_DEVICE, end - start,
 	                                         end - start, end - start, 1};
-	uint64_t idle = end - start > busy ? end - start - busy : 0;
+	if (!busy)
+		return;
+	/* The first kernel that ends after the call starts: kernels end in start order. */
+	high = busy->count;
+	while (low < high) {
+		size_t mid = low + (high - low) / 2;
+		if (busy->span[mid][1] <= start)
+			low = mid + 1;
+		else
+			high = mid;
+	}
+	for (size_t k = low; k < busy->count && busy->span[k][0] < end; k++) {
+		uint64_t a = busy->span[k][0] > start ? busy->span[k][0] : start;
+		uint64_t b = busy->span[k][1] < end ? busy->span[k][1] : end;
+		overlap += b > a ? b - a : 0;
+	}
+	uint64_t idle = end - start > overlap ? end - start - overlap : 0;
 	w->idle = (struct lynx_profile_time){LYNX_PROFILE_SOURCE_DEVICE, idle, idle, idle, 1};
 }
 
@@ -576,6 +616,11 @@ static int fill_windows(struct build *b, struct lynx_profile *p)
 	struct comms comms = {0};
 	uint64_t t0 = span_start(t, it->first);
 	int err = pl ? number_comms(t, &comms) : -ENOMEM;
+	/* Idle times need the compute kernels of the same iteration timed. */
+	struct busy busy = {0};
+	bool kernels = lynx_prof_fully_timed(t, it->first, it->end);
+	if (!err && kernels)
+		err = busy_collect(t, it, compute_stream(t, it), &busy);
 
 	if (err)
 		goto out;
@@ -645,9 +690,10 @@ static int fill_windows(struct build *b, struct lynx_profile *p)
 			w->kind = LYNX_PROFILE_WINDOW_DP_GRAD;
 		}
 		if (is_timed(e))
-			time_window(t, it, compute_stream(t, it), e, w);
+			time_window(kernels ? &busy : NULL, e, w);
 	}
 out:
+	free(busy.span);
 	free(pl);
 	free(comms.handle);
 	free(comms.tp);

@@ -30,6 +30,7 @@
 #ifndef LYNX_PROF_BUILD_H
 #define LYNX_PROF_BUILD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,6 +49,13 @@ struct lynx_prof_build_options {
 int lynx_prof_build_profile(const struct lynx_prof_trace *trace,
                             const struct lynx_prof_build_options *opt, struct lynx_profile *out,
                             char *why, size_t why_len);
+
+/*
+ * Whether the shim timed every program launch of events [first, end) on the device (and
+ * there is one): device spans are then the work's time. Kernel-level timing covers one
+ * sampled warm-up iteration; the others time their NCCL calls only.
+ */
+bool lynx_prof_fully_timed(const struct lynx_prof_trace *trace, size_t first, size_t end);
 
 /* The size in bytes of an ncclDataType_t value; 0 for an unknown one. */
 size_t lynx_prof_nccl_type_size(int32_t type);

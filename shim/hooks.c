@@ -109,11 +109,13 @@ struct lynx_real_table lynx_real = {
 	lynx_record_nccl(call.event, LYNX_AS_U64(send), LYNX_AS_U64(recv), (uint64_t)(count), \
 	                 (int)(type), (int)(op), (int)(peer), LYNX_AS_U64(comm),              \
 	                 LYNX_AS_U64(stream))
-#define LYNX_RECORD_GROUP(delta)                                          \
-	do {                                                              \
-		lynx_record_group(call.event, result == 0 ? (delta) : 0); \
-		if ((delta) < 0 && lynx_group_depth == 0)                 \
-			lynx_time_group_ended();                          \
+/* A group call took effect: ncclInProgress is a non-blocking communicator's success. */
+#define LYNX_GROUP_TOOK(result) ((result) == ncclSuccess || (result) == ncclInProgress)
+#define LYNX_RECORD_GROUP(delta)                                                      \
+	do {                                                                          \
+		lynx_record_group(call.event, LYNX_GROUP_TOOK(result) ? (delta) : 0); \
+		if ((delta) < 0 && lynx_group_depth == 0)                             \
+			lynx_time_group_ended();                                      \
 	} while (0)
 #define LYNX_RECORD_COMM_INIT(out, nranks, rank)           \
 	do {                                               \

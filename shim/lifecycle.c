@@ -245,17 +245,22 @@ static void before_fork(void)
 		lynx_recorder_stop();
 		lynx_dump_flush();
 	}
+	lynx_profiling_before_fork();
 }
 
 static void after_fork_in_parent(void)
 {
+	lynx_profiling_after_fork_in_parent();
 	if (recording && atomic_load(&state) == STATE_READY && lynx_recorder_start_drainer(100))
 		lynx_warn_once("cannot restart the recorder's drainer after fork");
 }
 
+static void forget_grouped_marks(void);
+
 static void after_fork_in_child(void)
 {
 	lynx_dump_after_fork();
+	forget_grouped_marks();
 	lynx_profiling_after_fork();
 	if (atomic_load(&state) == STATE_READY) {
 		lynx_recorder_after_fork();
@@ -356,6 +361,11 @@ void lynx_time_begin_slow(struct lynx_call *call, uint64_t stream)
 	if (!atomic_load_explicit(&lynx_timing_kernels, memory_order_relaxed) &&
 	    lynx_hooks[call->id].kind != LYNX_EV_COLL && lynx_hooks[call->id].kind != LYNX_EV_P2P)
 		return;
+	/* Stream 0 in a per-thread-stream variant (_ptsz, _ptds) is this thread's default
+	 * stream, not the legacy one: a mark there would time the wrong stream and synchronise
+	 * with every blocking stream. */
+	if (!stream && lynx_hooks[call->id].variant != LYNX_VARIANT_PLAIN)
+		stream = (uint64_t)(uintptr_t)CU_STREAM_PER_THREAD;
 	call->mark_start = lynx_timing_mark((CUstream)(uintptr_t)stream);
 	call->timed_stream = stream;
 }
@@ -381,6 +391,12 @@ void lynx_time_group_ended(void)
 {
 	for (int i = 0; i < grouped_count; i++)
 		lynx_timing_record(grouped[i].mark, (CUstream)(uintptr_t)grouped[i].stream);
+	grouped_count = 0;
+}
+
+/* In a forked child: the parent's pending group marks are not this process's. */
+static void forget_grouped_marks(void)
+{
 	grouped_count = 0;
 }
 

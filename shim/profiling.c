@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "build.h"
@@ -29,6 +30,9 @@
 #define LOOK_MIN_EVENTS 256
 /* Synchronisations to wait for the device to reach every mark before going on. */
 #define RESOLVE_ATTEMPTS 8
+/* Warm-up events kept at most (about 300 MB): a warm-up that has not ended by then (no
+ * repeating iteration, a sample that cannot be taken) ends with what it has. */
+#define MAX_WARMUP_EVENTS (1u << 21)
 
 enum phase {
 	PHASE_OFF,       /* off mode, or collection could not start */
@@ -43,10 +47,13 @@ static struct {
 	pthread_mutex_t lock;         /* the trace; held by consume and by a look's copy */
 	pthread_mutex_t look;         /* one look at a time */
 	struct lynx_prof_trace trace; /* arrival order; dev_* hold mark numbers until resolved */
-	size_t looked_at;             /* trace.count at the last look */
 	size_t candidate_period;      /* the period (tokens) the last look found; 0: none */
 	size_t candidate_since;       /* trace.count when that period was first found */
 	bool sample_armed;            /* kernel-level timing was switched on for the sample */
+	bool full;                    /* MAX_WARMUP_EVENTS reached: collect nothing more */
+	uint64_t recorded_at_look;    /* the recorder's count at the last look */
+	uint64_t plan_since_ns;       /* PLANNING: when it began (CLOCK_MONOTONIC) */
+	uint64_t plan_tried_ns;       /* PLANNING: the last try */
 	struct lynx_prof_trace view;  /* RESOLVING: the sorted copy being finished */
 	int attempts;
 	bool out_of_memory;
@@ -55,13 +62,20 @@ static struct {
 	bool recompute;           /* LYNX_MODE=recompute: plan online once every profile is there */
 	char planner[32];         /* LYNX_PLANNER */
 	char plan_path[PATH_MAX]; /* LYNX_PLAN, or "" */
-	int plan_attempts;
-	bool timing; /* LYNX_TIMING=device and the timing marks are ready */
+	bool timing;              /* LYNX_TIMING=device and the timing marks are ready */
 	bool output_ok;
 	char out_dir[PATH_MAX];
 	struct lynx_profile profile;
 	bool have_profile;
 } prof = {.lock = PTHREAD_MUTEX_INITIALIZER, .look = PTHREAD_MUTEX_INITIALIZER};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* ---- The driver, for the timing marks ----------------------------------------------------- */
 
@@ -229,7 +243,9 @@ void lynx_profiling_consume(const struct lynx_event *ev)
 	pthread_mutex_lock(&prof.lock);
 	/* Checked again under the lock: a look on a trainer thread may have ended warm-up and
 	 * freed the trace since the check above. */
-	if (atomic_load(&prof.phase) == PHASE_LEARNING && !prof.out_of_memory &&
+	if (prof.trace.count >= MAX_WARMUP_EVENTS)
+		prof.full = true;
+	if (atomic_load(&prof.phase) == PHASE_LEARNING && !prof.out_of_memory && !prof.full &&
 	    lynx_prof_trace_append(&prof.trace, &out,
 	                           out.kind == LYNX_PROF_LAUNCH ? out.u.launch.params : NULL)) {
 		prof.out_of_memory = true;
@@ -338,17 +354,16 @@ static void write_profile(struct lynx_prof_trace *view, bool at_exit)
 }
 
 /* Frees the collected events: nothing reads them once the profile is built. */
-static void drop_collected(bool at_exit)
+static void drop_collected(void)
 {
 	pthread_mutex_lock(&prof.lock);
 	free(prof.view.events);
 	prof.view.events = NULL;
 	lynx_prof_trace_free(&prof.trace);
 	pthread_mutex_unlock(&prof.lock);
-	if (at_exit)
-		lynx_timing_forget();
-	else
-		lynx_timing_release();
+	/* Closed, not freed: a trainer thread may be between reserving a mark and recording
+	 * it. The events go with the CUDA context. */
+	lynx_timing_close();
 }
 
 /* Host times only: the view's marks are dropped unresolved. */
@@ -374,7 +389,9 @@ static void try_finish(bool at_exit)
 	else if (pending)
 		resolve_marks(&prof.view, true);
 	write_profile(&prof.view, at_exit);
-	drop_collected(at_exit);
+	drop_collected();
+	prof.plan_since_ns = now_ns();
+	prof.plan_tried_ns = 0;
 	atomic_store(&prof.phase,
 	             prof.recompute && prof.have_profile ? PHASE_PLANNING : PHASE_DONE);
 }
@@ -396,7 +413,6 @@ static int sorted_view(struct lynx_prof_trace *view)
 		memcpy(view->events, prof.trace.events, view->count * sizeof(*view->events));
 	else
 		err = -ENOMEM;
-	prof.looked_at = prof.trace.count;
 	pthread_mutex_unlock(&prof.lock);
 	if (!err)
 		lynx_prof_trace_sort(view);
@@ -404,23 +420,6 @@ static int sorted_view(struct lynx_prof_trace *view)
 }
 
 /* Looks for the iteration; with at least `needed` of them, moves to RESOLVING. */
-/* Whether the shim timed every program launch of iteration it on the device (its mark
- * numbers are still in the view's dev_* fields). */
-static bool kernel_timed(const struct lynx_prof_trace *view, const struct lynx_prof_iteration *it)
-{
-	size_t launches = 0;
-
-	for (size_t i = it->first; i < it->end; i++) {
-		const struct lynx_prof_event *e = &view->events[i];
-		if (e->kind != LYNX_PROF_LAUNCH || e->nested)
-			continue;
-		if (!e->dev_start_ns || !e->dev_end_ns)
-			return false;
-		launches++;
-	}
-	return launches > 0;
-}
-
 /*
  * Looks for the iteration. Timing starts at NCCL calls only; once a period is confirmed, it
  * arms kernel-level timing (timing.h) from this synchronisation on, and once an iteration is
@@ -428,7 +427,7 @@ static bool kernel_timed(const struct lynx_prof_trace *view, const struct lynx_p
  * and the sample (or final, at exit, where nothing is resolved anyway), it moves to
  * RESOLVING.
  */
-static void look(uint32_t needed, bool final)
+static void look(uint32_t needed, bool final, bool forced)
 {
 	struct lynx_prof_iterations iters;
 	struct lynx_prof_trace view;
@@ -440,7 +439,8 @@ static void look(uint32_t needed, bool final)
 		size_t count = iters.count, period = iters.period;
 		bool sampled = false;
 		for (size_t i = 0; i < iters.count && !sampled; i++)
-			sampled = kernel_timed(&view, &iters.iter[i]);
+			sampled = lynx_prof_fully_timed(&view, iters.iter[i].first,
+			                                iters.iter[i].end);
 		lynx_prof_iterations_free(&iters);
 		/*
 		 * A period must still hold once the trace has grown by half since it was first
@@ -452,7 +452,14 @@ static void look(uint32_t needed, bool final)
 			prof.candidate_period = period;
 			prof.candidate_since = view.count;
 		}
-		bool confirmed = final || view.count * 2 >= prof.candidate_since * 3;
+		bool confirmed = final || forced || view.count * 2 >= prof.candidate_since * 3;
+		/* Marks run out (or were never there): the sample cannot be taken. */
+		if (prof.timing && lynx_timing_used() >= MAX_MARKS) {
+			prof.timing = false;
+			lynx_info("warm-up: %u timing marks used up; host times where the sample "
+			          "is missing",
+			          MAX_MARKS);
+		}
 		if (confirmed && count >= 2 && prof.timing && !prof.sample_armed) {
 			prof.sample_armed = true;
 			atomic_store(&lynx_timing_kernels, true);
@@ -463,7 +470,7 @@ static void look(uint32_t needed, bool final)
 			atomic_store(&lynx_timing_kernels, false);
 			lynx_info("warm-up: kernel-level sample taken; NCCL calls only from now");
 		}
-		if (count >= needed && confirmed && (sampled || final || !prof.timing)) {
+		if (count >= needed && confirmed && (sampled || final || forced || !prof.timing)) {
 			atomic_store(&lynx_timing_on, false);
 			atomic_store(&prof.phase, PHASE_RESOLVING);
 			prof.view = view;
@@ -548,8 +555,9 @@ static void print_whatif(void)
 	job_profiles_free(&j);
 }
 
-/* Synchronisations recompute mode waits for the other ranks' profiles before it gives up. */
-#define PLAN_ATTEMPTS 64
+/* How long recompute mode waits for the other ranks' profiles, and how often it looks. */
+#define PLAN_WAIT_NS (120ull * 1000000000ull)
+#define PLAN_RETRY_NS (100ull * 1000000ull)
 
 static double mib(uint64_t bytes)
 {
@@ -566,12 +574,16 @@ static int write_atomically(const char *path, const char *text)
 	f = fopen(tmp, "w");
 	if (!f)
 		return -errno;
-	if (fputs(text, f) < 0 || fputc('\n', f) < 0 || fclose(f)) {
-		int err = -errno;
+	bool written = fputs(text, f) >= 0 && fputc('\n', f) != EOF && fflush(f) == 0 &&
+	               fsync(fileno(f)) == 0;
+	int err = written ? 0 : -errno;
+	if (fclose(f) && !err)
+		err = -errno;
+	if (!err && rename(tmp, path))
+		err = -errno;
+	if (err)
 		unlink(tmp);
-		return err ? err : -EIO;
-	}
-	return rename(tmp, path) ? -errno : 0;
+	return err;
 }
 
 /* The plan's summary for this rank's stage, once. */
@@ -609,8 +621,9 @@ static void print_plan(const struct lynx_whatif_plan *wp, const struct lynx_what
 /*
  * Recompute mode, after the profile: plans the job once every rank's profile is in LYNX_OUT
  * (with LYNX_PLANNER at LYNX_BUDGET, or reads LYNX_PLAN), writes plan.json (rank 0) and logs
- * this rank's part. Until all profiles are there, it tries again at the next synchronisation,
- * PLAN_ATTEMPTS times; at exit it tries once more. Plain CPU work.
+ * this rank's part. Until all profiles are there, it tries again at synchronisations, at
+ * most every PLAN_RETRY_NS and for PLAN_WAIT_NS (ranks that learn slower write theirs
+ * later); at exit it tries once more. Plain CPU work.
  */
 static void try_plan(bool at_exit)
 {
@@ -629,7 +642,7 @@ static void try_plan(bool at_exit)
 		return;
 	}
 	if (j.read < j.world) {
-		if (at_exit || ++prof.plan_attempts >= PLAN_ATTEMPTS) {
+		if (at_exit || now_ns() - prof.plan_since_ns >= PLAN_WAIT_NS) {
 			lynx_warn("recompute mode: %d of %d ranks' profiles in %s: no plan (the "
 			          "ranks "
 			          "must share LYNX_OUT, or give LYNX_PLAN)",
@@ -692,15 +705,26 @@ void lynx_profiling_at_sync(void)
 	phase = atomic_load(&prof.phase);
 	if (phase == PHASE_RESOLVING) {
 		try_finish(false);
-	} else if (phase == PHASE_PLANNING) {
+	} else if (phase == PHASE_PLANNING && now_ns() - prof.plan_tried_ns >= PLAN_RETRY_NS) {
+		prof.plan_tried_ns = now_ns();
 		try_plan(false);
 	} else if (phase == PHASE_LEARNING) {
-		lynx_recorder_drain();
-		pthread_mutex_lock(&prof.lock);
-		size_t count = prof.trace.count, last = prof.looked_at;
-		pthread_mutex_unlock(&prof.lock);
-		if (count >= LOOK_MIN_EVENTS && count * LOOK_GROWTH_DEN >= last * LOOK_GROWTH_NUM)
-			look(prof.warmup, false);
+		struct lynx_recorder_stats stats;
+		/* Drain on this thread only when there is enough new to look at. */
+		lynx_recorder_stats(&stats);
+		if (stats.recorded >= LOOK_MIN_EVENTS &&
+		    stats.recorded * LOOK_GROWTH_DEN >= prof.recorded_at_look * LOOK_GROWTH_NUM) {
+			lynx_recorder_drain();
+			prof.recorded_at_look = stats.recorded;
+			look(prof.warmup, false, prof.full);
+			if (atomic_load(&prof.phase) == PHASE_LEARNING && prof.full) {
+				lynx_warn("warm-up: no profile after %u events (no repeating "
+				          "iteration with layers); observing only",
+				          MAX_WARMUP_EVENTS);
+				drop_collected();
+				atomic_store(&prof.phase, PHASE_DONE);
+			}
+		}
 	}
 	pthread_mutex_unlock(&prof.look);
 }
@@ -712,9 +736,9 @@ void lynx_profiling_at_exit(void)
 	case PHASE_LEARNING:
 		atomic_store(&lynx_timing_on, false);
 		if (prof.trace.count >= LOOK_MIN_EVENTS)
-			look(2, true);
+			look(2, true, false);
 		if (atomic_load(&prof.phase) == PHASE_LEARNING) {
-			drop_collected(true);
+			drop_collected();
 			atomic_store(&prof.phase, PHASE_DONE);
 		}
 		break;
@@ -735,6 +759,18 @@ void lynx_profiling_at_exit(void)
 	pthread_mutex_unlock(&prof.look);
 }
 
+void lynx_profiling_before_fork(void)
+{
+	pthread_mutex_lock(&prof.look);
+	pthread_mutex_lock(&prof.lock);
+}
+
+void lynx_profiling_after_fork_in_parent(void)
+{
+	pthread_mutex_unlock(&prof.lock);
+	pthread_mutex_unlock(&prof.look);
+}
+
 void lynx_profiling_after_fork(void)
 {
 	/* The parent's CUDA events mean nothing here; its memory is ours to free. */
@@ -744,12 +780,23 @@ void lynx_profiling_after_fork(void)
 	pthread_mutex_init(&prof.look, NULL);
 	if (phase == PHASE_OFF)
 		return;
+	if (phase != PHASE_LEARNING) {
+		/* A worker forked after warm-up: it keeps nothing and learns nothing. */
+		atomic_store(&lynx_timing_on, false);
+		free(prof.view.events);
+		prof.view.events = NULL;
+		lynx_prof_trace_free(&prof.trace);
+		lynx_timing_forget();
+		atomic_store(&prof.phase, PHASE_DONE);
+		return;
+	}
 	atomic_store(&lynx_timing_on, false);
 	free(prof.view.events);
 	prof.view.events = NULL;
 	lynx_prof_trace_free(&prof.trace);
 	lynx_timing_forget();
-	prof.looked_at = 0;
+	prof.recorded_at_look = 0;
+	prof.full = false;
 	prof.attempts = 0;
 	prof.out_of_memory = false;
 	if (prof.have_profile) {

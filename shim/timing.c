@@ -9,34 +9,50 @@
 
 #include "timing.h"
 
-/* Events are created this many at a time: creating one costs a driver call, which would
- * otherwise land on the timed call's path. */
+/* Events are created this many at a time: one driver call each, all on the call that needs
+ * the chunk's first mark. The first mark of each chunk is also the chunk's anchor: marks
+ * are resolved against it (see resolve_anchor). */
 #define CHUNK 256
 
+enum chunk_state { CHUNK_NEW, CHUNK_READY, CHUNK_FAILED };
+
 static struct lynx_timing_driver driver;
-static CUevent *events;           /* max_marks of them; chunk by chunk */
-static _Atomic bool *chunk_ready; /* per chunk: its events exist */
-static _Atomic uint8_t *recorded; /* per mark: cuEventRecord succeeded */
-static int64_t *resolved_ns;      /* per mark, once resolved (resolve's caller only) */
-static uint8_t *resolved;         /* per mark: resolved_ns holds its time */
-static uint32_t max_marks;
+static CUevent *events;              /* one per mark; created chunk by chunk */
+static _Atomic uint8_t *chunk_state; /* per chunk: enum chunk_state */
+static _Atomic uint8_t *recorded;    /* per mark: cuEventRecord succeeded */
+static int64_t *resolved_ns;         /* per mark, once resolved (resolve's caller only) */
+static uint8_t *resolved;            /* per mark: resolved_ns holds its time */
+static int64_t *anchor_ns;           /* per chunk: its anchor's time from mark 1 */
+static uint8_t *anchor_known;        /* per chunk: anchor_ns holds it */
+static _Atomic uint32_t max_marks;   /* 0 while closed: no mark is handed out */
+static uint32_t capacity;            /* the arrays' length, while open or closed */
 static _Atomic uint32_t next_mark = 1;
 static pthread_mutex_t chunk_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void free_bookkeeping(void)
 {
 	free(events);
-	free((void *)chunk_ready);
+	free((void *)chunk_state);
 	free((void *)recorded);
 	free(resolved_ns);
 	free(resolved);
+	free(anchor_ns);
+	free(anchor_known);
 	events = NULL;
-	chunk_ready = NULL;
+	chunk_state = NULL;
 	recorded = NULL;
 	resolved_ns = NULL;
 	resolved = NULL;
-	max_marks = 0;
+	anchor_ns = NULL;
+	anchor_known = NULL;
+	atomic_store(&max_marks, 0);
+	capacity = 0;
 	atomic_store(&next_mark, 1);
+}
+
+void lynx_timing_close(void)
+{
+	atomic_store(&max_marks, 0);
 }
 
 void lynx_timing_forget(void)
@@ -47,75 +63,93 @@ void lynx_timing_forget(void)
 
 void lynx_timing_release(void)
 {
-	if (events && driver.event_destroy) {
-		for (uint32_t c = 0; c * CHUNK < max_marks; c++) {
-			if (!atomic_load(&chunk_ready[c]))
-				continue;
-			for (uint32_t i = c * CHUNK; i < max_marks && i < (c + 1) * CHUNK; i++)
-				if (events[i])
-					driver.event_destroy(events[i]);
-		}
+	for (uint32_t c = 0; events && driver.event_destroy && c * CHUNK < capacity; c++) {
+		if (atomic_load(&chunk_state[c]) != CHUNK_READY)
+			continue;
+		for (uint32_t i = c * CHUNK; i < capacity && i < (c + 1) * CHUNK; i++)
+			driver.event_destroy(events[i]);
 	}
 	free_bookkeeping();
 }
 
 int lynx_timing_init(const struct lynx_timing_driver *d, uint32_t marks)
 {
+	size_t chunks = marks / CHUNK + 1;
+
 	lynx_timing_release();
 	if (!d || !d->event_create || !d->event_record || !d->event_elapsed || !d->event_destroy ||
 	    !marks)
 		return -EINVAL;
 	driver = *d;
 	events = calloc(marks, sizeof(*events));
-	chunk_ready = calloc(marks / CHUNK + 1, sizeof(*chunk_ready));
+	chunk_state = calloc(chunks, sizeof(*chunk_state));
 	recorded = calloc(marks, sizeof(*recorded));
 	resolved_ns = calloc(marks, sizeof(*resolved_ns));
 	resolved = calloc(marks, sizeof(*resolved));
-	if (!events || !chunk_ready || !recorded || !resolved_ns || !resolved) {
-		lynx_timing_release();
+	anchor_ns = calloc(chunks, sizeof(*anchor_ns));
+	anchor_known = calloc(chunks, sizeof(*anchor_known));
+	if (!events || !chunk_state || !recorded || !resolved_ns || !resolved || !anchor_ns ||
+	    !anchor_known) {
+		free_bookkeeping();
 		return -ENOMEM;
 	}
-	max_marks = marks;
+	capacity = marks;
+	atomic_store(&max_marks, marks);
 	return 0;
 }
 
-/* Creates the events of mark's chunk unless they exist. False when the driver refuses. */
+/* Creates the events of mark's chunk unless they exist. A chunk the driver refuses (part of
+ * it is destroyed again) stays failed: its marks are never handed out. */
 static bool ensure_chunk(uint32_t mark)
 {
-	uint32_t c = (mark - 1) / CHUNK;
-	bool ok = true;
+	uint32_t c = (mark - 1) / CHUNK, made = 0;
+	uint8_t state = atomic_load_explicit(&chunk_state[c], memory_order_acquire);
 
-	if (atomic_load_explicit(&chunk_ready[c], memory_order_acquire))
-		return true;
+	if (state != CHUNK_NEW)
+		return state == CHUNK_READY;
 	pthread_mutex_lock(&chunk_lock);
-	if (!atomic_load(&chunk_ready[c])) {
-		for (uint32_t i = c * CHUNK; i < max_marks && i < (c + 1) * CHUNK && ok; i++)
-			ok = driver.event_create(&events[i], CU_EVENT_DEFAULT) == CUDA_SUCCESS;
-		if (ok)
-			atomic_store_explicit(&chunk_ready[c], true, memory_order_release);
+	if (atomic_load(&chunk_state[c]) == CHUNK_NEW) {
+		uint32_t end = (c + 1) * CHUNK < capacity ? (c + 1) * CHUNK : capacity;
+		for (uint32_t i = c * CHUNK; i < end; i++, made++)
+			if (driver.event_create(&events[i], CU_EVENT_DEFAULT) != CUDA_SUCCESS)
+				break;
+		if (c * CHUNK + made < end) {
+			for (uint32_t i = c * CHUNK; i < c * CHUNK + made; i++)
+				driver.event_destroy(events[i]);
+			atomic_store_explicit(&chunk_state[c], CHUNK_FAILED, memory_order_release);
+		} else {
+			atomic_store_explicit(&chunk_state[c], CHUNK_READY, memory_order_release);
+		}
 	}
+	state = atomic_load(&chunk_state[c]);
 	pthread_mutex_unlock(&chunk_lock);
-	return ok;
+	return state == CHUNK_READY;
 }
 
 uint32_t lynx_timing_reserve(void)
 {
-	uint32_t mark;
+	uint32_t limit = atomic_load_explicit(&max_marks, memory_order_acquire), mark;
 
-	if (!max_marks)
+	if (!limit)
 		return 0;
 	mark = atomic_fetch_add_explicit(&next_mark, 1, memory_order_relaxed);
-	if (mark == 0 || mark > max_marks) {
+	if (mark == 0 || mark > limit) {
 		/* Keep the counter from wrapping back into range. */
-		atomic_store_explicit(&next_mark, max_marks + 1, memory_order_relaxed);
+		atomic_store_explicit(&next_mark, limit + 1, memory_order_relaxed);
 		return 0;
 	}
 	return ensure_chunk(mark) ? mark : 0;
 }
 
+/*
+ * Recording needs only that the mark was handed out: after lynx_timing_close the arrays and
+ * events stay, so a thread that reserved a mark just before may still record it (it is then
+ * simply never resolved).
+ */
 int lynx_timing_record(uint32_t mark, CUstream stream)
 {
-	if (!mark || mark > max_marks)
+	if (!mark || mark > capacity ||
+	    atomic_load(&chunk_state[(mark - 1) / CHUNK]) != CHUNK_READY)
 		return -ENOENT;
 	if (driver.event_record(events[mark - 1], stream) != CUDA_SUCCESS)
 		return -EIO;
@@ -130,26 +164,81 @@ uint32_t lynx_timing_mark(CUstream stream)
 	return mark && !lynx_timing_record(mark, stream) ? mark : 0;
 }
 
-int lynx_timing_resolve(uint32_t mark, int64_t *ns)
+/* Elapsed ns from mark a to mark b, both recorded: 0, -EAGAIN or -EIO. */
+static int elapsed(uint32_t a, uint32_t b, int64_t *ns)
 {
 	float ms = 0;
-	CUresult r;
+	CUresult r =
+	        a == b ? CUDA_SUCCESS : driver.event_elapsed(&ms, events[a - 1], events[b - 1]);
 
-	if (!mark || mark > max_marks || !atomic_load(&recorded[mark - 1]) ||
+	if (r == CUDA_ERROR_NOT_READY)
+		return -EAGAIN;
+	if (r != CUDA_SUCCESS)
+		return -EIO;
+	*ns = (int64_t)((double)ms * 1e6 + (ms < 0 ? -0.5 : 0.5));
+	return 0;
+}
+
+/*
+ * Chunk c's anchor (its first mark) on the timeline of mark 1, summed in integer ns from
+ * anchor to anchor: each step is a float of a short interval, so a mark far from mark 1 keeps
+ * float precision of its own chunk, not of the whole warm-up (a float of 60 s in ms has 4 us
+ * steps). An anchor that was never recorded falls back to mark 1 directly.
+ */
+static int resolve_anchor(uint32_t c, int64_t *ns)
+{
+	uint32_t anchor = c * CHUNK + 1;
+	int64_t step;
+	int err;
+
+	if (anchor_known[c]) {
+		*ns = anchor_ns[c];
+		return 0;
+	}
+	if (c == 0 || !atomic_load(&recorded[anchor - 1])) {
+		err = atomic_load(&recorded[anchor - 1]) ? elapsed(1, anchor, &step) : -ENOENT;
+	} else {
+		int64_t previous;
+		uint32_t p = c - 1;
+		/* The nearest earlier recorded anchor. */
+		while (p > 0 && !atomic_load(&recorded[p * CHUNK]))
+			p--;
+		err = resolve_anchor(p, &previous);
+		if (!err)
+			err = elapsed(p * CHUNK + 1, anchor, &step);
+		if (!err)
+			step += previous;
+	}
+	if (err)
+		return err;
+	anchor_ns[c] = step;
+	anchor_known[c] = 1;
+	*ns = step;
+	return 0;
+}
+
+int lynx_timing_resolve(uint32_t mark, int64_t *ns)
+{
+	uint32_t c, anchor;
+	int64_t base, offset;
+	int err;
+
+	if (!mark || mark > capacity || !atomic_load(&recorded[mark - 1]) ||
 	    !atomic_load(&recorded[0]))
 		return -ENOENT;
 	if (resolved[mark - 1]) {
 		*ns = resolved_ns[mark - 1];
 		return 0;
 	}
-	/* One driver call per mark, then cached: a mark the device has not reached answers
-	 * CUDA_ERROR_NOT_READY. */
-	r = mark == 1 ? CUDA_SUCCESS : driver.event_elapsed(&ms, events[0], events[mark - 1]);
-	if (r == CUDA_ERROR_NOT_READY)
-		return -EAGAIN;
-	if (r != CUDA_SUCCESS)
-		return -EIO;
-	resolved_ns[mark - 1] = (int64_t)((double)ms * 1e6 + (ms < 0 ? -0.5 : 0.5));
+	c = (mark - 1) / CHUNK;
+	anchor = c * CHUNK + 1;
+	if (atomic_load(&recorded[anchor - 1]) && !resolve_anchor(c, &base))
+		err = elapsed(anchor, mark, &offset);
+	else
+		err = (base = 0, elapsed(1, mark, &offset));
+	if (err)
+		return err;
+	resolved_ns[mark - 1] = base + offset;
 	resolved[mark - 1] = 1;
 	*ns = resolved_ns[mark - 1];
 	return 0;
@@ -159,5 +248,5 @@ uint32_t lynx_timing_used(void)
 {
 	uint32_t next = atomic_load(&next_mark);
 
-	return next - 1 < max_marks ? next - 1 : max_marks;
+	return next - 1 < capacity ? next - 1 : capacity;
 }

@@ -12,11 +12,13 @@
  * then also holds the launch's latency (tests/shim/test_timing.c shows both).
  *
  * Precision: cuEventElapsedTime answers float milliseconds (about 0.5 us resolution on
- * NVIDIA GPUs; a float's 24-bit mantissa adds about 1 us at 10 s from the first mark),
- * enough for layer times of tenths of milliseconds and up.
+ * NVIDIA GPUs). A mark is resolved against the first mark of its chunk of 256, and chunks'
+ * anchors against each other, summed in integer ns, so a mark's precision is that of a short
+ * interval, not of its distance from the first mark (a float of 60 s in ms has 4 us steps).
  *
  * Cost: recording a mark is one cuEventRecord (a few microseconds of host time on a real
- * GPU, one API call of virtual time on simgpu); events are created in chunks ahead of use.
+ * GPU, one API call of virtual time on simgpu); events are created 256 at a time, on the
+ * timed call that needs the first of them.
  * Timing is on only during warm-up (profiling.h).
  *
  * The module never links libcuda: the driver functions come in a table (the shim passes
@@ -63,7 +65,12 @@ int lynx_timing_resolve(uint32_t mark, int64_t *ns);
 /* Marks handed out so far. */
 uint32_t lynx_timing_used(void);
 
-/* Destroys every event; marks can no longer be resolved. */
+/* Hands out no more marks. Everything stays: a thread that reserved a mark just before may
+ * still record it, and marks handed out can still be resolved. Safe from any thread. */
+void lynx_timing_close(void);
+
+/* Destroys every event and frees the bookkeeping. Only when no other thread can be timing
+ * (the tests; the profiler closes instead). */
 void lynx_timing_release(void);
 
 /* In a forked child: forgets the parent's events without destroying them (they belong to
