@@ -69,7 +69,7 @@
 #define MAX_WINDOWS 24
 #define MAX_ROUNDS 8
 /* Checker replays the polish may spend: each is a fraction of a millisecond. */
-#define MAX_POLISH 6
+#define MAX_POLISH 12
 #define KEEP (-1)
 #define ON_DEMAND (-2)
 
@@ -623,6 +623,14 @@ static int by_cost(const void *a, const void *b)
 static int (*const room_orders[])(const void *, const void *) = {by_cost_per_byte, by_cost};
 
 /*
+ * What keeping a unit in one more layer adds to the stage's peak, by the estimate: its bytes
+ * in each in-flight micro-batch (share 1), of which not all are resident at the peak. When
+ * no move fits by that, the polish tries a little optimistic share: the checker decides,
+ * and a move it refuses is not tried again.
+ */
+static const double need_shares[] = {1.0, 0.9};
+
+/*
  * The move of stage s with the largest gain that fits its slack: keep one unit rebuilt on
  * demand, making room greedily from the stage's other kept units in each of room_orders
  * (never the same unit elsewhere: that frees only what keeping takes). rooms has space for
@@ -631,7 +639,7 @@ static int (*const room_orders[])(const void *, const void *) = {by_cost_per_byt
  */
 static void best_move(const struct lynx_problem *p, const struct lynx_plan *plan,
                       const struct lynx_layer_units *lu, uint32_t s, const uint32_t *tried,
-                      struct room *rooms, struct move *best)
+                      double share, struct room *rooms, struct move *best)
 {
 	const struct lynx_problem_stage *st = &p->stages[s];
 	uint32_t n_groups = p->layer.n_groups, n_rooms = 0;
@@ -650,7 +658,9 @@ static void best_move(const struct lynx_problem *p, const struct lynx_plan *plan
 		for (uint32_t kl = 0; kl < st->layers; kl++)
 			for (uint32_t k = 0; k < lu->n_units; k++) {
 				const struct lynx_unit *ku = &lu->units[k];
-				uint64_t need = (uint64_t)st->inflight * ku->bytes, freed = 0;
+				uint64_t need = (uint64_t)((double)st->inflight *
+				                           (double)ku->bytes * share),
+				         freed = 0;
 				struct move m = {s, kl, k, 0, {0}, {0}, ku->rerun_s};
 				if ((tried[kl] & (1u << k)) ||
 				    !unit_is(plan, ku, s, kl, n_groups,
@@ -713,8 +723,11 @@ static int polish(const struct lynx_problem *p, struct lynx_plan *plan, char *wh
 		double before = plan->step_time_s;
 		bool again;
 
-		for (uint32_t s = 0; s < p->n_stages; s++)
-			best_move(p, plan, &lu, s, &tried[s * max_layers], rooms, &m);
+		for (size_t k = 0; k < sizeof(need_shares) / sizeof(need_shares[0]) && m.gain <= 0;
+		     k++)
+			for (uint32_t s = 0; s < p->n_stages; s++)
+				best_move(p, plan, &lu, s, &tried[s * max_layers], need_shares[k],
+				          rooms, &m);
 		if (m.gain <= 0)
 			break;
 		apply_move(plan, &lu, &m, p->layer.n_groups, false);

@@ -2,9 +2,9 @@
 /*
  * policy/checkmate: the Checkmate baseline finds the optimal keep / rebuild-on-demand plan
  * (checked against an exhaustive search through the checker), fits by the checker's count,
- * carries the checker's numbers, never loses to an on-demand baseline that fits, trails HEU
- * (which may use windows) everywhere but by HEU's knapsack rounding, and without CBC or
- * without a plan that fits returns its starting plan and says why.
+ * carries the checker's numbers, never loses to an on-demand baseline that fits, is never
+ * faster than HEU (which may use windows) over the GPT sweep, and without CBC or without a
+ * plan that fits returns its starting plan and says why.
  */
 #include <errno.h>
 #include <math.h>
@@ -283,13 +283,13 @@ static void test_checkmate_never_loses_to_an_on_demand_baseline(void **state)
 
 /*
  * HEU may rebuild in windows, Checkmate may not, but HEU mixes two per-layer policies over a
- * stage's identical layers where Checkmate's MILP decides every layer: where windows are
- * short (NVLink) that rounding can leave HEU slightly behind (0.15% at most measured, on
- * gpt-22b with one stage at a fifth of the way from full to none). Over the GPT sweep at
- * halfway budgets, HEU is never slower than Checkmate by more than that rounding; on PCIe,
- * where the tensor-parallel windows are long, at a tight budget, it is well ahead.
+ * stage's identical layers where Checkmate's MILP decides every layer; HEU's polish step
+ * spends the slack that leaves. Over the GPT sweep (t=8, p=4) at halfway budgets HEU is
+ * never slower than Checkmate; on PCIe, where the tensor-parallel windows are long, at a
+ * tight budget, it is well ahead. (Outside the sweep, one 48-layer stage at a fifth of the
+ * way from full to none, HEU still trails by up to 0.07%: docs/measurements.md.)
  */
-static void test_heu_trails_checkmate_by_its_knapsack_rounding_at_most(void **state)
+static void test_heu_never_trails_checkmate_over_the_sweep(void **state)
 {
 	static const char *const clusters[] = {"a100-nvlink", "a100-pcie"};
 	const struct job pcie = {"gpt-13b", "a100-pcie", 8, 1, 4, 0};
@@ -313,7 +313,7 @@ static void test_heu_trails_checkmate_by_its_knapsack_rounding_at_most(void **st
 		}
 	}
 	print_message("heu behind checkmate by %.4f%% at most over the sweep\n", 100 * worst);
-	assert_true(worst <= 2e-3);
+	assert_true(worst <= 1e-9);
 
 	build(&pcie, budget_at(&pcie, 0.2), &p);
 	cm = checkmate_checked(&p, &plan, &o);
@@ -421,7 +421,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_checkmate_is_optimal_by_exhaustive_search),
 	        cmocka_unit_test(test_checkmate_never_loses_to_an_on_demand_baseline),
-	        cmocka_unit_test(test_heu_trails_checkmate_by_its_knapsack_rounding_at_most),
+	        cmocka_unit_test(test_heu_never_trails_checkmate_over_the_sweep),
 	        cmocka_unit_test(test_checkmate_keeps_everything_when_it_fits),
 	        cmocka_unit_test(test_checkmate_says_when_nothing_fits),
 	        cmocka_unit_test(test_checkmate_without_cbc_returns_its_start),
