@@ -307,7 +307,7 @@ bench-policy: $(LYNX)
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_PROFILE := $(BUILD)/fuzz/fuzz_profile
-FUZZ_PROFILE_SRC := profiler/profile.c profiler/json_text.c
+FUZZ_PROFILE_SRC := profiler/profile.c profiler/json_text.c profiler/atomic_file.c
 $(FUZZ_PROFILE): tests/fuzz/fuzz_profile.c $(FUZZ_PROFILE_SRC) profiler/profile.h
 	$(call say,FUZZCC,$@)
 	@mkdir -p $(dir $@)

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "atomic_file.h"
 #include "chrome_trace.h"
 #include "lifetime.h"
 #include "period.h"
@@ -1000,8 +1001,7 @@ int lynx_prof_write_chrome_trace(const struct lynx_prof_trace *trace,
                                  char *why, size_t len)
 {
 	struct writer w = {.t = trace, .profile = profile, .rank = -1, .world = -1};
-	char *tmp = NULL;
-	int fd, err;
+	int err;
 
 	if (opt) {
 		w.rank = opt->rank;
@@ -1015,35 +1015,16 @@ int lynx_prof_write_chrome_trace(const struct lynx_prof_trace *trace,
 	w.t0 = trace->count ? trace->events[0].t_ns : 0;
 	if ((err = prepare(&w)) || (err = find_structure(&w)) || (err = label_windows(&w)))
 		goto out;
-	tmp = malloc(strlen(path) + sizeof(".tmp.XXXXXX"));
-	if (!tmp) {
-		err = -ENOMEM;
+	struct lynx_atomic_file file;
+	if ((err = lynx_atomic_file_open(&file, path)))
 		goto out;
-	}
-	sprintf(tmp, "%s.tmp.XXXXXX", path);
-	fd = mkstemp(tmp);
-	if (fd < 0) {
-		err = -errno;
-		goto out;
-	}
-	w.f = fdopen(fd, "w");
-	if (!w.f) {
-		err = -errno;
-		close(fd);
-		goto out_unlink;
-	}
+	w.f = file.f;
 	err = write_all(&w);
-	if (!err && (ferror(w.f) || fflush(w.f) || fsync(fileno(w.f))))
-		err = errno ? -errno : -EIO;
-	if (fclose(w.f) && !err)
-		err = errno ? -errno : -EIO;
-	if (!err && rename(tmp, path))
-		err = -errno;
-out_unlink:
 	if (err)
-		unlink(tmp);
+		lynx_atomic_file_abort(&file);
+	else
+		err = lynx_atomic_file_commit(&file);
 out:
-	free(tmp);
 	writer_free(&w);
 	if (err == -ENOMEM && why && len)
 		snprintf(why, len, "out of memory writing %s", path);

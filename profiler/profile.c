@@ -43,6 +43,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "atomic_file.h"
 #include "json_text.h"
 #include "profile.h"
 
@@ -288,41 +289,12 @@ char *lynx_profile_to_json(const struct lynx_profile *p)
 
 int lynx_profile_write(const struct lynx_profile *p, const char *path)
 {
-	char *text = lynx_profile_to_json(p), *tmp = NULL;
-	FILE *f = NULL;
-	int fd = -1, err = 0;
+	char *text = lynx_profile_to_json(p);
+	int err;
 
 	if (!text)
 		return -ENOMEM;
-	tmp = malloc(strlen(path) + sizeof(".tmp.XXXXXX"));
-	if (!tmp) {
-		err = -ENOMEM;
-		goto out_free_text;
-	}
-	sprintf(tmp, "%s.tmp.XXXXXX", path);
-	fd = mkstemp(tmp);
-	if (fd < 0) {
-		err = -errno;
-		goto out_free_tmp;
-	}
-	f = fdopen(fd, "w");
-	if (!f) {
-		err = -errno;
-		close(fd);
-		goto out_unlink;
-	}
-	if (fputs(text, f) == EOF || fflush(f) || fsync(fileno(f)))
-		err = errno ? -errno : -EIO;
-	if (fclose(f) && !err)
-		err = errno ? -errno : -EIO;
-	if (!err && rename(tmp, path))
-		err = -errno;
-out_unlink:
-	if (err)
-		unlink(tmp);
-out_free_tmp:
-	free(tmp);
-out_free_text:
+	err = lynx_atomic_file_write(path, text);
 	free(text);
 	return err;
 }

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "atomic_file.h"
 #include "build.h"
 #include "chrome_trace.h"
 #include "event.h"
@@ -564,28 +565,6 @@ static double mib(uint64_t bytes)
 	return (double)bytes / (1024.0 * 1024.0);
 }
 
-/* Writes text to path through a temporary file and a rename, as the profile is written. */
-static int write_atomically(const char *path, const char *text)
-{
-	char tmp[PATH_MAX + 96];
-	FILE *f;
-
-	snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
-	f = fopen(tmp, "w");
-	if (!f)
-		return -errno;
-	bool written = fputs(text, f) >= 0 && fputc('\n', f) != EOF && fflush(f) == 0 &&
-	               fsync(fileno(f)) == 0;
-	int err = written ? 0 : -errno;
-	if (fclose(f) && !err)
-		err = -errno;
-	if (!err && rename(tmp, path))
-		err = -errno;
-	if (err)
-		unlink(tmp);
-	return err;
-}
-
 /* The plan's summary for this rank's stage, once. */
 static void print_plan(const struct lynx_whatif_plan *wp, const struct lynx_whatif_row *row,
                        const struct lynx_whatif_row *keep)
@@ -684,7 +663,7 @@ static void try_plan(bool at_exit)
 	if (lynx_job_rank() <= 0 && prof.output_ok && !prof.plan_path[0]) {
 		char *text = lynx_plan_to_json(wp.plan, wp.problem);
 		snprintf(path, sizeof(path), "%s/plan.json", prof.out_dir);
-		if (!text || (err = write_atomically(path, text)))
+		if (!text || (err = lynx_atomic_file_write(path, text)))
 			lynx_warn("cannot write %s: %s", path,
 			          text ? strerror(-err) : "out of memory");
 		free(text);

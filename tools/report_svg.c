@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../profiler/atomic_file.h"
 #include "report_model.h"
 
 #define SVG_W 980
@@ -182,25 +183,12 @@ static void svg_panel(FILE *f, const struct report *rep, const struct rank *r, d
 
 int lynx_report_write_svg(const struct report *rep, const char *path)
 {
-	char *tmp = malloc(strlen(path) + sizeof(".tmp.XXXXXX"));
-	FILE *f;
-	int fd, err = 0;
+	struct lynx_atomic_file file;
+	int err = lynx_atomic_file_open(&file, path);
+	FILE *f = file.f;
 
-	if (!tmp)
-		return -ENOMEM;
-	sprintf(tmp, "%s.tmp.XXXXXX", path);
-	fd = mkstemp(tmp);
-	if (fd < 0) {
-		err = -errno;
-		free(tmp);
+	if (err)
 		return err;
-	}
-	f = fdopen(fd, "w");
-	if (!f) {
-		err = -errno;
-		close(fd);
-		goto out;
-	}
 	fprintf(f,
 	        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%zu\" "
 	        "viewBox=\"0 0 %d %zu\" font-family=\"sans-serif\">\n",
@@ -209,15 +197,5 @@ int lynx_report_write_svg(const struct report *rep, const char *path)
 	for (size_t i = 0; i < rep->count; i++)
 		svg_panel(f, rep, &rep->ranks[i], (double)PANEL_H * (double)i);
 	fputs("</svg>\n", f);
-	if (ferror(f) || fflush(f))
-		err = errno ? -errno : -EIO;
-	if (fclose(f) && !err)
-		err = errno ? -errno : -EIO;
-	if (!err && rename(tmp, path))
-		err = -errno;
-out:
-	if (err)
-		unlink(tmp);
-	free(tmp);
-	return err;
+	return lynx_atomic_file_commit(&file);
 }
