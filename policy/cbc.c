@@ -5,9 +5,14 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cbc.h"
+#include "checker.h"
 
 static const struct {
 	const char *name;
@@ -64,4 +69,74 @@ void lynx_cbc_gaps(double obj, double bound, double base_ms, double *gap, double
 {
 	*gap = fmax(0, (obj - bound) / (base_ms + obj));
 	*added_gap = obj > 1e-9 ? fmax(0, (obj - bound) / obj) : 0;
+}
+
+static double seconds_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int lynx_cbc_plan_stages(const struct lynx_problem *p, struct lynx_plan *plan, unsigned max_rounds,
+                         double time_limit_s, lynx_cbc_stage_fn solve, void *ctx,
+                         struct lynx_cbc_rounds *out, char *why, size_t len)
+{
+	uint64_t *budget = calloc(p->n_stages + 1, sizeof(*budget));
+	bool *redo = calloc(p->n_stages + 1, sizeof(*redo));
+	double *gap = calloc(2 * p->n_stages + 1, sizeof(*gap));
+	int err = budget && redo && gap ? 0 : -ENOMEM;
+
+	memset(out, 0, sizeof(*out));
+	for (uint32_t s = 0; !err && s < p->n_stages; s++) {
+		budget[s] = p->budget_bytes;
+		redo[s] = true;
+	}
+	out->solved = out->optimal = true;
+	for (unsigned round = 0; !err && round < max_rounds; round++) {
+		bool again;
+
+		for (uint32_t s = 0; !err && s < p->n_stages; s++) {
+			struct lynx_cbc_stage_solve ss;
+			double t0 = seconds_now();
+
+			if (!redo[s])
+				continue;
+			err = solve(ctx, s, budget[s], plan, &ss);
+			out->solve_s += seconds_now() - t0;
+			out->rounds = round + 1;
+			if (!err && !ss.solved) {
+				snprintf(why, len,
+				         "CBC found no plan for stage %u within %.3g GiB in %.3g s",
+				         s, (double)budget[s] / (1024.0 * 1024.0 * 1024.0),
+				         time_limit_s);
+				err = -ESRCH;
+			}
+			if (!err) {
+				gap[s] = ss.gap;
+				gap[p->n_stages + s] = ss.added_gap;
+				out->optimal = out->optimal && ss.optimal;
+			}
+			redo[s] = false;
+		}
+		if (err)
+			break;
+		err = lynx_checker_settle(p, plan, round + 1 < max_rounds, budget, redo, &again,
+		                          why, len);
+		if (err || !again)
+			break;
+	}
+	for (uint32_t s = 0; !err && s < p->n_stages; s++) {
+		out->gap = fmax(out->gap, gap[s]);
+		out->added_gap = fmax(out->added_gap, gap[p->n_stages + s]);
+	}
+	if (err) {
+		out->solved = out->optimal = false;
+		out->gap = out->added_gap = NAN;
+	}
+	free(budget);
+	free(redo);
+	free(gap);
+	return err;
 }

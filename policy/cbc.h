@@ -15,6 +15,7 @@
 
 #include <coin/Cbc_C_Interface.h>
 
+#include "plan.h"
 #include "problem.h"
 
 #define LYNX_CBC_LIBRARY "libCbcSolver.so.3"
@@ -68,5 +69,34 @@ double lynx_cbc_stage_base_ms(const struct lynx_problem *p, const struct lynx_pr
  * to *added_gap. Both are at least 0.
  */
 void lynx_cbc_gaps(double obj, double bound, double base_ms, double *gap, double *added_gap);
+
+/* One stage's solve by an exact planner: whether CBC found a plan, proved it, and its gaps. */
+struct lynx_cbc_stage_solve {
+	bool solved, optimal;
+	double gap, added_gap;
+};
+
+/* Solves stage s within budget into plan (its rows of stage s). Returns 0 (out->solved false
+ * when CBC found nothing) or -ENOMEM. */
+typedef int (*lynx_cbc_stage_fn)(void *ctx, uint32_t s, uint64_t budget, struct lynx_plan *plan,
+                                 struct lynx_cbc_stage_solve *out);
+
+struct lynx_cbc_rounds {
+	bool solved, optimal;  /* every stage solved; and proved */
+	double gap, added_gap; /* the largest over the stages; NAN when not solved */
+	double solve_s;        /* wall time of the solves */
+	unsigned rounds;       /* solve rounds (budget re-tightening) */
+};
+
+/*
+ * The exact planners' outer loop (OPT, Checkmate): solves every stage with solve, replays
+ * the plan in the checker, and solves again, with its budget lowered by the excess, each
+ * stage whose replayed peak overflows, up to max_rounds. The plan's predictions are the
+ * checker's. Returns 0; -ESRCH with why when CBC finds no plan for a stage within
+ * time_limit_s (named in why); -ENOMEM; the checker's errors.
+ */
+int lynx_cbc_plan_stages(const struct lynx_problem *p, struct lynx_plan *plan, unsigned max_rounds,
+                         double time_limit_s, lynx_cbc_stage_fn solve, void *ctx,
+                         struct lynx_cbc_rounds *out, char *why, size_t len);
 
 #endif /* LYNX_POLICY_CBC_H */

@@ -397,20 +397,6 @@ static void write_stage(const struct model *m, const double *x, struct lynx_plan
 		}
 }
 
-static double seconds_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* One stage's solve. */
-struct stage_solve {
-	bool solved, optimal;
-	double gap, added_gap;
-};
-
 /*
  * Solves stage s within `budget`, starting from `from`, into plan. Returns 0 (out->solved
  * false when CBC found nothing) or -ENOMEM.
@@ -418,7 +404,7 @@ struct stage_solve {
 static int solve_stage(const struct lynx_cbc *c, const struct lynx_opt_options *o,
                        const struct lynx_problem *p, const struct lynx_layer_units *lu, uint32_t s,
                        uint64_t budget, const struct lynx_plan *from, struct lynx_plan *plan,
-                       struct stage_solve *out)
+                       struct lynx_cbc_stage_solve *out)
 {
 	struct model m = {.p = p, .st = &p->stages[s], .s = s, .n = p->stages[s].layers, .lu = lu};
 	struct row r = {0};
@@ -428,7 +414,7 @@ static int solve_stage(const struct lynx_cbc *c, const struct lynx_opt_options *
 	double base_ms = lynx_cbc_stage_base_ms(p, &p->stages[s]);
 	int err = find_slots(&m);
 
-	*out = (struct stage_solve){.gap = NAN, .added_gap = NAN};
+	*out = (struct lynx_cbc_stage_solve){.gap = NAN, .added_gap = NAN};
 	err = err ? err : layout(&m);
 	if (err)
 		goto out;
@@ -485,66 +471,41 @@ static void copy_decisions(const struct lynx_problem *p, const struct lynx_plan 
  * rep->solved set when every stage solved; -ENOENT (CBC missing) or a solve failure with
  * why; -ENOMEM.
  */
+/* What solve_one needs besides the stage and its budget. */
+struct solve_ctx {
+	const struct lynx_cbc *c;
+	const struct lynx_opt_options *o;
+	const struct lynx_problem *p;
+	const struct lynx_layer_units *lu;
+	const struct lynx_plan *from;
+};
+
+static int solve_one(void *ctx, uint32_t s, uint64_t budget, struct lynx_plan *plan,
+                     struct lynx_cbc_stage_solve *out)
+{
+	const struct solve_ctx *x = ctx;
+
+	return solve_stage(x->c, x->o, x->p, x->lu, s, budget, x->from, plan, out);
+}
+
 static int milp_plan(const struct lynx_cbc *c, const struct lynx_opt_options *o,
                      const struct lynx_problem *p, const struct lynx_plan *heu,
                      struct lynx_plan *plan, struct lynx_opt_report *rep, char *why, size_t len)
 {
 	struct lynx_layer_units lu;
-	uint64_t *budget = calloc(p->n_stages + 1, sizeof(*budget));
-	bool *redo = calloc(p->n_stages + 1, sizeof(*redo));
-	double *gap = calloc(2 * p->n_stages + 1, sizeof(*gap));
-	int err = budget && redo && gap ? 0 : -ENOMEM;
+	struct solve_ctx ctx = {c, o, p, &lu, heu};
+	struct lynx_cbc_rounds r;
+	int err;
 
 	lynx_layer_units_find(&p->layer, &lu);
-	for (uint32_t s = 0; !err && s < p->n_stages; s++) {
-		budget[s] = p->budget_bytes;
-		redo[s] = true;
-	}
-	rep->solved = rep->optimal = true;
-	for (unsigned round = 0; !err && round < MAX_ROUNDS; round++) {
-		bool again;
-
-		for (uint32_t s = 0; !err && s < p->n_stages; s++) {
-			struct stage_solve ss;
-			double t0 = seconds_now();
-
-			if (!redo[s])
-				continue;
-			err = solve_stage(c, o, p, &lu, s, budget[s], heu, plan, &ss);
-			rep->solve_s += seconds_now() - t0;
-			rep->rounds = round + 1;
-			if (!err && !ss.solved) {
-				snprintf(why, len,
-				         "CBC found no plan for stage %u within %.3g GiB in %.3g s",
-				         s, (double)budget[s] / (MIB * 1024), o->time_limit_s);
-				err = -ESRCH;
-			}
-			if (!err) {
-				gap[s] = ss.gap;
-				gap[p->n_stages + s] = ss.added_gap;
-				rep->optimal = rep->optimal && ss.optimal;
-			}
-			redo[s] = false;
-		}
-		if (err)
-			break;
-		err = lynx_checker_settle(p, plan, round + 1 < MAX_ROUNDS, budget, redo, &again,
-		                          why, len);
-		if (err || !again)
-			break;
-	}
-	rep->gap = rep->added_gap = 0;
-	for (uint32_t s = 0; !err && s < p->n_stages; s++) {
-		rep->gap = fmax(rep->gap, gap[s]);
-		rep->added_gap = fmax(rep->added_gap, gap[p->n_stages + s]);
-	}
-	if (err) {
-		rep->solved = rep->optimal = false;
-		rep->gap = rep->added_gap = NAN;
-	}
-	free(budget);
-	free(redo);
-	free(gap);
+	err = lynx_cbc_plan_stages(p, plan, MAX_ROUNDS, o->time_limit_s, solve_one, &ctx, &r, why,
+	                           len);
+	rep->solved = r.solved;
+	rep->optimal = r.optimal;
+	rep->gap = r.gap;
+	rep->added_gap = r.added_gap;
+	rep->solve_s += r.solve_s;
+	rep->rounds = r.rounds;
 	return err;
 }
 
