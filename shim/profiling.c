@@ -738,16 +738,19 @@ void lynx_profiling_at_exit(void)
 	pthread_mutex_unlock(&prof.look);
 }
 
+/*
+ * Only the trace's lock is held across fork: it is never held while calling CUDA. The look
+ * lock is (a look resolves marks through the driver), and the driver's own fork handlers
+ * take the driver's locks, so holding it across fork could deadlock.
+ */
 void lynx_profiling_before_fork(void)
 {
-	pthread_mutex_lock(&prof.look);
 	pthread_mutex_lock(&prof.lock);
 }
 
 void lynx_profiling_after_fork_in_parent(void)
 {
 	pthread_mutex_unlock(&prof.lock);
-	pthread_mutex_unlock(&prof.look);
 }
 
 void lynx_profiling_after_fork(void)
@@ -755,7 +758,9 @@ void lynx_profiling_after_fork(void)
 	/* The parent's CUDA events mean nothing here; its memory is ours to free. */
 	int phase = atomic_load(&prof.phase);
 
-	pthread_mutex_init(&prof.lock, NULL);
+	/* Held since lynx_profiling_before_fork by this, the child's only thread. A look
+	 * another thread of the parent was in does not exist here: its lock starts over. */
+	pthread_mutex_unlock(&prof.lock);
 	pthread_mutex_init(&prof.look, NULL);
 	if (phase == PHASE_OFF)
 		return;

@@ -51,10 +51,10 @@ void lynx_profiling_at_sync(void);
  * prints the summary. */
 void lynx_profiling_at_exit(void);
 
-/* Around fork: the profiler's locks are held across it, so that a child never inherits a
- * trace half-way through a change. before_fork takes them; after_fork_in_parent releases
- * them; after_fork (the child) starts over: the parent's events and timing events are not
- * the child's, and a child of a process done learning does not learn. */
+/* Around fork: the trace's lock is held across it, so that a child never inherits a trace
+ * half-way through a change. before_fork takes it; after_fork_in_parent releases it;
+ * after_fork (the child) starts over: the parent's events and timing events are not the
+ * child's, and a child of a process done learning does not learn. */
 void lynx_profiling_before_fork(void);
 void lynx_profiling_after_fork_in_parent(void);
 void lynx_profiling_after_fork(void);
