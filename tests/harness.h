@@ -119,4 +119,21 @@ static inline void release(struct output *o)
 	free(o->err);
 }
 
+/* One stream of a command's output, and how the command ended. */
+enum stream { OUT, ERR };
+struct result {
+	char *text; /* malloc'ed */
+	int status; /* exit status, or -1 when it did not exit normally */
+};
+
+/* Runs cmd as run() does, in a clean environment (PATH only), keeping one stream. */
+static inline struct result run_clean(enum stream stream, const char *cmd)
+{
+	struct output o = run("-i PATH=/usr/bin:/bin", cmd);
+	struct result r = {stream == OUT ? o.out : o.err, o.exit_code};
+
+	free(stream == OUT ? o.err : o.out);
+	return r;
+}
+
 #endif /* LYNX_TESTS_HARNESS_H */

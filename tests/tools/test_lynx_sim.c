@@ -22,13 +22,6 @@
 
 static char lynx[PATH_MAX + 16];
 
-enum stream { OUT, ERR };
-
-struct result {
-	char *text;
-	int status; /* exit status, or -1 when it did not exit normally */
-};
-
 /* Runs "lynx sim <args>" in a clean environment, keeping one stream. */
 static struct result sim(enum stream stream, const char *args)
 {
@@ -36,11 +29,7 @@ static struct result sim(enum stream stream, const char *args)
 
 	/* OPT's solves get a second per stage: the tests are about the table, not the MILP. */
 	snprintf(cmd, sizeof(cmd), "'%s' sim --time-limit 1 %s", lynx, args);
-	struct output o = run("-i PATH=/usr/bin:/bin", cmd);
-	struct result r = {stream == OUT ? o.out : o.err, o.exit_code};
-
-	free(stream == OUT ? o.err : o.out);
-	return r;
+	return run_clean(stream, cmd);
 }
 
 static int count(const char *text, const char *needle)

@@ -24,24 +24,13 @@
 
 static char lynx[PATH_MAX + 16];
 
-enum stream { OUT, ERR };
-
-struct result {
-	char *text;
-	int status; /* exit status, or -1 when it did not exit normally */
-};
-
 /* Runs "lynx plan <args>" inside the scratch directory, keeping one stream. */
 static struct result plan(enum stream stream, const char *args)
 {
 	char cmd[8192];
 
 	snprintf(cmd, sizeof(cmd), "sh -c \"cd '%s' && '%s' plan %s\"", scratch, lynx, args);
-	struct output o = run("-i PATH=/usr/bin:/bin", cmd);
-	struct result r = {stream == OUT ? o.out : o.err, o.exit_code};
-
-	free(stream == OUT ? o.err : o.out);
-	return r;
+	return run_clean(stream, cmd);
 }
 
 /* Host times of a layer's forward and backward and of the iteration. */
