@@ -185,11 +185,6 @@ out:
 	return err;
 }
 
-/*
- * The MILP's plan into plan (initialised, keeping everything), starting from `start`.
- * Returns 0 with rep's solve fields set; -ESRCH when CBC found nothing for a stage, or a
- * checker refusal, with why; -ENOMEM.
- */
 /* What solve_one needs besides the stage and its budget. */
 struct solve_ctx {
 	const struct lynx_cbc *c;
@@ -207,6 +202,11 @@ static int solve_one(void *ctx, uint32_t s, uint64_t budget, struct lynx_plan *p
 	return solve_stage(x->c, x->o, x->p, x->lu, s, budget, x->from, plan, out);
 }
 
+/*
+ * The MILP's plan into plan (initialised, keeping everything), starting from `start`.
+ * Returns 0 with rep's solve fields set; -ESRCH when CBC found nothing for a stage, or a
+ * checker refusal, with why; -ENOMEM.
+ */
 static int milp_plan(const struct lynx_cbc *c, const struct lynx_checkmate_options *o,
                      const struct lynx_problem *p, const struct lynx_plan *start,
                      struct lynx_plan *plan, struct lynx_checkmate_report *rep, char *why,

@@ -466,11 +466,6 @@ static void copy_decisions(const struct lynx_problem *p, const struct lynx_plan 
 				*lynx_plan_decision(dst, s, l, g) = *lynx_plan_get(src, s, l, g);
 }
 
-/*
- * The MILP's plan into plan (initialised, holding HEU's decisions). Returns 0 with
- * rep->solved set when every stage solved; -ENOENT (CBC missing) or a solve failure with
- * why; -ENOMEM.
- */
 /* What solve_one needs besides the stage and its budget. */
 struct solve_ctx {
 	const struct lynx_cbc *c;
@@ -488,6 +483,11 @@ static int solve_one(void *ctx, uint32_t s, uint64_t budget, struct lynx_plan *p
 	return solve_stage(x->c, x->o, x->p, x->lu, s, budget, x->from, plan, out);
 }
 
+/*
+ * The MILP's plan into plan (initialised, holding HEU's decisions). Returns 0 with
+ * rep->solved set when every stage solved; -ENOENT (CBC missing) or a solve failure with
+ * why; -ENOMEM.
+ */
 static int milp_plan(const struct lynx_cbc *c, const struct lynx_opt_options *o,
                      const struct lynx_problem *p, const struct lynx_plan *heu,
                      struct lynx_plan *plan, struct lynx_opt_report *rep, char *why, size_t len)

@@ -232,10 +232,15 @@ int lynx_timing_resolve(uint32_t mark, int64_t *ns)
 	}
 	c = (mark - 1) / CHUNK;
 	anchor = c * CHUNK + 1;
-	if (atomic_load(&recorded[anchor - 1]) && !resolve_anchor(c, &base))
+	err = atomic_load(&recorded[anchor - 1]) ? resolve_anchor(c, &base) : -ENOENT;
+	if (err == -EAGAIN) /* the anchor is not reached yet: nor, most likely, the mark */
+		return err;
+	if (!err) {
 		err = elapsed(anchor, mark, &offset);
-	else
-		err = (base = 0, elapsed(1, mark, &offset));
+	} else { /* an anchor that was never recorded: straight from mark 1 */
+		base = 0;
+		err = elapsed(1, mark, &offset);
+	}
 	if (err)
 		return err;
 	resolved_ns[mark - 1] = base + offset;
