@@ -596,12 +596,19 @@ static void name_ops(const struct layer_src *ls, struct lynx_problem_layer *L)
 
 /* ---- Groups ---------------------------------------------------------------------------- */
 
+/*
+ * A group on its way to the problem: one per buffer of bytes > 0 at first, then merged and
+ * sorted. Which buffers an item holds is tracked through the merges by id, the item's index
+ * as first listed, which sorting does not change: into[id] is the id of the item it was
+ * folded into, or id itself while it stands alone (a union-find without ranks).
+ */
 struct item {
 	int32_t producer, consumer; /* ops */
 	uint64_t bytes;
 	size_t order;    /* in the profile */
 	int32_t kernel;  /* the first buffer's producer kernel, for its name */
 	uint32_t merged; /* buffers besides the first */
+	uint32_t id;     /* index into into[] */
 };
 
 static int by_producer(const void *a, const void *b)
@@ -625,9 +632,11 @@ static int by_producer_consumer(const void *a, const void *b)
 }
 
 /* Folds it[b] into it[a] and removes it[b]: it exists after the later producer and is freed
- * after the later consumer in the backward (the lower op: the backward runs them reversed). */
-static void fold(struct item *it, size_t *n, size_t a, size_t b)
+ * after the later consumer in the backward (the lower op: the backward runs them reversed).
+ * into[] records that it[a] now holds it[b]'s buffers. */
+static void fold(struct item *it, size_t *n, uint32_t *into, size_t a, size_t b)
 {
+	into[it[b].id] = it[a].id;
 	it[a].bytes += it[b].bytes;
 	it[a].merged += 1 + it[b].merged;
 	it[a].producer = it[a].producer > it[b].producer ? it[a].producer : it[b].producer;
@@ -637,26 +646,26 @@ static void fold(struct item *it, size_t *n, size_t a, size_t b)
 }
 
 /* Merges neighbours (sorted by producer) for which same() holds. */
-static void merge_runs(struct item *it, size_t *n, bool consumer_too)
+static void merge_runs(struct item *it, size_t *n, uint32_t *into, bool consumer_too)
 {
 	for (size_t i = 0; i + 1 < *n;) {
 		if (it[i].producer == it[i + 1].producer &&
 		    (!consumer_too || it[i].consumer == it[i + 1].consumer))
-			fold(it, n, i, i + 1);
+			fold(it, n, into, i, i + 1);
 		else
 			i++;
 	}
 }
 
 /* Down to MAX_GROUPS, in the order of problem.h's comment. */
-static void merge_groups(struct item *it, size_t *n)
+static void merge_groups(struct item *it, size_t *n, uint32_t *into)
 {
 	if (*n > MAX_GROUPS) {
 		qsort(it, *n, sizeof(*it), by_producer_consumer);
-		merge_runs(it, n, true);
+		merge_runs(it, n, into, true);
 	}
 	if (*n > MAX_GROUPS)
-		merge_runs(it, n, false);
+		merge_runs(it, n, into, false);
 	/* Now one item per producer op and at most one for the input: MAX_OPS + 1. */
 	while (*n > MAX_GROUPS) {
 		size_t best = SIZE_MAX;
@@ -666,9 +675,21 @@ static void merge_groups(struct item *it, size_t *n)
 			    (best == SIZE_MAX ||
 			     it[i].bytes + it[i + 1].bytes < it[best].bytes + it[best + 1].bytes))
 				best = i;
-		fold(it, n, best, best + 1);
+		fold(it, n, into, best, best + 1);
 	}
 	qsort(it, *n, sizeof(*it), by_producer);
+}
+
+/* The group that holds the item first listed as id: the one at the end of its into[] chain.
+ * O(merges) per call; with one call per buffer, fine for the few hundred a layer has. */
+static int16_t group_of_item(const struct item *it, size_t n, const uint32_t *into, uint32_t id)
+{
+	while (into[id] != id)
+		id = into[id];
+	for (size_t g = 0; g < n; g++)
+		if (it[g].id == id)
+			return (int16_t)g;
+	return -1; /* not reached: every chain ends at an item still listed */
 }
 
 /* The chosen layer's groups: ops, deps, producers and consumers (problem.h's rules). */
@@ -676,23 +697,42 @@ static int fill_groups(const struct layer_src *ls, struct lynx_problem_layer *L)
 {
 	const struct lynx_profile *pr = ls->pr;
 	struct item *it = calloc(pr->group_count + 1, sizeof(*it));
+	uint32_t *into = calloc(pr->group_count + 1, sizeof(*into));
 	size_t n = 0;
 
-	if (!it)
+	if (!it || !into) {
+		free(it);
+		free(into);
 		return -ENOMEM;
+	}
+	for (uint32_t k = 0; k < LYNX_PROBLEM_MAX_BUFFERS; k++)
+		L->buffer_group[k] = -1;
 	for (size_t g = 0; g < pr->group_count; g++) {
 		const struct lynx_profile_group *gr = &pr->groups[g];
 
+		if (gr->layer != ls->index)
+			continue;
+		/* The layer's next buffer: for now the id of its item (no more than the buffer's
+		 * own index, so it fits in int16_t), its group once the items are merged. */
+		if (L->n_buffers < LYNX_PROBLEM_MAX_BUFFERS)
+			L->buffer_group[L->n_buffers++] = group_of_layer(ls, gr) ? (int16_t)n : -1;
 		if (!group_of_layer(ls, gr))
 			continue;
-		it[n++] = (struct item){.producer = producer_op(ls, gr->producer),
-		                        .consumer = consumer_op(ls, gr->last_consumer),
-		                        .bytes = gr->bytes,
-		                        .order = g,
-		                        .kernel = gr->producer};
+		into[n] = (uint32_t)n;
+		it[n] = (struct item){.producer = producer_op(ls, gr->producer),
+		                      .consumer = consumer_op(ls, gr->last_consumer),
+		                      .bytes = gr->bytes,
+		                      .order = g,
+		                      .kernel = gr->producer,
+		                      .id = (uint32_t)n};
+		n++;
 	}
 	qsort(it, n, sizeof(*it), by_producer);
-	merge_groups(it, &n);
+	merge_groups(it, &n, into);
+	for (uint32_t k = 0; k < L->n_buffers; k++)
+		if (L->buffer_group[k] >= 0)
+			L->buffer_group[k] =
+			        group_of_item(it, n, into, (uint32_t)L->buffer_group[k]);
 	L->n_groups = (uint32_t)n;
 	for (uint32_t g = 0; g < n; g++) {
 		struct lynx_problem_group *pg = &L->groups[g];
@@ -731,6 +771,7 @@ static int fill_groups(const struct layer_src *ls, struct lynx_problem_layer *L)
 			if ((L->groups[g].deps & (1u << d)) &&
 			    L->groups[g].consumer < L->groups[d].consumer)
 				L->groups[d].consumer = L->groups[g].consumer;
+	free(into);
 	free(it);
 	return 0;
 }
@@ -812,6 +853,7 @@ static int fill_stage(const struct ctx *c, const struct layer_src *ls, const str
 	st->index = s;
 	st->first_layer = s ? p->stages[s - 1].first_layer + p->stages[s - 1].layers : 0;
 	st->layers = (uint32_t)src->count;
+	st->profile_first_layer = (uint32_t)src->first;
 	st->warmup = pr->warmup_forwards;
 	st->inflight = pr->warmup_forwards + 1 < p->micro_batches ? pr->warmup_forwards + 1
 	                                                          : p->micro_batches;

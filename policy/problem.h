@@ -107,12 +107,29 @@ struct lynx_problem_group {
 	double recompute_s; /* rebuilding it alone: the sum of its ops' rerun_s */
 };
 
+/* Saved buffers of one layer that a problem built from profiles maps onto groups. */
+#define LYNX_PROBLEM_MAX_BUFFERS 256
+
 /* One transformer layer; every stage's layers are this one. */
 struct lynx_problem_layer {
 	uint32_t n_ops, n_groups;
 	struct lynx_problem_op ops[LYNX_PROBLEM_MAX_OPS];          /* in forward order */
 	struct lynx_problem_group groups[LYNX_PROBLEM_MAX_GROUPS]; /* deps before dependents */
 	double fwd_s, bwd_s; /* sums of fwd_s + wait_fwd_s and of bwd_s + wait_bwd_s */
+	/*
+	 * From profiles: which group each saved buffer became, so that a runtime can apply a
+	 * plan's decision for group g to the buffers it stands for. Buffer k is the k-th saved
+	 * buffer of a layer in allocation order (the k-th of the layer's profile groups, those
+	 * of 0 bytes included). The groups were cut from one layer; since every layer runs the
+	 * same kernels, the k-th buffer of any stage's layer (not the embedding's or the head's)
+	 * is taken to be the same tensor. n_buffers is that layer's buffer count, at most
+	 * LYNX_PROBLEM_MAX_BUFFERS (later buffers are not mapped: treat them as kept);
+	 * buffer_group[k] is the group (an index into groups) of buffer k, or -1 for a buffer of 0
+	 * bytes, which no group holds, and for every k from n_buffers on. From a model: n_buffers
+	 * 0, buffer_group unused (a model has groups, not buffers).
+	 */
+	uint32_t n_buffers;
+	int16_t buffer_group[LYNX_PROBLEM_MAX_BUFFERS];
 };
 
 /* The embedding or the head: never recomputed; present on the first or the last stage. */
@@ -127,6 +144,10 @@ struct lynx_problem_stage {
 	uint32_t first_layer, layers; /* global index of the first; how many */
 	uint32_t inflight;            /* micro-batches held at the peak: min(p - s, m) */
 	uint32_t warmup;              /* forwards before the first backward: min(p - s - 1, m) */
+	/* From profiles: the index in the stage's profile's layers of its first layer (1 after
+	 * an embedding layer, else 0), so stage layer j is profile layer profile_first_layer +
+	 * j; 0 from a model. */
+	uint32_t profile_first_layer;
 	struct lynx_problem_part embedding, head;
 	uint64_t params;       /* parameters on one rank */
 	uint64_t static_bytes; /* weights, gradients and optimizer states (problem.c) */
@@ -215,7 +236,8 @@ int lynx_problem_from_model(const struct lynx_model_desc *m, const struct lynx_c
  *   group is not seen). A group with no group before it cannot be rebuilt (ops 0); such groups
  *   are held at least until the last rebuild that needs them. Over LYNX_PROBLEM_MAX_GROUPS,
  *   groups with the same producer and consumer ops merge, then all with the same producer (freed
- *   after the later consumer), then the two adjacent producers with the fewest bytes.
+ *   after the later consumer), then the two adjacent producers with the fewest bytes. The
+ *   layer's buffer_group says which group each buffer ended up in.
  * - Windows. A collective's idle time is the mean of its measured `idle` (any source but
  *   "unknown") over the layers and micro-batches of that profile; unmeasured, 0. TP_FWD
  *   windows are before the op of the tp_fwd window's kernel (a collective after the last

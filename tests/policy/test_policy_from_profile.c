@@ -301,10 +301,12 @@ static void test_orders_pipeline_stages_by_warmup(void **state)
 	assert_int_equal(p.budget_bytes, last->memory.peak_bytes);
 	assert_int_equal(p.stages[0].layers, 3);
 	assert_int_equal(p.stages[0].first_layer, 0);
+	assert_int_equal(p.stages[0].profile_first_layer, 0);
 	assert_int_equal(p.stages[0].warmup, 1);
 	assert_int_equal(p.stages[0].inflight, 2);
 	assert_int_equal(p.stages[1].layers, 2);
 	assert_int_equal(p.stages[1].first_layer, 3);
+	assert_int_equal(p.stages[1].profile_first_layer, 0);
 	assert_int_equal(p.stages[1].warmup, 0);
 	assert_int_equal(p.stages[1].inflight, 1);
 	/* Stage 0 is the slower rank: its steady-state gradient receive, the least idle. */
@@ -353,6 +355,7 @@ static void test_embedding_and_head_from_the_odd_layers(void **state)
 	five_groups(pr, 2, 1);
 	build(ranks, 1, NULL, &p);
 	assert_int_equal(p.stages[0].layers, 3);
+	assert_int_equal(p.stages[0].profile_first_layer, 1); /* after the embedding */
 	assert_true(p.stages[0].embedding.present);
 	assert_near("embedding forward", p.stages[0].embedding.fwd_s, 2e-6);
 	assert_int_equal(p.stages[0].embedding.act_bytes, 777);
@@ -391,6 +394,37 @@ static bool starts_at(const char *name, unsigned k)
 	return strtoul(name, &end, 10) == k && (*end == '.' || *end == '-');
 }
 
+/*
+ * Every buffer of the profile's layer `layer` maps to a group (those of 0 bytes to none), the
+ * buffers of each group add up to its bytes and no group is without a buffer.
+ */
+static void check_buffers(const struct lynx_profile *pr, uint32_t layer,
+                          const struct lynx_problem_layer *L)
+{
+	uint64_t sum[LYNX_PROBLEM_MAX_GROUPS] = {0};
+	uint32_t k = 0;
+
+	for (size_t g = 0; g < pr->group_count; g++) {
+		int16_t to;
+
+		if (pr->groups[g].layer != layer)
+			continue;
+		assert_true(k < L->n_buffers);
+		to = L->buffer_group[k++];
+		if (!pr->groups[g].bytes) {
+			assert_int_equal(to, -1);
+			continue;
+		}
+		assert_true(to >= 0 && (uint32_t)to < L->n_groups);
+		sum[to] += pr->groups[g].bytes;
+	}
+	assert_int_equal(k, L->n_buffers);
+	for (; k < LYNX_PROBLEM_MAX_BUFFERS; k++)
+		assert_int_equal(L->buffer_group[k], -1);
+	for (uint32_t g = 0; g < L->n_groups; g++)
+		assert_int_equal(sum[g], L->groups[g].bytes);
+}
+
 static void test_merges_kernels_and_groups_past_the_limits(void **state)
 {
 	struct lynx_profile *pr = stage(2, 80, 90, 2, 0, 1000);
@@ -404,6 +438,8 @@ static void test_merges_kernels_and_groups_past_the_limits(void **state)
 	for (int32_t g = 0; g < 50; g++) {
 		add_group(pr, 0, 1000 + (uint64_t)g, g, 88 - g);
 		add_group(pr, 0, 10, g, 88 - g); /* a twin: same producer and consumer */
+		if (g == 25)
+			add_group(pr, 0, 0, g, 88 - g); /* empty: buffer 53, in no group */
 	}
 	for (size_t g = 0; g < pr->group_count; g++)
 		bytes += pr->groups[g].bytes;
@@ -422,6 +458,9 @@ static void test_merges_kernels_and_groups_past_the_limits(void **state)
 	for (uint32_t g = 0; g < p.layer.n_groups; g++)
 		in_problem += p.layer.groups[g].bytes;
 	assert_int_equal(in_problem, bytes);
+	check_buffers(pr, 0, &p.layer);
+	assert_int_equal(p.layer.n_buffers, 102);
+	assert_int_equal(p.layer.buffer_group[53], -1);
 	check_layer_rules(&p.layer);
 	/* Every layer of the stage has the collectives' windows at their ops. */
 	for (uint32_t op = 0; op < p.layer.n_ops; op++)
@@ -432,6 +471,91 @@ static void test_merges_kernels_and_groups_past_the_limits(void **state)
 	assert_int_equal(p.stages[0].n_windows, 2 * 2);
 	lynx_problem_free(&p);
 	drop(pr);
+}
+
+/* Buffers in a layer's allocation order, not producer order, each its own group: buffer k's
+ * group is the one with its bytes and producer, after the groups were sorted by producer. */
+static void test_maps_each_buffer_to_its_group(void **state)
+{
+	struct lynx_profile *pr = stage(2, 6, 8, 2, 0, 1000);
+	const struct lynx_profile *ranks[] = {pr};
+	/* Layer 1's buffers (it holds the most bytes): bytes, producer kernel, its group. */
+	static const struct {
+		uint64_t bytes;
+		int32_t producer;
+		int16_t group;
+	} buf[] = {{300, 4, 4}, {100, -1, 0}, {200, 2, 2}, {400, 1, 1}, {0, 3, -1}, {500, 2, 3}};
+	struct lynx_problem p;
+	const struct lynx_problem_layer *L = &p.layer;
+
+	add_group(pr, 0, 50, 0, 7); /* layer 0's: not counted in layer 1's positions */
+	add_group(pr, 0, 60, 3, 2);
+	for (size_t k = 0; k < 6; k++)
+		add_group(pr, 1, buf[k].bytes, buf[k].producer, 3);
+	build(ranks, 1, NULL, &p);
+	assert_int_equal(L->n_groups, 5);
+	assert_int_equal(L->n_buffers, 6);
+	for (uint32_t k = 0; k < 6; k++) {
+		int16_t g = L->buffer_group[k];
+
+		assert_int_equal(g, buf[k].group);
+		if (g < 0)
+			continue;
+		assert_int_equal(L->groups[g].bytes, buf[k].bytes);
+		assert_int_equal(L->groups[g].producer, buf[k].producer); /* one op per kernel */
+	}
+	check_buffers(pr, 1, L);
+	lynx_problem_free(&p);
+	drop(pr);
+}
+
+/* A layer of more buffers than LYNX_PROBLEM_MAX_BUFFERS: the first ones are mapped. */
+static void test_maps_at_most_max_buffers(void **state)
+{
+	struct lynx_profile *pr = stage(1, 6, 8, 2, 0, 1000);
+	const struct lynx_profile *ranks[] = {pr};
+	struct lynx_problem p;
+	const struct lynx_problem_layer *L = &p.layer;
+
+	for (int32_t k = 0; k < LYNX_PROBLEM_MAX_BUFFERS + 44; k++)
+		add_group(pr, 0, 8, k % 6, 8 - 1 - k % 8);
+	build(ranks, 1, NULL, &p);
+	assert_int_equal(L->n_buffers, LYNX_PROBLEM_MAX_BUFFERS);
+	for (uint32_t k = 0; k < L->n_buffers; k++) {
+		int16_t g = L->buffer_group[k];
+
+		assert_true(g >= 0 && (uint32_t)g < L->n_groups);
+		assert_int_equal(L->groups[g].producer, (int32_t)(k % 6));
+	}
+	lynx_problem_free(&p);
+	drop(pr);
+}
+
+/* p = 2: stage 0's profile starts with the embedding, so its problem layers start at its
+ * profile's layer 1; stage 1's at layer 0. */
+static void test_stage_layers_in_the_profile(void **state)
+{
+	struct lynx_profile *first = stage(3, 6, 8, 4, 1, 1000);
+	struct lynx_profile *last = stage(2, 6, 8, 4, 0, 1000);
+	const struct lynx_profile *ranks[] = {last, first};
+	struct lynx_problem p;
+
+	set_kernels(&first->layers[0].fwd_kernels, 'e', 2);
+	set_kernels(&first->layers[0].bwd_kernels, 'e', 2);
+	add_window(last, LYNX_PROFILE_WINDOW_PP_RECV_FWD, -1, 0, -1, -1, 0);
+	add_window(first, LYNX_PROFILE_WINDOW_PP_RECV_BWD, -1, 0, -1, -1, 0);
+	build(ranks, 2, NULL, &p);
+	assert_int_equal(p.n_stages, 2);
+	assert_true(p.stages[0].embedding.present);
+	assert_int_equal(p.stages[0].layers, 2);
+	assert_int_equal(p.stages[0].profile_first_layer, 1);
+	assert_false(p.stages[1].embedding.present);
+	assert_int_equal(p.stages[1].layers, 2);
+	assert_int_equal(p.stages[1].first_layer, 2);
+	assert_int_equal(p.stages[1].profile_first_layer, 0);
+	lynx_problem_free(&p);
+	drop(first);
+	drop(last);
 }
 
 /* Refused, with why containing want. */
@@ -603,6 +727,9 @@ int main(void)
 	        cmocka_unit_test(test_orders_pipeline_stages_by_warmup),
 	        cmocka_unit_test(test_embedding_and_head_from_the_odd_layers),
 	        cmocka_unit_test(test_merges_kernels_and_groups_past_the_limits),
+	        cmocka_unit_test(test_maps_each_buffer_to_its_group),
+	        cmocka_unit_test(test_maps_at_most_max_buffers),
+	        cmocka_unit_test(test_stage_layers_in_the_profile),
 	        cmocka_unit_test(test_refuses_bad_input_with_a_reason),
 	        cmocka_unit_test(test_planners_and_checker_run_on_it),
 	        cmocka_unit_test(test_whatif_ladder_saves_memory_at_a_cost),
