@@ -711,6 +711,24 @@ static void fill_memory(const struct build *b, struct lynx_profile *p)
 				p->memory.at_peak[m] += b->lt.peak_by_class[c];
 }
 
+/* The chosen iteration's script; one that cannot be built stays empty (see build.h). */
+static int fill_script(const struct build *b, struct lynx_prof_script *script)
+{
+	const struct lynx_prof_script_input in = {
+	        .trace = b->t,
+	        .first = b->its.iter[b->chosen].first,
+	        .end = b->its.iter[b->chosen].end,
+	        .lifetimes = &b->lt,
+	        .spans = b->spans,
+	        .span_count = b->span_count,
+	        .iteration = (uint32_t)b->chosen,
+	};
+	char why[128];
+	int err = lynx_prof_script_build(&in, script, why, sizeof(why));
+
+	return err == -ENOMEM ? err : 0;
+}
+
 int lynx_prof_build_profile(const struct lynx_prof_trace *trace,
                             const struct lynx_prof_build_options *opt, struct lynx_profile *out,
                             char *why, size_t why_len)
@@ -749,6 +767,8 @@ int lynx_prof_build_profile(const struct lynx_prof_trace *trace,
 	    (err = fill_windows(&b, out)))
 		goto out;
 	fill_memory(&b, out);
+	if (opt && opt->script && (err = fill_script(&b, opt->script)))
+		goto out;
 out:
 	samples_free(&iter_samples);
 	build_free(&b);

@@ -36,9 +36,16 @@
 
 #include "event.h"
 #include "profile.h"
+#include "script.h"
+
+struct lynx_prof_script;
 
 struct lynx_prof_build_options {
 	int32_t rank, world; /* -1: unknown */
+	/* Where to put the chosen iteration's executor script (script.h), or NULL. A script
+	 * that cannot be built (-EINVAL) is left empty (n_tokens 0); out of memory fails the
+	 * build. */
+	struct lynx_prof_script *script;
 };
 
 /*

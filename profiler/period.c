@@ -32,8 +32,7 @@ static uint64_t mix_string(uint64_t h, const char *s)
 	return mix(h, f);
 }
 
-/* The event's signature, or 0 when it is no token. */
-static uint64_t signature(const struct lynx_prof_event *ev)
+uint64_t lynx_prof_signature(const struct lynx_prof_event *ev)
 {
 	uint64_t h = mix(0x1234567ull, (uint64_t)ev->kind + 1);
 
@@ -92,7 +91,7 @@ int lynx_prof_tokenise(const struct lynx_prof_trace *trace, size_t first, size_t
 		return -ENOMEM;
 	}
 	for (size_t i = first; i < end; i++) {
-		uint64_t sig = signature(&trace->events[i]);
+		uint64_t sig = lynx_prof_signature(&trace->events[i]);
 		if (!sig)
 			continue;
 		out->sig[n] = sig;

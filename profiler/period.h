@@ -32,6 +32,10 @@ struct lynx_prof_tokens {
 	size_t count;
 };
 
+/* The event's signature, or 0 when it is no token (see above). The executor tokenises
+ * live calls with it, so a change here changes what a recorded iteration matches. */
+uint64_t lynx_prof_signature(const struct lynx_prof_event *ev);
+
 /* Tokenises events [first, end) of trace. Returns 0 or -ENOMEM. */
 int lynx_prof_tokenise(const struct lynx_prof_trace *trace, size_t first, size_t end,
                        struct lynx_prof_tokens *out);

@@ -141,7 +141,7 @@ static int read_profile(const char *path)
 
 int lynx_profile_main(int argc, char **argv)
 {
-	struct lynx_prof_build_options opt = {-1, -1};
+	struct lynx_prof_build_options opt = {.rank = -1, .world = -1};
 	const char *events = NULL, *out = "profile.json", *profile = NULL, *timeline = NULL;
 	struct lynx_prof_trace trace;
 	struct lynx_profile p;

@@ -295,7 +295,7 @@ static void test_chrome_trace_tinytrain_tracks_layers_memory_and_flows(void **st
 	                 0);
 	assert_int_equal(rec.ranks, 4);
 	for (int r = 0; r < rec.ranks; r++) {
-		struct lynx_prof_build_options bopt = {r, 4};
+		struct lynx_prof_build_options bopt = {.rank = r, .world = 4};
 		struct lynx_prof_chrome_options copt = {r, 4};
 		struct lynx_prof_chrome_stats stats;
 		struct lynx_profile p;

@@ -106,7 +106,7 @@ static void test_profile_pp2_tp2_layers_and_windows(void **state)
 	                 0);
 	assert_int_equal(rec.ranks, 4);
 	for (int r = 0; r < rec.ranks; r++) {
-		struct lynx_prof_build_options opt = {r, 4};
+		struct lynx_prof_build_options opt = {.rank = r, .world = 4};
 		struct lynx_profile p;
 		size_t n[LYNX_PROFILE_WINDOW_KIND_COUNT];
 		char why[256];

@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The executor's script of one iteration: see script.h. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "period.h"
+#include "script.h"
+
+bool lynx_prof_script_counts_alloc(const struct lynx_prof_event *ev)
+{
+	return ev->kind == LYNX_PROF_ALLOC && !ev->nested && !ev->captured &&
+	       !(ev->hook && strstr(ev->hook, "Host"));
+}
+
+/* Tokens whose event comes before event e: the token index of e when e is one. */
+static uint32_t tokens_before(const struct lynx_prof_tokens *tok, uint32_t e)
+{
+	size_t lo = 0, hi = tok->count;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (tok->event[mid] < e)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return (uint32_t)lo;
+}
+
+/* The token at or before event e (a reference is always a token's own event, unless the
+ * call was captured: then the token before stands for it). */
+static uint32_t token_at(const struct lynx_prof_tokens *tok, uint32_t e)
+{
+	uint32_t t = tokens_before(tok, e);
+
+	if (t < tok->count && tok->event[t] == e)
+		return t;
+	return t ? t - 1 : 0;
+}
+
+/* The first token of the backward segment that starts last before span `own`'s backward
+ * does, among the chosen iteration's spans; own's first token if none does. */
+static uint32_t restore_token(const struct lynx_prof_script_input *in,
+                              const struct lynx_prof_tokens *tok,
+                              const struct lynx_prof_layer_span *own)
+{
+	uint32_t best = own->backward.begin;
+	bool found = false;
+
+	for (size_t i = 0; i < in->span_count; i++) {
+		const struct lynx_prof_layer_span *s = &in->spans[i];
+		if (s->iteration != in->iteration || s->backward.begin >= own->backward.begin)
+			continue;
+		if (!found || s->backward.begin > best) {
+			best = s->backward.begin;
+			found = true;
+		}
+	}
+	return tokens_before(tok, best);
+}
+
+/* Fills b from buffer buf of span sp; false when no token references it in its forward
+ * and its backward both. */
+static bool place(const struct lynx_prof_script_input *in, const struct lynx_prof_tokens *tok,
+                  const struct lynx_prof_buffer *buf, const struct lynx_prof_layer_span *sp,
+                  struct lynx_prof_script_buffer *b)
+{
+	const struct lynx_prof_lifetimes *lt = in->lifetimes;
+	bool fwd = false, bwd = false;
+
+	b->layer = sp->layer;
+	b->microbatch = sp->microbatch;
+	b->bytes = buf->bytes;
+	b->alloc_token = tokens_before(tok, buf->alloc_event);
+	b->alloc_ordinal = 0;
+	for (uint32_t e = b->alloc_token ? tok->event[b->alloc_token - 1] + 1 : (uint32_t)in->first;
+	     e < buf->alloc_event; e++)
+		b->alloc_ordinal += lynx_prof_script_counts_alloc(&in->trace->events[e]);
+	for (size_t r = 0; r < buf->ref_count; r++) {
+		uint32_t e = lt->refs[buf->first_ref + r].event;
+		if (e < sp->backward.begin) {
+			b->last_forward_token = token_at(tok, e);
+			fwd = true;
+		} else if (!bwd) {
+			b->first_backward_token = token_at(tok, e);
+			bwd = true;
+		}
+	}
+	/* Under 1F1B the backward before its own may come before its last forward use (the
+	 * last layer of a stage): then the restore starts as soon as it is evicted. */
+	b->restore_token = restore_token(in, tok, sp);
+	if (b->restore_token <= b->last_forward_token)
+		b->restore_token = b->last_forward_token + 1;
+	if (b->restore_token > b->first_backward_token)
+		b->restore_token = b->first_backward_token;
+	return fwd && bwd && b->last_forward_token < b->first_backward_token;
+}
+
+int lynx_prof_script_build(const struct lynx_prof_script_input *in, struct lynx_prof_script *out,
+                           char *why, size_t why_len)
+{
+	const struct lynx_prof_lifetimes *lt = in->lifetimes;
+	struct lynx_prof_tokens tok;
+	uint32_t *per_span = NULL;
+	int err;
+
+	memset(out, 0, sizeof(*out));
+	if ((err = lynx_prof_tokenise(in->trace, in->first, in->end, &tok)))
+		return err;
+	if (!tok.count) {
+		lynx_prof_tokens_free(&tok);
+		snprintf(why, why_len, "the iteration has no tokens");
+		return -EINVAL;
+	}
+	out->n_tokens = (uint32_t)tok.count;
+	out->sig = malloc(tok.count * sizeof(*out->sig));
+	out->buffers = calloc(lt->count ? lt->count : 1, sizeof(*out->buffers));
+	per_span = calloc(in->span_count ? in->span_count : 1, sizeof(*per_span));
+	if (!out->sig || !out->buffers || !per_span) {
+		err = -ENOMEM;
+		goto out;
+	}
+	memcpy(out->sig, tok.sig, tok.count * sizeof(*out->sig));
+	/* Buffers are in allocation order, which is token order within the iteration. */
+	for (size_t i = 0; i < lt->count; i++) {
+		const struct lynx_prof_buffer *buf = &lt->buffers[i];
+		if (buf->cls != LYNX_PROF_CLASS_SAVED || buf->span >= in->span_count ||
+		    in->spans[buf->span].iteration != in->iteration)
+			continue;
+		struct lynx_prof_script_buffer *b = &out->buffers[out->n_buffers];
+		/* Numbered whether or not it is placed, as the profile numbers groups. */
+		b->index = per_span[buf->span]++;
+		if (buf->alloc_event < in->first || buf->alloc_event >= in->end)
+			continue; /* allocated before the iteration: not the executor's to route */
+		if (place(in, &tok, buf, &in->spans[buf->span], b))
+			out->n_buffers++;
+	}
+out:
+	free(per_span);
+	lynx_prof_tokens_free(&tok);
+	if (err)
+		lynx_prof_script_free(out);
+	return err;
+}
+
+void lynx_prof_script_free(struct lynx_prof_script *script)
+{
+	free(script->sig);
+	free(script->buffers);
+	memset(script, 0, sizeof(*script));
+}
