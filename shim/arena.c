@@ -35,8 +35,10 @@ struct record {
 	_Atomic int state; /* enum lynx_arena_state */
 	/* Read and written under the mutex only. */
 	CUmemGenericAllocationHandle handle;
-	bool holds_handle; /* handle is live: mapped (RESIDENT), or an eviction failed to
-	                      release it (EVICTED) */
+	/* handle is live and this allocation owns it: mapped (RESIDENT), or an eviction
+	 * failed to release it (EVICTED). A RESIDENT allocation whose memory was given away
+	 * (lynx_arena_alloc_from, lynx_arena_restore_from) is still mapped but owns nothing. */
+	bool holds_handle;
 };
 
 struct record_table {
@@ -763,9 +765,9 @@ int lynx_arena_free(struct lynx_arena *a, CUdeviceptr ptr)
 		err = release_handle(a, handle, ptr, size);
 	pthread_mutex_lock(&a->lock);
 	range_give_back_locked(a, ptr, size);
-	if (state == LYNX_ARENA_RESIDENT)
+	if (state == LYNX_ARENA_RESIDENT && holds_handle)
 		a->stats.resident_bytes -= size;
-	else
+	else if (state == LYNX_ARENA_EVICTED)
 		a->stats.evicted_bytes -= size;
 	a->stats.frees++;
 	pthread_mutex_unlock(&a->lock);
@@ -831,11 +833,14 @@ int lynx_arena_evict(struct lynx_arena *a, CUdeviceptr ptr)
 		pthread_mutex_unlock(&a->lock);
 		return err;
 	}
-	err = release_handle(a, held.handle, ptr, held.size);
+	/* A donor's memory lives on with its new owner: only the mapping goes. */
+	if (held.holds_handle)
+		err = release_handle(a, held.handle, ptr, held.size);
 	pthread_mutex_lock(&a->lock);
 	r = transition_end_locked(a, ptr, LYNX_ARENA_EVICTED);
 	r->holds_handle = err != 0;
-	a->stats.resident_bytes -= held.size;
+	if (held.holds_handle)
+		a->stats.resident_bytes -= held.size;
 	a->stats.evicted_bytes += held.size;
 	a->stats.evictions++;
 	pthread_mutex_unlock(&a->lock);
@@ -868,6 +873,111 @@ int lynx_arena_restore(struct lynx_arena *a, CUdeviceptr ptr)
 		a->stats.evicted_bytes -= held.size;
 		resident_add_locked(a, held.size);
 		a->stats.restorations++;
+	}
+	pthread_mutex_unlock(&a->lock);
+	return err;
+}
+
+/*
+ * Takes donor's handle for a new owner: the donor must be a RESIDENT allocation of size
+ * bytes that owns it. It stays mapped, owning nothing. Returns 0 or -EINVAL, -EALREADY
+ * (the donor owns no memory), -EBUSY.
+ */
+static int donation_begin(struct lynx_arena *a, CUdeviceptr donor, size_t size,
+                          CUmemGenericAllocationHandle *handle)
+{
+	struct record *r;
+	int err = 0;
+
+	pthread_mutex_lock(&a->lock);
+	r = record_at_locked(a, donor);
+	if (!r)
+		err = -EINVAL;
+	else if (record_state(r) == LYNX_ARENA_EVICTING || record_state(r) == LYNX_ARENA_RESTORING)
+		err = -EBUSY;
+	else if (record_state(r) != LYNX_ARENA_RESIDENT || !r->holds_handle)
+		err = -EALREADY;
+	else if (record_size(r) != size)
+		err = -EINVAL;
+	if (!err) {
+		*handle = r->handle;
+		r->holds_handle = false;
+	}
+	pthread_mutex_unlock(&a->lock);
+	return err;
+}
+
+/* The donation failed: the donor owns its memory again. */
+static void donation_undo_locked(struct lynx_arena *a, CUdeviceptr donor)
+{
+	struct record *r = record_at_locked(a, donor);
+
+	if (r)
+		r->holds_handle = true;
+}
+
+static size_t rounded(const struct lynx_arena *a, size_t bytes)
+{
+	return (bytes + a->granularity - 1) & ~(a->granularity - 1);
+}
+
+int lynx_arena_alloc_from(struct lynx_arena *a, CUdeviceptr donor, size_t bytes, CUdeviceptr *out)
+{
+	CUmemGenericAllocationHandle handle;
+	CUdeviceptr base = 0;
+	size_t size;
+	int err;
+
+	if (bytes == 0 || !out || bytes > SIZE_MAX - a->granularity)
+		return -EINVAL;
+	size = rounded(a, bytes);
+	if ((err = donation_begin(a, donor, size, &handle)))
+		return err;
+	if (!(err = range_take(a, size, &base)))
+		err = map_handle(a, base, size, handle);
+	pthread_mutex_lock(&a->lock);
+	if (err) {
+		if (base)
+			range_give_back_locked(a, base, size);
+		donation_undo_locked(a, donor);
+	} else {
+		record_insert_locked(a, base, size, LYNX_ARENA_RESIDENT, handle, true);
+		a->stats.allocations++;
+		a->stats.donations++;
+		*out = base;
+	}
+	pthread_mutex_unlock(&a->lock);
+	return err;
+}
+
+int lynx_arena_restore_from(struct lynx_arena *a, CUdeviceptr ptr, CUdeviceptr donor)
+{
+	CUmemGenericAllocationHandle handle;
+	struct held held;
+	struct record *r;
+	int err = transition_begin(a, ptr, LYNX_ARENA_EVICTED, LYNX_ARENA_RESTORING, &held);
+
+	if (err)
+		return err;
+	/* Memory the eviction could not release comes first: it is this allocation's. */
+	if (held.holds_handle || (err = donation_begin(a, donor, held.size, &handle))) {
+		pthread_mutex_lock(&a->lock);
+		transition_end_locked(a, ptr, LYNX_ARENA_EVICTED);
+		pthread_mutex_unlock(&a->lock);
+		return held.holds_handle ? -EALREADY : err;
+	}
+	err = map_handle(a, ptr, held.size, handle);
+	pthread_mutex_lock(&a->lock);
+	if (err) {
+		transition_end_locked(a, ptr, LYNX_ARENA_EVICTED);
+		donation_undo_locked(a, donor);
+	} else {
+		r = transition_end_locked(a, ptr, LYNX_ARENA_RESIDENT);
+		r->handle = handle;
+		r->holds_handle = true;
+		a->stats.evicted_bytes -= held.size;
+		a->stats.restorations++;
+		a->stats.donations++;
 	}
 	pthread_mutex_unlock(&a->lock);
 	return err;

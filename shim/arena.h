@@ -103,7 +103,8 @@ const char *lynx_arena_state_name(enum lynx_arena_state state);
 	LYNX_ARENA_STAT(allocations, "successful lynx_arena_alloc calls")                       \
 	LYNX_ARENA_STAT(frees, "successful lynx_arena_free calls")                              \
 	LYNX_ARENA_STAT(evictions, "successful lynx_arena_evict calls")                         \
-	LYNX_ARENA_STAT(restorations, "successful lynx_arena_restore calls")                    \
+	LYNX_ARENA_STAT(restorations, "successful restores (lynx_arena_restore and _from)")     \
+	LYNX_ARENA_STAT(donations, "memory handed from one allocation to another (_from)")      \
 	LYNX_ARENA_STAT(out_of_memory, "driver calls that failed for lack of memory (-ENOMEM)") \
 	LYNX_ARENA_STAT(failures, "driver calls that failed otherwise (-EAGAIN, -EIO)")         \
 	LYNX_ARENA_STAT(chunks, "address ranges reserved (the first, and each growth)")         \
@@ -178,6 +179,25 @@ int lynx_arena_evict(struct lynx_arena *arena, CUdeviceptr ptr);
  * held, so the caller may retry, typically after frees for -ENOMEM.
  */
 int lynx_arena_restore(struct lynx_arena *arena, CUdeviceptr ptr);
+
+/*
+ * Stream-ordered reuse. A stream-ordered allocator hands memory freed on a stream to the
+ * next allocation at once, before the device has reached the free: the new owner's work is
+ * queued behind the old one's. These two do the same with an allocation's physical memory:
+ * donor (a RESIDENT allocation that owns its memory, of the same granule-rounded size)
+ * gives its handle to a new allocation of bytes (alloc_from) or to the EVICTED allocation
+ * based at ptr (restore_from), which maps it and owns it. The donor stays mapped, since
+ * queued work may still read it through its address, but owns nothing: its later evict
+ * or free only unmaps it. Ordering the donor's last use before the new owner's first one
+ * (an event the new owner's stream waits for) is the caller's, and so is not touching the
+ * donor's address again; the donor must not be freed, evicted or restored concurrently.
+ * Return 0, or as lynx_arena_alloc and lynx_arena_restore, and -EALREADY when the donor
+ * owns no memory (or ptr's eviction kept its own, which lynx_arena_restore maps); on
+ * failure nothing changed.
+ */
+int lynx_arena_alloc_from(struct lynx_arena *arena, CUdeviceptr donor, size_t bytes,
+                          CUdeviceptr *out);
+int lynx_arena_restore_from(struct lynx_arena *arena, CUdeviceptr ptr, CUdeviceptr donor);
 
 /*
  * The allocation containing addr (any byte of its granule-rounded range), copied into

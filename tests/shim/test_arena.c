@@ -354,6 +354,65 @@ static void test_restore_maps_new_memory_at_the_same_address(void **state)
 	assert_int_equal(lynx_arena_free(f->arena, ptr), 0);
 }
 
+/* Stream-ordered reuse: the new owner sees the donor's bytes (one memory, two addresses),
+ * the donor's later evict and free only unmap, and the memory is counted once. */
+static void test_a_donor_hands_its_memory_to_a_new_allocation(void **state)
+{
+	struct fixture *f = *state;
+	size_t size = 2 * f->granularity;
+	CUdeviceptr donor = alloc_ok(f, size), taker = 0;
+
+	memset(host(donor), 0x5a, size);
+	assert_int_equal(lynx_arena_alloc_from(f->arena, donor, size - 1, &taker), 0);
+	assert_true(taker != donor);
+	assert_int_equal(physical_bytes(), f->physical_before + size);
+	assert_int_equal(((unsigned char *)host(taker))[size - 1], 0x5a);
+	/* The donor owns nothing now: it cannot give twice, and its eviction frees nothing. */
+	assert_int_equal(lynx_arena_alloc_from(f->arena, donor, size, &taker), -EALREADY);
+	assert_int_equal(lynx_arena_evict(f->arena, donor), 0);
+	assert_int_equal(signal_of_child(touch, host(donor)), SIGSEGV);
+	assert_int_equal(signal_of_child(touch, host(taker)), 0);
+	assert_int_equal(physical_bytes(), f->physical_before + size);
+	struct lynx_arena_stats st;
+	lynx_arena_stats(f->arena, &st);
+	assert_int_equal(st.resident_bytes, size);
+	assert_int_equal(st.donations, 1);
+	/* A different size is refused and changes nothing. */
+	CUdeviceptr small = alloc_ok(f, f->granularity), none = 0;
+	assert_int_equal(lynx_arena_alloc_from(f->arena, small, size, &none), -EINVAL);
+	assert_int_equal(found(f, small).state, LYNX_ARENA_RESIDENT);
+	assert_int_equal(lynx_arena_free(f->arena, small), 0);
+	assert_int_equal(lynx_arena_free(f->arena, donor), 0);
+	assert_int_equal(physical_bytes(), f->physical_before + size);
+	assert_int_equal(lynx_arena_free(f->arena, taker), 0);
+	assert_int_equal(physical_bytes(), f->physical_before);
+}
+
+static void test_a_donor_hands_its_memory_to_a_restore(void **state)
+{
+	struct fixture *f = *state;
+	size_t size = f->granularity;
+	CUdeviceptr evicted = alloc_ok(f, size), donor = alloc_ok(f, size);
+
+	assert_int_equal(lynx_arena_evict(f->arena, evicted), 0);
+	memset(host(donor), 0x7e, size);
+	assert_int_equal(lynx_arena_restore_from(f->arena, evicted, donor), 0);
+	assert_int_equal(found(f, evicted).state, LYNX_ARENA_RESIDENT);
+	assert_int_equal(((unsigned char *)host(evicted))[0], 0x7e);
+	assert_int_equal(physical_bytes(), f->physical_before + size);
+	/* The restored one owns the memory: freeing the hollow donor keeps it. */
+	assert_int_equal(lynx_arena_free(f->arena, donor), 0);
+	assert_int_equal(((unsigned char *)host(evicted))[size - 1], 0x7e);
+	assert_int_equal(physical_bytes(), f->physical_before + size);
+	/* A resident one is not restored; nothing is taken from the donor then. */
+	CUdeviceptr other = alloc_ok(f, size);
+	assert_int_equal(lynx_arena_restore_from(f->arena, evicted, other), -EALREADY);
+	assert_int_equal(lynx_arena_evict(f->arena, other), 0);
+	assert_int_equal(lynx_arena_free(f->arena, other), 0);
+	assert_int_equal(lynx_arena_free(f->arena, evicted), 0);
+	assert_int_equal(physical_bytes(), f->physical_before);
+}
+
 static void test_transitions_refuse_the_wrong_state(void **state)
 {
 	struct fixture *f = *state;
@@ -757,6 +816,10 @@ int main(int argc, char **argv)
 	                test_an_evicted_range_faults_and_gives_its_memory_back, arena_setup,
 	                arena_teardown),
 	        cmocka_unit_test_setup_teardown(test_restore_maps_new_memory_at_the_same_address,
+	                                        arena_setup, arena_teardown),
+	        cmocka_unit_test_setup_teardown(test_a_donor_hands_its_memory_to_a_new_allocation,
+	                                        arena_setup, arena_teardown),
+	        cmocka_unit_test_setup_teardown(test_a_donor_hands_its_memory_to_a_restore,
 	                                        arena_setup, arena_teardown),
 	        cmocka_unit_test_setup_teardown(test_transitions_refuse_the_wrong_state,
 	                                        arena_setup, arena_teardown),
