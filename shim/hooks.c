@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "executor.h"
 #include "hooks.h"
 #include "log.h"
 #include "record.h"
@@ -147,23 +148,49 @@ struct lynx_real_table lynx_real = {
 #define LYNX_TIME_GROUP(delta)
 #define LYNX_TIME_COMM_INIT(out, nranks, rank)
 
+/*
+ * What recompute mode's executor (executor.h) does before the real call, by record kind:
+ * true when it served the call itself (an activation's allocation or free in its arena),
+ * which the hook then reports as a success without calling the real function. The guard
+ * looks at every device address the call names. One relaxed load each when not armed.
+ */
+#define LYNX_EXEC_NONE() false
+#define LYNX_EXEC_ALLOC(out, bytes, stream) \
+	lynx_exec_alloc(call.id, (void *)(out), (uint64_t)(bytes), LYNX_AS_U64(stream))
+#define LYNX_EXEC_FREE(ptr, stream) lynx_exec_free(call.id, LYNX_AS_U64(ptr), LYNX_AS_U64(stream))
+#define LYNX_EXEC_MEMSET(ptr, bytes, stream) \
+	(lynx_exec_guard(call.id, LYNX_AS_U64(ptr), LYNX_AS_U64(stream)), false)
+#define LYNX_EXEC_MEM(ptr, bytes) false
+#define LYNX_EXEC_COPY(dst, src, bytes, direction, stream)                \
+	(lynx_exec_guard(call.id, LYNX_AS_U64(dst), LYNX_AS_U64(stream)), \
+	 lynx_exec_guard(call.id, LYNX_AS_U64(src), LYNX_AS_U64(stream)), false)
+#define LYNX_EXEC_NEW_HANDLE(out) false
+#define LYNX_EXEC_HANDLE(stream, handle) false
+#define LYNX_EXEC_LAUNCH(function, grid, block, shared, stream) false /* at the driver launch */
+#define LYNX_EXEC_LAUNCH_CONFIG(config, function) false
+#define LYNX_EXEC_NCCL(send, recv, count, type, op, peer, comm, stream)    \
+	(lynx_exec_guard(call.id, LYNX_AS_U64(send), LYNX_AS_U64(stream)), \
+	 lynx_exec_guard(call.id, LYNX_AS_U64(recv), LYNX_AS_U64(stream)), false)
+#define LYNX_EXEC_GROUP(delta) false
+#define LYNX_EXEC_COMM_INIT(out, nranks, rank) false
+
 #define LYNX_HOOK(layer, symbol, procname, version, variant, kind, body, ret, params, args, \
                   record)                                                                   \
 	LYNX_ACTIVE_##body(symbol, kind, ret, params, args, record)
 #define LYNX_ACTIVE_CUSTOM(symbol, kind, ret, params, args, record)
-#define LYNX_ACTIVE_GENERIC(symbol, kind, ret, params, args, record) \
-	static ret lynx_active_##symbol params                       \
-	{                                                            \
-		struct lynx_call call;                               \
-		ret result;                                          \
-                                                                     \
-		lynx_call_begin(&call, LYNX_HOOK_##symbol);          \
-		LYNX_TIME_##record;                                  \
-		result = lynx_real_fn(symbol) args;                  \
-		lynx_call_reserve(&call, 0);                         \
-		LYNX_RECORD_##record;                                \
-		LYNX_END(kind)(&call, (int)result);                  \
-		return result;                                       \
+#define LYNX_ACTIVE_GENERIC(symbol, kind, ret, params, args, record)              \
+	static ret lynx_active_##symbol params                                    \
+	{                                                                         \
+		struct lynx_call call;                                            \
+		ret result;                                                       \
+                                                                                  \
+		lynx_call_begin(&call, LYNX_HOOK_##symbol);                       \
+		LYNX_TIME_##record;                                               \
+		result = LYNX_EXEC_##record ? (ret)0 : lynx_real_fn(symbol) args; \
+		lynx_call_reserve(&call, 0);                                      \
+		LYNX_RECORD_##record;                                             \
+		LYNX_END(kind)(&call, (int)result);                               \
+		return result;                                                    \
 	}
 #include "hooks.def"
 #undef LYNX_HOOK

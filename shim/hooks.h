@@ -136,6 +136,11 @@ void lynx_time_group_ended(void);
 void lynx_note_nccl_rank(int nranks, int rank);
 int lynx_job_rank(void);
 int lynx_job_world(void);
+/* Intercepted calls in progress on this thread (1: the program's own call; more: the
+ * library called back into a hook), and whether the shim itself is the caller. */
+int lynx_call_depth(void);
+bool lynx_call_own(void);
+
 /* Around calls the shim makes itself (e.g. parameter layout queries): they are counted,
  * like any call through a wrapper, but not recorded. */
 void lynx_nested_begin(void);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "executor.h"
 #include "hooks.h"
 #include "log.h"
 #include "record.h"
@@ -167,16 +168,44 @@ static void capture_params(struct lynx_event *ev, const struct func_info *info, 
 	memset(payload, 0, room);
 }
 
-/* Before the real call: the function's layout and the event, with room for the
- * parameters. */
+/* The executor's guard (executor.h) over every 8-byte word of the parameters, struct
+ * fields included: an evicted activation a kernel names is restored before it runs. */
+static void guard_params(enum lynx_hook_id id, const struct func_info *info, void **params,
+                         void **extra, CUstream stream)
+{
+	const unsigned char *packed = NULL;
+	uint64_t word;
+
+	for (size_t i = 0; !params && extra && extra[i] != CU_LAUNCH_PARAM_END; i += 2)
+		if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+			packed = extra[i + 1];
+	for (uint32_t i = 0; i < info->fits; i++) {
+		const unsigned char *value = params   ? params[i]
+		                             : packed ? packed + info->offset[i]
+		                                      : NULL;
+		if (!value)
+			return;
+		for (uint32_t at = 0; at + 8 <= info->size[i]; at += 8) {
+			__builtin_memcpy(&word, value + at, 8);
+			lynx_exec_guard(id, word, (uint64_t)(uintptr_t)stream);
+		}
+	}
+}
+
+/* Before the real call: the function's layout, the executor's guard, and the event, with
+ * room for the parameters. */
 static inline __attribute__((always_inline)) struct func_info *
-launch_begin(struct lynx_call *call, enum lynx_hook_id id, CUfunction f, CUstream stream)
+launch_begin(struct lynx_call *call, enum lynx_hook_id id, CUfunction f, CUstream stream,
+             void **params, void **extra)
 {
 	struct func_info *info;
 
 	info = layout_of((uint64_t)(uintptr_t)f);
 	lynx_call_begin(call, id);
 	lynx_time_begin(call, (uint64_t)(uintptr_t)stream);
+	if (info &&
+	    __builtin_expect(atomic_load_explicit(&lynx_exec_attention, memory_order_acquire), 0))
+		guard_params(id, info, params, extra, stream);
 	return info;
 }
 
@@ -205,7 +234,8 @@ CUresult lynx_active_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int 
                                     void **extra)
 {
 	struct lynx_call call;
-	struct func_info *info = launch_begin(&call, LYNX_HOOK_cuLaunchKernel, f, stream);
+	struct func_info *info =
+	        launch_begin(&call, LYNX_HOOK_cuLaunchKernel, f, stream, params, extra);
 	CUresult result = lynx_real_fn(cuLaunchKernel)(f, gx, gy, gz, bx, by, bz, shared, stream,
 	                                               params, extra);
 
@@ -220,7 +250,8 @@ CUresult lynx_active_cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned
                                          void **params, void **extra)
 {
 	struct lynx_call call;
-	struct func_info *info = launch_begin(&call, LYNX_HOOK_cuLaunchKernel_ptsz, f, stream);
+	struct func_info *info =
+	        launch_begin(&call, LYNX_HOOK_cuLaunchKernel_ptsz, f, stream, params, extra);
 	CUresult result = lynx_real_fn(cuLaunchKernel_ptsz)(f, gx, gy, gz, bx, by, bz, shared,
 	                                                    stream, params, extra);
 
@@ -244,8 +275,8 @@ CUresult lynx_active_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f
                                       void **extra)
 {
 	struct lynx_call call;
-	struct func_info *info =
-	        launch_begin(&call, LYNX_HOOK_cuLaunchKernelEx, f, config ? config->hStream : NULL);
+	struct func_info *info = launch_begin(&call, LYNX_HOOK_cuLaunchKernelEx, f,
+	                                      config ? config->hStream : NULL, params, extra);
 	CUresult result = lynx_real_fn(cuLaunchKernelEx)(config, f, params, extra);
 	uint32_t grid[3], block[3];
 
@@ -260,7 +291,7 @@ CUresult lynx_active_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunct
 {
 	struct lynx_call call;
 	struct func_info *info = launch_begin(&call, LYNX_HOOK_cuLaunchKernelEx_ptsz, f,
-	                                      config ? config->hStream : NULL);
+	                                      config ? config->hStream : NULL, params, extra);
 	CUresult result = lynx_real_fn(cuLaunchKernelEx_ptsz)(config, f, params, extra);
 	uint32_t grid[3], block[3];
 

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "dump.h"
+#include "executor.h"
 #include "hooks.h"
 #include "lifecycle.h"
 #include "log.h"
@@ -262,6 +263,7 @@ static void after_fork_in_child(void)
 	lynx_dump_after_fork();
 	forget_grouped_marks();
 	lynx_profiling_after_fork();
+	lynx_exec_after_fork();
 	if (atomic_load(&state) == STATE_READY) {
 		lynx_recorder_after_fork();
 		atomic_store(&state, STATE_FORKED);
@@ -286,9 +288,6 @@ static void init_locked(void)
 		atomic_store(&lynx_intercepting, false);
 		return;
 	}
-	if (config.mode == LYNX_MODE_RECOMPUTE)
-		lynx_warn_once("LYNX_MODE=recompute profiles and plans online, but the executor "
-		               "that applies the plan is not available yet: nothing is evicted");
 	int err = prepare_output_dir(config.out_dir);
 	output_ok = !err;
 	if (err)
@@ -433,13 +432,32 @@ int lynx_job_world(void)
  * have called other hooks meanwhile (the runtime calling the driver), which recorded and
  * committed their own events first.
  */
+/*
+ * The event of a top-level call that the recorder could not take (a full ring, no
+ * recorder) while the executor follows the calls: the tracker needs it all the same. Room
+ * for hooks_launch.c's parameter bytes.
+ */
+#define SCRATCH_PAYLOAD 4096
+static __thread struct {
+	struct lynx_event event;
+	unsigned char payload[SCRATCH_PAYLOAD];
+} scratch __attribute__((tls_model("initial-exec")));
+
 struct lynx_event *lynx_call_reserve(struct lynx_call *call, size_t payload_bytes)
 {
 	uint32_t mark_end = call->mark_start ? time_end(call) : 0;
 
-	if (internal_depth > 0 || !recording)
+	if (internal_depth > 0)
 		return NULL;
-	call->event = lynx_recorder_reserve(payload_bytes);
+	if (recording)
+		call->event = lynx_recorder_reserve(payload_bytes);
+	if (!call->event && hook_depth == 1 && payload_bytes <= SCRATCH_PAYLOAD &&
+	    atomic_load_explicit(&lynx_exec_armed, memory_order_acquire)) {
+		call->event = &scratch.event;
+		call->event->size = (uint32_t)(sizeof(scratch.event) + payload_bytes);
+		call->event->tid = 0;
+		call->event->host_ns = 0;
+	}
 	if (call->event) {
 		/* Ring space is reused: fields a hook does not record (the stream of a
 		 * device-wide call, a runtime launch's parameter count) must read as 0. */
@@ -462,9 +480,24 @@ void lynx_call_end(struct lynx_call *call, int result)
 {
 	if (call->event) {
 		call->event->result = result;
-		lynx_recorder_commit(call->event);
+		/* The executor follows the program's own calls (an event exists only for calls
+		 * that are not the shim's). */
+		if (hook_depth == 1 && atomic_load_explicit(&lynx_exec_armed, memory_order_acquire))
+			lynx_exec_after(call->event);
+		if (call->event != &scratch.event)
+			lynx_recorder_commit(call->event);
 	}
 	hook_depth--;
+}
+
+int lynx_call_depth(void)
+{
+	return hook_depth;
+}
+
+bool lynx_call_own(void)
+{
+	return internal_depth > 0;
 }
 
 void lynx_call_end_sync(struct lynx_call *call, int result)

@@ -14,6 +14,7 @@
 #include "build.h"
 #include "chrome_trace.h"
 #include "event.h"
+#include "executor.h"
 #include "hooks.h"
 #include "log.h"
 #include "period.h"
@@ -68,6 +69,8 @@ static struct {
 	char out_dir[PATH_MAX];
 	struct lynx_profile profile;
 	bool have_profile;
+	struct lynx_prof_script script; /* the chosen iteration's, for the executor */
+	int fault;                      /* LYNX_FAULT, for the executor */
 } prof = {.lock = PTHREAD_MUTEX_INITIALIZER, .look = PTHREAD_MUTEX_INITIALIZER};
 
 static uint64_t now_ns(void)
@@ -141,6 +144,7 @@ bool lynx_profiling_start(const struct lynx_config *cfg, bool output_ok)
 	prof.warmup = cfg->warmup;
 	prof.budget = cfg->budget;
 	prof.recompute = cfg->mode == LYNX_MODE_RECOMPUTE;
+	prof.fault = cfg->fault;
 	lynx_config_format(cfg, LYNX_OPT_LYNX_PLANNER, prof.planner, sizeof(prof.planner));
 	snprintf(prof.plan_path, sizeof(prof.plan_path), "%s", cfg->plan ? cfg->plan : "");
 	prof.output_ok = output_ok;
@@ -211,36 +215,41 @@ static void copy_nccl(const struct lynx_event *ev, struct lynx_prof_event *out)
 	out->u.nccl.group_depth = ev->u.nccl.group_depth;
 }
 
-void lynx_profiling_consume(const struct lynx_event *ev)
+void lynx_profiling_event_view(const struct lynx_event *ev, struct lynx_prof_event *out)
 {
-	struct lynx_prof_event out;
-
-	if (atomic_load_explicit(&prof.phase, memory_order_acquire) != PHASE_LEARNING)
-		return;
-	memset(&out, 0, sizeof(out));
-	out.t_ns = ev->host_ns;
-	out.tid = ev->tid;
-	out.hook = ev->hook < LYNX_HOOK_COUNT ? lynx_hooks[ev->hook].symbol : "unknown";
-	out.kind = ev->kind < LYNX_EV_COUNT ? (enum lynx_prof_kind)ev->kind : LYNX_PROF_OTHER;
-	out.nested = ev->flags & LYNX_EVENT_NESTED;
-	out.captured = ev->flags & LYNX_EVENT_CAPTURED;
-	out.result = ev->result;
-	out.stream = ev->stream;
+	memset(out, 0, sizeof(*out));
+	out->t_ns = ev->host_ns;
+	out->tid = ev->tid;
+	out->hook = ev->hook < LYNX_HOOK_COUNT ? lynx_hooks[ev->hook].symbol : "unknown";
+	out->kind = ev->kind < LYNX_EV_COUNT ? (enum lynx_prof_kind)ev->kind : LYNX_PROF_OTHER;
+	out->nested = ev->flags & LYNX_EVENT_NESTED;
+	out->captured = ev->flags & LYNX_EVENT_CAPTURED;
+	out->result = ev->result;
+	out->stream = ev->stream;
 	/* Mark numbers until resolve_marks turns them into device times. */
 	if (ev->mark_start && ev->mark_end) {
-		out.dev_start_ns = ev->mark_start;
-		out.dev_end_ns = ev->mark_end;
+		out->dev_start_ns = ev->mark_start;
+		out->dev_end_ns = ev->mark_end;
 	}
 	switch (ev->kind) {
-#define LYNX_EVENT(id, name, payload)     \
-	case LYNX_EV_##id:                \
-		copy_##payload(ev, &out); \
+#define LYNX_EVENT(id, name, payload)    \
+	case LYNX_EV_##id:               \
+		copy_##payload(ev, out); \
 		break;
 #include "events.def"
 #undef LYNX_EVENT
 	default:
 		break;
 	}
+}
+
+void lynx_profiling_consume(const struct lynx_event *ev)
+{
+	struct lynx_prof_event out;
+
+	if (atomic_load_explicit(&prof.phase, memory_order_acquire) != PHASE_LEARNING)
+		return;
+	lynx_profiling_event_view(ev, &out);
 	pthread_mutex_lock(&prof.lock);
 	/* Checked again under the lock: a look on a trainer thread may have ended warm-up and
 	 * freed the trace since the check above. */
@@ -320,7 +329,9 @@ static void profile_path(char *path, size_t len, const char *stem, const char *e
 /* Builds and writes the profile from the resolved view; frees what was collected. */
 static void write_profile(struct lynx_prof_trace *view, bool at_exit)
 {
-	struct lynx_prof_build_options opt = {lynx_job_rank(), lynx_job_world()};
+	struct lynx_prof_build_options opt = {.rank = lynx_job_rank(),
+	                                      .world = lynx_job_world(),
+	                                      .script = prof.recompute ? &prof.script : NULL};
 	char why[256], path[PATH_MAX + 64];
 	int err;
 
@@ -565,13 +576,20 @@ static double mib(uint64_t bytes)
 	return (double)bytes / (1024.0 * 1024.0);
 }
 
+/* This rank's pipeline stage in the plan: stage s of p runs p - s - 1 warm-up forwards. */
+static uint32_t this_stage(const struct lynx_whatif_plan *wp)
+{
+	uint32_t n = wp->problem->n_stages, w = prof.profile.warmup_forwards;
+
+	return w + 1 <= n ? n - 1 - w : 0;
+}
+
 /* The plan's summary for this rank's stage, once. */
 static void print_plan(const struct lynx_whatif_plan *wp, const struct lynx_whatif_row *row,
                        const struct lynx_whatif_row *keep)
 {
 	uint32_t counts[LYNX_ACTION_COUNT], groups = 0;
-	uint32_t n = wp->problem->n_stages, w = prof.profile.warmup_forwards;
-	uint32_t s = w + 1 <= n ? n - 1 - w : 0;
+	uint32_t n = wp->problem->n_stages, s = this_stage(wp);
 	char tag[32];
 
 	rank_tag(tag, sizeof(tag));
@@ -591,10 +609,54 @@ static void print_plan(const struct lynx_whatif_plan *wp, const struct lynx_what
 	        measured ? 100.0 * (1.0 - (double)peak / (double)measured) : 0.0,
 	        keep->step_s > 0 ? 100.0 * (row->step_s / keep->step_s - 1.0) : 0.0,
 	        row->fits ? "" : "; DOES NOT FIT the budget");
-	fprintf(stderr,
-	        "%s: the executor that applies the plan is not available yet: training "
-	        "goes on unchanged\n",
-	        tag);
+}
+
+/*
+ * The plan's action for each of this rank's scripted activations: the k-th saved buffer of
+ * profile layer l is buffer k of the stage's problem layer l - profile_first_layer, which
+ * from_profile maps to a problem group (problem.h). The embedding's and the head's, and
+ * buffers beyond the mapping, are kept.
+ */
+static void arm_executor(const struct lynx_whatif_plan *wp)
+{
+	const struct lynx_problem *p = wp->problem;
+	uint32_t s = this_stage(wp);
+	const struct lynx_problem_stage *st = &p->stages[s];
+	size_t n = prof.script.n_buffers;
+	enum lynx_exec_action *actions = calloc(n ? n : 1, sizeof(*actions));
+	int err;
+
+	if (!actions) {
+		lynx_warn("recompute mode: out of memory arming the executor; training goes on "
+		          "unchanged");
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct lynx_prof_script_buffer *b = &prof.script.buffers[i];
+		int64_t layer = (int64_t)b->layer - st->profile_first_layer;
+		int g = b->index < p->layer.n_buffers ? p->layer.buffer_group[b->index] : -1;
+
+		actions[i] = LYNX_EXEC_KEEP;
+		if (layer < 0 || layer >= st->layers || g < 0)
+			continue;
+		switch (lynx_plan_get(wp->plan, s, (uint32_t)layer, (uint32_t)g)->action) {
+		case LYNX_ACTION_OFFLOAD:
+			actions[i] = LYNX_EXEC_OFFLOAD;
+			break;
+		case LYNX_ACTION_RECOMPUTE_IN_WINDOW:
+		case LYNX_ACTION_RECOMPUTE_ON_DEMAND:
+			actions[i] = LYNX_EXEC_RECOMPUTE;
+			break;
+		default:
+			break;
+		}
+	}
+	err = lynx_exec_arm(&prof.script, actions, (enum lynx_exec_fault)prof.fault);
+	free(actions);
+	if (err == -EINVAL)
+		lynx_info("recompute mode: the plan evicts nothing on this rank");
+	else if (!err)
+		lynx_info("recompute mode: the executor is armed");
 }
 
 /*
@@ -604,6 +666,13 @@ static void print_plan(const struct lynx_whatif_plan *wp, const struct lynx_what
  * most every PLAN_RETRY_NS and for PLAN_WAIT_NS (ranks that learn slower write theirs
  * later); at exit it tries once more. Plain CPU work.
  */
+/* Planning is over, with or without a plan: the script has served. */
+static void plan_done(void)
+{
+	lynx_prof_script_free(&prof.script);
+	atomic_store(&prof.phase, PHASE_DONE);
+}
+
 static void try_plan(bool at_exit)
 {
 	struct lynx_whatif_row row, keep;
@@ -617,7 +686,7 @@ static void try_plan(bool at_exit)
 	if (job_profiles_read(&j)) {
 		job_profiles_free(&j);
 		lynx_warn("recompute mode: out of memory while planning");
-		atomic_store(&prof.phase, PHASE_DONE);
+		plan_done();
 		return;
 	}
 	if (j.read < j.world) {
@@ -626,7 +695,7 @@ static void try_plan(bool at_exit)
 			          "ranks "
 			          "must share LYNX_OUT, or give LYNX_PLAN)",
 			          j.read, j.world, prof.out_dir);
-			atomic_store(&prof.phase, PHASE_DONE);
+			plan_done();
 		}
 		job_profiles_free(&j);
 		return;
@@ -647,7 +716,7 @@ static void try_plan(bool at_exit)
 		if (!plan_json) {
 			lynx_warn("LYNX_PLAN='%s' cannot be read: no plan", prof.plan_path);
 			job_profiles_free(&j);
-			atomic_store(&prof.phase, PHASE_DONE);
+			plan_done();
 			return;
 		}
 	}
@@ -657,7 +726,7 @@ static void try_plan(bool at_exit)
 	job_profiles_free(&j);
 	if (err) {
 		lynx_warn("recompute mode: no plan: %s", err == -ENOMEM ? "out of memory" : why);
-		atomic_store(&prof.phase, PHASE_DONE);
+		plan_done();
 		return;
 	}
 	if (lynx_job_rank() <= 0 && prof.output_ok && !prof.plan_path[0]) {
@@ -669,8 +738,11 @@ static void try_plan(bool at_exit)
 		free(text);
 	}
 	print_plan(&wp, &row, &keep);
+	/* At exit Lynx makes no CUDA call: a plan made then is only reported. */
+	if (!at_exit)
+		arm_executor(&wp);
 	lynx_whatif_plan_free(&wp);
-	atomic_store(&prof.phase, PHASE_DONE);
+	plan_done();
 }
 
 void lynx_profiling_at_sync(void)
@@ -734,6 +806,9 @@ void lynx_profiling_at_exit(void)
 		lynx_profile_print_summary(stderr, &prof.profile, lynx_job_rank());
 		if (lynx_job_rank() <= 0)
 			print_whatif();
+		char tag[32];
+		rank_tag(tag, sizeof(tag));
+		lynx_exec_print_summary(stderr, tag);
 	}
 	pthread_mutex_unlock(&prof.look);
 }

@@ -34,6 +34,7 @@
 #include <stdbool.h>
 
 #include "config.h"
+#include "event.h"
 #include "recorder.h"
 
 /* Sets up collection and timing for cfg (profile and recompute modes, LYNX_WARMUP > 0);
@@ -43,6 +44,10 @@ bool lynx_profiling_start(const struct lynx_config *cfg, bool output_ok);
 
 /* The recorder's consumer side: keeps the event while learning. */
 void lynx_profiling_consume(const struct lynx_event *event);
+
+/* The recorder's event as the profiler sees it (profiler/event.h); a launch's parameter
+ * bytes are not copied: out points into ev. The executor tokenises live calls with it. */
+void lynx_profiling_event_view(const struct lynx_event *ev, struct lynx_prof_event *out);
 
 /* After a top-level host synchronisation by the trainer. */
 void lynx_profiling_at_sync(void);

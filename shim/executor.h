@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The executor: recompute mode's hands. Armed once a plan exists (profiling.c), it follows
+ * the live calls along the learned iteration (profiler/script.h), serves the allocations
+ * of the activations the plan evicts from the VMM arena (arena.h), evicts each one once its
+ * forward is done with it, and brings it back before its backward needs it.
+ *
+ * Eviction (DESIGN.md, "Eviction and restoration"). After the call that last uses an
+ * activation in the forward, an event is recorded on that call's stream; the offload
+ * stream waits for it and copies the activation into pinned host memory; once that copy is
+ * seen complete (polled at later calls, never waited for), the activation's memory is
+ * unmapped and released, its address kept. Restoration maps new memory at the address and
+ * copies the bytes back: from the script's restore token on, on the restore stream, or, if
+ * a call touches the activation before that (the guard), on the call's own stream first.
+ * Consumers on any stream wait for the restore's event before they run. So correctness
+ * never depends on a window arriving: the guard restores whatever a call touches.
+ *
+ * What the plan says and what is done: OFFLOAD is done as above. RECOMPUTE_* decisions
+ * (kernel replay, replay.h) are not executed yet: such activations are evicted and brought
+ * back by copy, so that memory follows the plan while time does not (the summary says so).
+ *
+ * Limits: the guard sees pointers in kernel parameters (also inside by-value structs),
+ * copies, memsets and NCCL buffers; a kernel that reads an activation's address from device
+ * memory, or a CUDA graph launched after capture, is not seen. Nothing is done while a
+ * stream captures a graph. The tracker is lost at the first call that differs from the
+ * script and resynchronises at the next iteration's start; while lost nothing new is
+ * evicted. Forward and backward calls must not interleave across threads (they do not
+ * under 1F1B with PyTorch autograd or tinytrain).
+ *
+ * Thread safety: every entry point may be called from any trainer thread; the state is
+ * under one mutex, taken only when the executor has something to do (a scripted allocation,
+ * a free of an arena allocation, a guard hit on an activation not plainly resident, a token
+ * with actions). The checks before that are relaxed atomic loads.
+ */
+#ifndef LYNX_EXECUTOR_H
+#define LYNX_EXECUTOR_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "hooks.h"
+#include "recorder.h"
+#include "script.h"
+
+/* What the executor does with one scripted activation: X(ID, name). */
+#define LYNX_EXEC_ACTIONS(X)                                                 \
+	X(KEEP, "keep")       /* served by the trainer's allocator, untouched */ \
+	X(OFFLOAD, "offload") /* evicted, restored by copy from host */         \
+	X(RECOMPUTE, "recompute") /* planned for replay; restored by copy for now */
+
+enum lynx_exec_action {
+#define LYNX_EXEC_ACTION_ENUM(id, name) LYNX_EXEC_##id,
+	LYNX_EXEC_ACTIONS(LYNX_EXEC_ACTION_ENUM)
+#undef LYNX_EXEC_ACTION_ENUM
+	        LYNX_EXEC_ACTION_COUNT
+};
+
+/* Faults a test injects to show that a safety check matters: X(ID, name). */
+#define LYNX_EXEC_FAULTS(X)                                                              \
+	X(NONE, "none")                                                                  \
+	X(SKIP_STREAM_WAITS, "skip-stream-waits") /* no stream waits for another's event */ \
+	X(FAIL_PREFETCH, "fail-prefetch")         /* every restore on the restore stream fails */
+
+enum lynx_exec_fault {
+#define LYNX_EXEC_FAULT_ENUM(id, name) LYNX_EXEC_FAULT_##id,
+	LYNX_EXEC_FAULTS(LYNX_EXEC_FAULT_ENUM)
+#undef LYNX_EXEC_FAULT_ENUM
+	        LYNX_EXEC_FAULT_COUNT
+};
+
+/* LYNX_EXEC_STAT(field, meaning): what the executor counts, for the exit summary. */
+#define LYNX_EXEC_STATS                                                                        \
+	LYNX_EXEC_STAT(iterations, "iterations followed from start to end")                    \
+	LYNX_EXEC_STAT(lost, "times the live calls left the script")                          \
+	LYNX_EXEC_STAT(routed, "allocations served from the arena")                            \
+	LYNX_EXEC_STAT(route_failures, "scripted allocations left to the trainer's allocator") \
+	LYNX_EXEC_STAT(reused, "allocations given memory the device was about to be done with") \
+	LYNX_EXEC_STAT(offloads, "copies to host started")                                     \
+	LYNX_EXEC_STAT(evictions, "activations unmapped after their copy")                     \
+	LYNX_EXEC_STAT(cancelled, "evictions cancelled: touched before their copy ended")     \
+	LYNX_EXEC_STAT(prefetches, "restores started on the restore stream")                   \
+	LYNX_EXEC_STAT(prefetch_failures, "restores that could not map memory in time")        \
+	LYNX_EXEC_STAT(on_demand, "restores made by the guard on the consumer's stream")      \
+	LYNX_EXEC_STAT(waits, "consumer streams made to wait for a restore")                   \
+	LYNX_EXEC_STAT(stalls, "host waits for a copy to host whose memory was reused")       \
+	LYNX_EXEC_STAT(oom_waits, "restores that first had to wait for frees")                 \
+	LYNX_EXEC_STAT(failures, "driver failures (the activation stayed as it was)")          \
+	LYNX_EXEC_STAT(evicted_bytes, "bytes evicted, summed")                                 \
+	LYNX_EXEC_STAT(peak_evicted_bytes, "most bytes evicted at once")
+
+struct lynx_exec_stats {
+#define LYNX_EXEC_STAT(field, meaning) uint64_t field;
+	LYNX_EXEC_STATS
+#undef LYNX_EXEC_STAT
+};
+
+/* True once armed: the hooks' one relaxed load before calling in. */
+extern atomic_bool lynx_exec_armed;
+/* Arena allocations not plainly resident (evicting, evicted, being restored): while 0 the
+ * guard has nothing to look at. */
+extern _Atomic uint32_t lynx_exec_attention;
+
+/*
+ * Arms the executor with script (copied) and one action per script buffer, on the calling
+ * thread's current CUDA context: creates the arena, two streams and the events. Returns 0;
+ * -EINVAL (a script without tokens, nothing to evict: nothing armed), -ENOMEM, or -EIO (a
+ * driver call failed; logged); on failure nothing is armed and the trainer runs on
+ * untouched.
+ */
+int lynx_exec_arm(const struct lynx_prof_script *script, const enum lynx_exec_action *actions,
+                  enum lynx_exec_fault fault);
+
+/*
+ * Hook side. Each returns at once unless armed, and ignores the shim's own calls.
+ * lynx_exec_alloc: before a device allocation (hook id, its out pointer, size, stream):
+ * true when the executor served it (the pointer is written; the hook skips the real call
+ * and returns success). lynx_exec_free: before a free: true when ptr was the executor's
+ * (freed once its stream reaches the free). lynx_exec_guard: before stream work that
+ * touches addr (any address in a kernel parameter, a copy's ends, a memset, an NCCL
+ * buffer) on stream: restores or waits as needed.
+ */
+bool lynx_exec_alloc_slow(enum lynx_hook_id id, void *out, uint64_t bytes, uint64_t stream);
+bool lynx_exec_free_slow(enum lynx_hook_id id, uint64_t ptr, uint64_t stream);
+void lynx_exec_guard_slow(enum lynx_hook_id id, uint64_t addr, uint64_t stream);
+
+static inline bool lynx_exec_alloc(enum lynx_hook_id id, void *out, uint64_t bytes,
+                                   uint64_t stream)
+{
+	return __builtin_expect(atomic_load_explicit(&lynx_exec_armed, memory_order_acquire), 0) &&
+	       lynx_exec_alloc_slow(id, out, bytes, stream);
+}
+
+static inline bool lynx_exec_free(enum lynx_hook_id id, uint64_t ptr, uint64_t stream)
+{
+	return __builtin_expect(atomic_load_explicit(&lynx_exec_armed, memory_order_acquire), 0) &&
+	       lynx_exec_free_slow(id, ptr, stream);
+}
+
+static inline void lynx_exec_guard(enum lynx_hook_id id, uint64_t addr, uint64_t stream)
+{
+	if (__builtin_expect(atomic_load_explicit(&lynx_exec_attention, memory_order_acquire), 0))
+		lynx_exec_guard_slow(id, addr, stream);
+}
+
+/* After a top-level call of the program returned, with its event (the tracker). */
+void lynx_exec_after(const struct lynx_event *ev);
+
+/* The counters so far. */
+void lynx_exec_stats(struct lynx_exec_stats *out);
+
+/* The exit summary's lines (nothing if never armed); tag prefixes each line. */
+void lynx_exec_print_summary(FILE *f, const char *tag);
+
+/* In a forked child: the parent's arena and streams are not ours; stay disarmed. */
+void lynx_exec_after_fork(void);
+
+const char *lynx_exec_action_name(enum lynx_exec_action a);
+
+#endif /* LYNX_EXECUTOR_H */

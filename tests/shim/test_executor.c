@@ -1,0 +1,241 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Recompute mode's executor (shim/executor.c) end to end: tinytrain (every hazard on)
+ * under liblynx.so with LYNX_MODE=recompute, simgpu's VMM granularity at 4 KiB so that
+ * tinytrain's small activations can be evicted. The executor follows the iterations,
+ * evicts what the plan says and brings it back, and:
+ *  - loss and gradient hash are those of the run without Lynx at every step and rank
+ *    (pp2 tp2, pp4 and dp4), while activations are evicted and restored;
+ *  - the steady state's peak memory on the first stage is below the run without Lynx, and
+ *    the step time within 5% of it;
+ *  - dropping the stream waits the executor relies on (LYNX_FAULT=skip-stream-waits)
+ *    breaks training: the identity check above can fail;
+ *  - restores that cannot start ahead (LYNX_FAULT=fail-prefetch) or whose cuMemCreate
+ *    fails (SIMGPU_FAULTS) are made on demand or after waiting for frees: same results,
+ *    and the summary says so.
+ */
+#include <ctype.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../harness.h"
+
+#define STEPS 14
+#define MAX_LINES (STEPS * 4)
+#define PP2_TP2 "--nproc 4 --pp 2 --tp 2 --dp 1"
+#define MODEL "--layers 8 --microbatches 4 --virtual-model gpt-1.3b --steps 14"
+/* simgpu's settings for every run: small granules, and a short wait for a rank that died. */
+#define SIMGPU_ENV "LD_LIBRARY_PATH=build/simgpu SIMGPU_VMM_GRANULARITY=4K SIMGPU_NCCL_TIMEOUT_MS=10000"
+
+/* One line of tinytrain's output: the training results, the peak and the time. */
+struct step_line {
+	char results[160]; /* step, rank, loss, grad_hash */
+	long long peak_bytes, step_time_ns;
+};
+
+static size_t parse_lines(const char *text, struct step_line *lines, size_t max)
+{
+	size_t n = 0;
+
+	for (const char *line = text; *line && n < max;) {
+		const char *end = strchr(line, '\n');
+		const char *peak = strstr(line, ",\"peak_bytes\":");
+		const char *time = strstr(line, ",\"step_time_ns\":");
+		if (!peak || !time || (end && peak > end))
+			break;
+		snprintf(lines[n].results, sizeof(lines[n].results), "%.*s", (int)(peak - line),
+		         line);
+		lines[n].peak_bytes = atoll(peak + strlen(",\"peak_bytes\":"));
+		lines[n++].step_time_ns = atoll(time + strlen(",\"step_time_ns\":"));
+		line = end ? end + 1 : line + strlen(line);
+	}
+	return n;
+}
+
+/*
+ * The number just before `words` on rank's executor summary lines ("lynx[rank 0]:
+ * executor: ... 12 evicted"), or -1 when there is none.
+ */
+static long long stat_of(const char *err, int rank, const char *words)
+{
+	char prefix[64];
+
+	snprintf(prefix, sizeof(prefix), "lynx[rank %d]: executor: ", rank);
+	for (const char *line = strstr(err, prefix); line; line = strstr(line + 1, prefix)) {
+		const char *end = strchr(line, '\n');
+		const char *at = strstr(line, words);
+		if (!at || (end && at > end))
+			continue;
+		const char *digits = at;
+		while (digits > line && digits[-1] == ' ')
+			digits--;
+		while (digits > line && isdigit((unsigned char)digits[-1]))
+			digits--;
+		return atoll(digits);
+	}
+	return -1;
+}
+
+static struct output run_trainer(const char *layout, const char *lynx_env, const char *dir)
+{
+	char env[2048], cmd[512];
+
+	if (lynx_env)
+		snprintf(env, sizeof(env),
+		         SIMGPU_ENV " LD_PRELOAD=build/liblynx.so LYNX_MODE=recompute LYNX_OUT=%s/%s "
+		                    "%s",
+		         scratch, dir, lynx_env);
+	else
+		snprintf(env, sizeof(env), SIMGPU_ENV);
+	snprintf(cmd, sizeof(cmd), "build/bin/tinytrain %s " MODEL, layout);
+	return run(env, cmd);
+}
+
+/* Same training results as the plain run at every step and rank; returns the lines. */
+static size_t assert_identical(const struct output *plain, const struct output *lynx,
+                               struct step_line *a, struct step_line *b)
+{
+	size_t n = parse_lines(plain->out, a, MAX_LINES);
+
+	assert_int_equal(plain->exit_code, 0);
+	assert_int_equal(lynx->exit_code, 0);
+	assert_int_equal(n, MAX_LINES);
+	assert_int_equal(parse_lines(lynx->out, b, MAX_LINES), n);
+	for (size_t i = 0; i < n; i++)
+		assert_string_equal(a[i].results, b[i].results);
+	return n;
+}
+
+static void test_recompute_mode_is_bit_identical_and_saves_memory(void **state)
+{
+	struct step_line a[MAX_LINES], b[MAX_LINES];
+	struct output plain = run_trainer(PP2_TP2, NULL, NULL);
+	struct output o = run_trainer(PP2_TP2, "LYNX_BUDGET=2150K", "pp2tp2");
+	size_t n = assert_identical(&plain, &o, a, b);
+
+	for (int rank = 0; rank < 4; rank++) {
+		/* It did its work: iterations followed, activations evicted and restored. */
+		assert_true(stat_of(o.err, rank, "iterations followed") >= 3);
+		assert_int_equal(stat_of(o.err, rank, "times lost"), 0);
+		assert_true(stat_of(o.err, rank, "evicted (") > 0);
+		assert_true(stat_of(o.err, rank, "ahead of use") > 0);
+		assert_int_equal(stat_of(o.err, rank, "driver failures"), 0);
+	}
+	/* The last step, steady state: the first stage (ranks 0 and 1) holds less, and every
+	 * rank's step takes at most 5% longer. */
+	for (size_t i = n - 4; i < n; i++) {
+		if (i % 4 < 2)
+			assert_true(b[i].peak_bytes < a[i].peak_bytes);
+		assert_true((double)b[i].step_time_ns <= 1.05 * (double)a[i].step_time_ns);
+	}
+	release(&plain);
+	release(&o);
+}
+
+static void test_other_layouts_stay_bit_identical(void **state)
+{
+	/* Budgets below each layout's measured peak, so that something is evicted. */
+	const struct {
+		const char *layout, *budget;
+	} runs[] = {
+	        {"--nproc 4 --pp 4 --tp 1 --dp 1", "LYNX_BUDGET=2600K"},
+	        {"--nproc 4 --pp 1 --tp 1 --dp 4", "LYNX_BUDGET=7300K"},
+	};
+	struct step_line a[MAX_LINES], b[MAX_LINES];
+
+	for (size_t l = 0; l < sizeof(runs) / sizeof(runs[0]); l++) {
+		char dir[32];
+		snprintf(dir, sizeof(dir), "layout%zu", l);
+		struct output plain = run_trainer(runs[l].layout, NULL, NULL);
+		struct output o = run_trainer(runs[l].layout, runs[l].budget, dir);
+		assert_identical(&plain, &o, a, b);
+		assert_true(stat_of(o.err, 0, "evicted (") > 0);
+		release(&plain);
+		release(&o);
+	}
+}
+
+/* Without the waits between the compute, offload and restore streams, copies read bytes
+ * that are not written yet and memory is reused too early: training goes wrong (different
+ * results, or a fault that ends the run). */
+static void test_dropping_the_stream_waits_breaks_training(void **state)
+{
+	struct step_line a[MAX_LINES], b[MAX_LINES];
+	struct output plain = run_trainer(PP2_TP2, NULL, NULL);
+	struct output o =
+	        run_trainer(PP2_TP2, "LYNX_BUDGET=2150K LYNX_FAULT=skip-stream-waits", "nowait");
+	size_t n = parse_lines(plain.out, a, MAX_LINES), m = parse_lines(o.out, b, MAX_LINES);
+	bool same = o.exit_code == 0 && m == n;
+
+	for (size_t i = 0; same && i < n; i++)
+		same = !strcmp(a[i].results, b[i].results);
+	assert_false(same);
+	release(&plain);
+	release(&o);
+}
+
+static void test_restores_that_cannot_start_ahead_are_made_on_demand(void **state)
+{
+	struct step_line a[MAX_LINES], b[MAX_LINES];
+	struct output plain = run_trainer(PP2_TP2, NULL, NULL);
+	struct output o =
+	        run_trainer(PP2_TP2, "LYNX_BUDGET=2150K LYNX_FAULT=fail-prefetch", "noprefetch");
+
+	assert_identical(&plain, &o, a, b);
+	for (int rank = 0; rank < 4; rank++) {
+		assert_int_equal(stat_of(o.err, rank, "ahead of use"), 0);
+		assert_true(stat_of(o.err, rank, "could not start ahead") > 0);
+		assert_true(stat_of(o.err, rank, "on demand (") > 0);
+	}
+	release(&plain);
+	release(&o);
+}
+
+/* simgpu fails every fifth cuMemCreate from the 40th on, while restores run: they wait
+ * for frees and try again; nothing is lost. */
+static void test_a_failing_cuMemCreate_during_restores_loses_nothing(void **state)
+{
+	struct step_line a[MAX_LINES], b[MAX_LINES];
+	char env[1024];
+	size_t len = 0;
+	struct output plain = run_trainer(PP2_TP2, NULL, NULL);
+
+	len += (size_t)snprintf(env, sizeof(env), "LYNX_BUDGET=2150K SIMGPU_FAULTS=");
+	for (int call = 40; call < 120; call += 5)
+		len += (size_t)snprintf(env + len, sizeof(env) - len, "%scuMemCreate@%d=2",
+		                        call > 40 ? "," : "", call);
+	struct output o = run_trainer(PP2_TP2, env, "nomem");
+	assert_identical(&plain, &o, a, b);
+	long long waited = 0;
+	for (int rank = 0; rank < 4; rank++)
+		waited += stat_of(o.err, rank, "after waiting for frees");
+	assert_true(waited > 0);
+	release(&plain);
+	release(&o);
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_recompute_mode_is_bit_identical_and_saves_memory),
+	        cmocka_unit_test(test_other_layouts_stay_bit_identical),
+	        cmocka_unit_test(test_dropping_the_stream_waits_breaks_training),
+	        cmocka_unit_test(test_restores_that_cannot_start_ahead_are_made_on_demand),
+	        cmocka_unit_test(test_a_failing_cuMemCreate_during_restores_loses_nothing),
+	};
+	int failed;
+
+	(void)argc;
+	if (harness_init(argv[0], "test-executor"))
+		return 1;
+	failed = cmocka_run_group_tests(tests, NULL, NULL);
+	return harness_finish(failed);
+}
