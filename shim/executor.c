@@ -28,17 +28,17 @@ _Atomic uint32_t lynx_exec_attention;
  * The driver calls the executor makes besides the arena's: LYNX_EXEC_DRIVER_CALL(field,
  * symbol, version), as arena.h's table.
  */
-#define LYNX_EXEC_DRIVER_CALLS                                                   \
-	LYNX_EXEC_DRIVER_CALL(ctx_get_device, cuCtxGetDevice, 2000)              \
-	LYNX_EXEC_DRIVER_CALL(ctx_synchronize, cuCtxSynchronize, 2000)           \
-	LYNX_EXEC_DRIVER_CALL(stream_create, cuStreamCreate, 2000)               \
-	LYNX_EXEC_DRIVER_CALL(stream_wait_event, cuStreamWaitEvent, 3020)        \
-	LYNX_EXEC_DRIVER_CALL(event_create, cuEventCreate, 2000)                 \
-	LYNX_EXEC_DRIVER_CALL(event_record, cuEventRecord, 2000)                 \
-	LYNX_EXEC_DRIVER_CALL(event_query, cuEventQuery, 2000)                   \
-	LYNX_EXEC_DRIVER_CALL(event_synchronize, cuEventSynchronize, 2000)       \
-	LYNX_EXEC_DRIVER_CALL(memcpy_dtoh_async, cuMemcpyDtoHAsync, 3020)        \
-	LYNX_EXEC_DRIVER_CALL(memcpy_htod_async, cuMemcpyHtoDAsync, 3020)        \
+#define LYNX_EXEC_DRIVER_CALLS                                             \
+	LYNX_EXEC_DRIVER_CALL(ctx_get_device, cuCtxGetDevice, 2000)        \
+	LYNX_EXEC_DRIVER_CALL(ctx_synchronize, cuCtxSynchronize, 2000)     \
+	LYNX_EXEC_DRIVER_CALL(stream_create, cuStreamCreate, 2000)         \
+	LYNX_EXEC_DRIVER_CALL(stream_wait_event, cuStreamWaitEvent, 3020)  \
+	LYNX_EXEC_DRIVER_CALL(event_create, cuEventCreate, 2000)           \
+	LYNX_EXEC_DRIVER_CALL(event_record, cuEventRecord, 2000)           \
+	LYNX_EXEC_DRIVER_CALL(event_query, cuEventQuery, 2000)             \
+	LYNX_EXEC_DRIVER_CALL(event_synchronize, cuEventSynchronize, 2000) \
+	LYNX_EXEC_DRIVER_CALL(memcpy_dtoh_async, cuMemcpyDtoHAsync, 3020)  \
+	LYNX_EXEC_DRIVER_CALL(memcpy_htod_async, cuMemcpyHtoDAsync, 3020)  \
 	LYNX_EXEC_DRIVER_CALL(mem_alloc_host, cuMemAllocHost, 3020)
 
 struct exec_driver {
@@ -93,7 +93,7 @@ static struct {
 	struct lynx_exec_stats stats;
 	uint64_t evicted_now;
 	uint32_t planned[LYNX_EXEC_ACTION_COUNT];
-	uint32_t too_small; /* evictions planned for activations below a granule: kept */
+	uint32_t too_small;           /* evictions planned for activations below a granule: kept */
 	bool serves[LYNX_HOOK_COUNT]; /* device allocations the arena may serve */
 	bool frees[LYNX_HOOK_COUNT];  /* frees of such allocations; async_free: stream-ordered */
 	bool async_free[LYNX_HOOK_COUNT];
@@ -237,6 +237,7 @@ static void evict(struct exec_buf *b)
 			               strerror(-err));
 	} else {
 		b->state = BUF_EVICTED;
+		b->donated = false; /* unmapped: nothing hollow left */
 		ex.stats.evictions++;
 		ex.stats.evicted_bytes += b->sb->bytes;
 		evicted_add((int64_t)b->sb->bytes);
@@ -259,8 +260,7 @@ static void poll(void)
 {
 	struct exec_buf *b, *tmp;
 
-	DL_FOREACH_SAFE(ex.polled, b, tmp)
-	{
+	DL_FOREACH_SAFE (ex.polled, b, tmp) {
 		if (b->state == BUF_OFFLOADING && done(b->copied))
 			evict(b);
 		if (b->ready_pending && done(b->ready))
@@ -304,8 +304,7 @@ static void complete_frees(bool wait)
 {
 	struct exec_buf *b, *tmp;
 
-	DL_FOREACH_SAFE(ex.polled, b, tmp)
-	{
+	DL_FOREACH_SAFE (ex.polled, b, tmp) {
 		if (!b->free_pending || b->state == BUF_OFFLOADING || b->ready_pending)
 			continue;
 		if (wait)
@@ -321,16 +320,15 @@ static void complete_frees(bool wait)
  * free yet, or one whose copy to host is queued. The stream waits for that point; the
  * donor is marked. NULL when there is none of that size (or no stream to order on).
  */
-static struct exec_buf *take_spare(size_t bytes, CUstream stream, struct exec_buf *not)
+static struct exec_buf *take_spare(size_t bytes, CUstream stream, struct exec_buf * not )
 {
 	size_t g = lynx_arena_granularity(ex.arena), size = (bytes + g - 1) & ~(g - 1);
 	struct exec_buf *b;
 
-	DL_FOREACH(ex.polled, b)
-	{
+	DL_FOREACH (ex.polled, b) {
 		if (b == not || b->donated || ((b->sb->bytes + g - 1) & ~(g - 1)) != size)
 			continue;
-		CUevent until = b->free_pending && b->state == BUF_RESIDENT ? b->freed
+		CUevent until = b->free_pending && b->state == BUF_RESIDENT      ? b->freed
 		                : b->state == BUF_OFFLOADING && !b->free_pending ? b->copied
 		                                                                 : NULL;
 		if (!until || wait_for(stream, until) != CUDA_SUCCESS)
@@ -405,7 +403,8 @@ static void prefetch(struct exec_buf *b)
 	ex.stats.prefetches++;
 }
 
-/* ---- The tracker ------------------------------------------------------------------------------ */
+/* ---- The tracker ------------------------------------------------------------------------------
+ */
 
 static void reset_cursors(void)
 {
@@ -642,13 +641,12 @@ out:
 /* Which hooks allocate and free device memory the arena may stand in for. */
 static void classify_hooks(void)
 {
-	static const char *const allocs[] = {"cudaMalloc", "cudaMallocAsync",
-	                                     "cudaMallocAsync_ptsz", "cuMemAlloc",
-	                                     "cuMemAlloc_v2", "cuMemAllocAsync",
-	                                     "cuMemAllocAsync_ptsz"};
-	static const char *const frees[] = {"cudaFree",        "cudaFreeAsync",  "cudaFreeAsync_ptsz",
-	                                    "cuMemFree",       "cuMemFree_v2",   "cuMemFreeAsync",
-	                                    "cuMemFreeAsync_ptsz"};
+	static const char *const allocs[] = {
+	        "cudaMalloc",    "cudaMallocAsync", "cudaMallocAsync_ptsz", "cuMemAlloc",
+	        "cuMemAlloc_v2", "cuMemAllocAsync", "cuMemAllocAsync_ptsz"};
+	static const char *const frees[] = {
+	        "cudaFree",     "cudaFreeAsync",  "cudaFreeAsync_ptsz", "cuMemFree",
+	        "cuMemFree_v2", "cuMemFreeAsync", "cuMemFreeAsync_ptsz"};
 
 	for (int id = 0; id < LYNX_HOOK_COUNT; id++) {
 		const char *s = lynx_hooks[id].symbol;
@@ -863,8 +861,8 @@ void lynx_exec_print_summary(FILE *f, const char *tag)
 	        " consumer waits, %" PRIu64 " host stalls, %" PRIu64
 	        " after waiting for frees; %" PRIu64
 	        " driver failures; arena peak resident %.2f MiB\n",
-	        tag, s.prefetches, s.on_demand, s.prefetch_failures, s.waits, s.stalls,
-	        s.oom_waits, s.failures, mib(arena.peak_resident_bytes));
+	        tag, s.prefetches, s.on_demand, s.prefetch_failures, s.waits, s.stalls, s.oom_waits,
+	        s.failures, mib(arena.peak_resident_bytes));
 }
 
 void lynx_exec_after_fork(void)
