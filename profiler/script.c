@@ -40,27 +40,6 @@ static uint32_t token_at(const struct lynx_prof_tokens *tok, uint32_t e)
 	return t ? t - 1 : 0;
 }
 
-/* The first token of the backward segment that starts last before span `own`'s backward
- * does, among the chosen iteration's spans; own's first token if none does. */
-static uint32_t restore_token(const struct lynx_prof_script_input *in,
-                              const struct lynx_prof_tokens *tok,
-                              const struct lynx_prof_layer_span *own)
-{
-	uint32_t best = own->backward.begin;
-	bool found = false;
-
-	for (size_t i = 0; i < in->span_count; i++) {
-		const struct lynx_prof_layer_span *s = &in->spans[i];
-		if (s->iteration != in->iteration || s->backward.begin >= own->backward.begin)
-			continue;
-		if (!found || s->backward.begin > best) {
-			best = s->backward.begin;
-			found = true;
-		}
-	}
-	return tokens_before(tok, best);
-}
-
 /* Fills b from buffer buf of span sp; false when no token references it in its forward
  * and its backward both. */
 static bool place(const struct lynx_prof_script_input *in, const struct lynx_prof_tokens *tok,
@@ -88,9 +67,11 @@ static bool place(const struct lynx_prof_script_input *in, const struct lynx_pro
 			bwd = true;
 		}
 	}
-	/* Under 1F1B the backward before its own may come before its last forward use (the
-	 * last layer of a stage): then the restore starts as soon as it is evicted. */
-	b->restore_token = restore_token(in, tok, sp);
+	/* Its own backward segment's start: a restore any earlier holds memory through the
+	 * layer before (one layer's activations at the backward's peak), and the copy of one
+	 * activation takes microseconds. The last layer of the last stage is used backward
+	 * right after its forward: then the restore starts as soon as it is evicted. */
+	b->restore_token = tokens_before(tok, sp->backward.begin);
 	if (b->restore_token <= b->last_forward_token)
 		b->restore_token = b->last_forward_token + 1;
 	if (b->restore_token > b->first_backward_token)

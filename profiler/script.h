@@ -42,9 +42,8 @@ struct lynx_prof_script_buffer {
 	 * is done, the forward needs it no more. */
 	uint32_t last_forward_token;
 	uint32_t first_backward_token; /* the token of its first reference in the backward */
-	/* Where bringing it back may start: the first token of the backward segment that
-	 * runs before the one that needs it (one layer of lead), or of its own; never before
-	 * last_forward_token + 1. */
+	/* Where bringing it back starts: the first token of its layer's backward segment,
+	 * never before last_forward_token + 1. */
 	uint32_t restore_token;
 };
 
