@@ -861,13 +861,18 @@ static int fill_stage(const struct ctx *c, const struct layer_src *ls, const str
 		fill_part(&pr->layers[0], &st->embedding);
 	if (src->head)
 		fill_part(&pr->layers[pr->layer_count - 1], &st->head);
+	/* What no plan evicts: the most the profile ever had live besides saved activations.
+	 * Taken at the no-plan peak alone, it would miss a backward's gradients, which are
+	 * the peak's company once activations are evicted. */
 	for (int cls = 0; cls < LYNX_PROFILE_MEMORY_CLASS_COUNT; cls++)
 		if (cls != LYNX_PROFILE_MEMORY_SAVED)
 			st->static_bytes += pr->memory.at_peak[cls];
+	if (pr->memory.non_saved_peak_bytes > st->static_bytes)
+		st->static_bytes = pr->memory.non_saved_peak_bytes;
 	if (st->static_bytes > p->budget_bytes)
 		return lynx_policy_refuse(c->why, c->len,
 		                          "the memory budget %s is below stage %u's static memory "
-		                          "%s (what %s had live at its peak besides saved "
+		                          "%s (the most %s had live at once besides saved "
 		                          "activations)",
 		                          gib(p->budget_bytes, a, sizeof(a)), s,
 		                          gib(st->static_bytes, b, sizeof(b)),

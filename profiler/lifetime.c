@@ -651,7 +651,9 @@ static int cmp_delta(const void *a, const void *b)
 	return (int)x->alloc - (int)y->alloc;
 }
 
-static int find_peak(struct lynx_prof_lifetimes *lt)
+/* The peak, and the non-saved peak over events [from, to): the identical iterations,
+ * where activations are classified (a different first iteration's are "other"). */
+static int find_peak(struct lynx_prof_lifetimes *lt, uint32_t from, uint32_t to)
 {
 	struct delta *d = malloc((2 * lt->count + 1) * sizeof(*d));
 	uint64_t live[LYNX_PROF_CLASS_COUNT] = {0}, total = 0;
@@ -667,6 +669,7 @@ static int find_peak(struct lynx_prof_lifetimes *lt)
 	qsort(d, n, sizeof(*d), cmp_delta);
 	lt->peak_bytes = 0;
 	lt->peak_event = LYNX_PROF_NONE;
+	lt->non_saved_peak_bytes = 0;
 	memset(lt->peak_by_class, 0, sizeof(lt->peak_by_class));
 	for (size_t k = 0; k < n; k++) {
 		const struct lynx_prof_buffer *buf = &lt->buffers[d[k].buffer];
@@ -678,6 +681,9 @@ static int find_peak(struct lynx_prof_lifetimes *lt)
 		}
 		live[buf->cls] += buf->bytes;
 		total += buf->bytes;
+		if (d[k].event >= from && d[k].event < to &&
+		    total - live[LYNX_PROF_CLASS_SAVED] > lt->non_saved_peak_bytes)
+			lt->non_saved_peak_bytes = total - live[LYNX_PROF_CLASS_SAVED];
 		if (total > lt->peak_bytes) {
 			lt->peak_bytes = total;
 			lt->peak_event = d[k].event;
@@ -710,8 +716,11 @@ int lynx_prof_lifetimes_classify(struct lynx_prof_lifetimes *lt,
 		if (buf->cls == LYNX_PROF_CLASS_SAVED)
 			lt->saved_bytes[buf->span] += buf->bytes;
 	}
-	if (!err)
-		err = find_peak(lt);
+	if (!err && structure->iteration_count)
+		err = find_peak(lt, structure->iterations[0].begin,
+		                structure->iterations[structure->iteration_count - 1].end);
+	else if (!err)
+		err = find_peak(lt, 0, UINT32_MAX);
 	if (err)
 		set_why(why, why_len, "out of memory");
 	free(c.iter_bounds);

@@ -116,6 +116,10 @@ struct lynx_prof_lifetimes {
 	uint64_t peak_bytes;                           /* most live device bytes at once */
 	uint32_t peak_event;                           /* the allocation that reached it */
 	uint64_t peak_by_class[LYNX_PROF_CLASS_COUNT]; /* live bytes of each class then */
+	/* Most live bytes besides saved activations at once within the structure's iterations
+	 * (anywhere without them), often in a backward, with its gradients: what evicting
+	 * activations cannot lower. */
+	uint64_t non_saved_peak_bytes;
 	/* Diagnostics. */
 	size_t duplicates;      /* nested ALLOC/FREE events counted as their enclosing call */
 	size_t unmatched_frees; /* FREE of an address that starts no live buffer */

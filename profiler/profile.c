@@ -18,7 +18,8 @@
  *                 "kernel": 7, "offset_ns": 1500000, "duration": TIME, "idle": TIME}, ...],
  *    "memory": {"source": "host", "peak_bytes": 123456, "buffers": 1206,
  *               "at_peak": {"weight": ..., "saved_activation": ..., "workspace": ...,
- *                           "temporary": ..., "other": ...}}}
+ *                           "temporary": ..., "other": ...},
+ *               "non_saved_peak_bytes": 45678}}
  *
  *   TIME = {"source": "host" | "device", "ns": median, "min_ns": ..., "max_ns": ...,
  *           "samples": n} or {"source": "unknown"}.
@@ -27,11 +28,13 @@
  * writer prints keys in this order with cJSON's formatting, so write -> read -> write gives
  * the same bytes.
  *
- * Two keys came after the first version-1 readers, as optional additions they ignore:
- * "warmup_forwards" (0 when absent; at most "microbatches") and a layer's "forward_ns" and
+ * Three keys came after the first version-1 readers, as optional additions they ignore:
+ * "warmup_forwards" (0 when absent; at most "microbatches"); a layer's "forward_ns" and
  * "backward_ns", each kernel's device time in launch order, present only when the shim timed
- * the kernels and then exactly as long as the names beside them. The writer always writes
- * "warmup_forwards" and writes the *_ns arrays exactly when the in-memory ns is not NULL.
+ * the kernels and then exactly as long as the names beside them; and memory's
+ * "non_saved_peak_bytes" (when absent: the at_peak sum of the classes other than
+ * saved_activation). The writer always writes "warmup_forwards" and "non_saved_peak_bytes",
+ * and writes the *_ns arrays exactly when the in-memory ns is not NULL.
  */
 #include <errno.h>
 #include <math.h>
@@ -222,7 +225,7 @@ static bool add_memory(cJSON *root, const struct lynx_profile_memory *m)
 	ok = at != NULL;
 	for (int c = 0; ok && c < LYNX_PROFILE_MEMORY_CLASS_COUNT; c++)
 		ok = add_num(at, lynx_profile_memory_class_name(c), (double)m->at_peak[c]);
-	return ok;
+	return ok && add_num(o, "non_saved_peak_bytes", (double)m->non_saved_peak_bytes);
 }
 
 static cJSON *profile_json(const struct lynx_profile *p)
@@ -674,10 +677,16 @@ static int read_memory(struct reader *r, const cJSON *root, struct lynx_profile_
 	    (err = get_object(r, o, "memory", "at_peak", &a)))
 		return err;
 	m->source = (enum lynx_profile_source)source;
-	for (int c = 0; c < LYNX_PROFILE_MEMORY_CLASS_COUNT; c++)
+	m->non_saved_peak_bytes = 0;
+	for (int c = 0; c < LYNX_PROFILE_MEMORY_CLASS_COUNT; c++) {
 		if ((err = get_u64(r, a, "memory.at_peak", lynx_profile_memory_class_name(c),
 		                   &m->at_peak[c])))
 			return err;
+		if (c != LYNX_PROFILE_MEMORY_SAVED)
+			m->non_saved_peak_bytes += m->at_peak[c];
+	}
+	if (cJSON_GetObjectItemCaseSensitive(o, "non_saved_peak_bytes"))
+		return get_u64(r, o, "memory", "non_saved_peak_bytes", &m->non_saved_peak_bytes);
 	return 0;
 }
 

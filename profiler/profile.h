@@ -128,7 +128,10 @@ struct lynx_profile_memory {
 	enum lynx_profile_source source;                   /* HOST: from the allocation calls */
 	uint64_t peak_bytes;                               /* most live device bytes at once */
 	uint64_t at_peak[LYNX_PROFILE_MEMORY_CLASS_COUNT]; /* live bytes by class then */
-	uint64_t buffers;                                  /* allocations counted */
+	/* Most live bytes besides saved activations at any one time (at least the at_peak
+	 * sum of the other classes): what a plan cannot evict. */
+	uint64_t non_saved_peak_bytes;
+	uint64_t buffers; /* allocations counted */
 };
 
 struct lynx_profile {

@@ -78,6 +78,11 @@ static void check_stage(const struct lynx_profile *p, size_t layers, size_t micr
 	for (int c = 0; c < LYNX_PROFILE_MEMORY_CLASS_COUNT; c++)
 		sum += p->memory.at_peak[c];
 	assert_int_equal(sum, p->memory.peak_bytes);
+	/* What no plan evicts: at least what the peak holds besides saved activations, and
+	 * within the peak. */
+	assert_true(p->memory.non_saved_peak_bytes >=
+	            sum - p->memory.at_peak[LYNX_PROFILE_MEMORY_SAVED]);
+	assert_true(p->memory.non_saved_peak_bytes < p->memory.peak_bytes);
 	assert_true(p->memory.at_peak[LYNX_PROFILE_MEMORY_SAVED] > 0);
 	assert_true(p->group_count > 0);
 	for (size_t g = 0; g < p->group_count; g++) {
@@ -243,7 +248,7 @@ static void small_profile(struct lynx_profile *p)
 	        .group_count = 1,
 	        .windows = windows,
 	        .window_count = 2,
-	        .memory = {LYNX_PROFILE_SOURCE_HOST, 1000, {600, 300, 50, 50, 0}, 9}};
+	        .memory = {LYNX_PROFILE_SOURCE_HOST, 1000, {600, 300, 50, 50, 0}, 700, 9}};
 }
 
 static int count_occurrences(const char *text, const char *needle)
@@ -308,8 +313,9 @@ static char *replace(const char *text, const char *from, const char *to)
 	return out;
 }
 
-/* A profile written before warmup_forwards and the kernels' device times existed still
- * reads: no pipeline position (0), no per-kernel times (NULL). */
+/* A profile written before warmup_forwards, the kernels' device times and the non-saved
+ * peak existed still reads: no pipeline position (0), no per-kernel times (NULL), the
+ * non-saved peak taken at the peak (the other classes' sum). */
 static void test_profile_reads_a_profile_without_the_optional_keys(void **state)
 {
 	struct lynx_profile p, back;
@@ -324,10 +330,15 @@ static void test_profile_reads_a_profile_without_the_optional_keys(void **state)
 	text = lynx_profile_to_json(&p);
 	assert_non_null(text);
 	assert_null(strstr(text, "_ns\":\t["));
-	old = replace(text, "\"warmup_forwards\":\t0,", "");
+	p.memory.non_saved_peak_bytes = 700; /* = 1000 - 300 saved at the peak */
+	char *older = replace(text, "\"warmup_forwards\":\t0,", "");
+	old = replace(older, ",\n\t\t\"non_saved_peak_bytes\":\t700", "");
+	free(older);
+	assert_null(strstr(old, "non_saved_peak_bytes"));
 	if (lynx_profile_from_json(old, strlen(old), &back, why, sizeof(why)))
 		fail_msg("%s", why);
 	assert_int_equal(back.warmup_forwards, 0);
+	assert_int_equal(back.memory.non_saved_peak_bytes, 700);
 	assert_null(back.layers[0].fwd_kernels.ns);
 	again = lynx_profile_to_json(&back);
 	assert_string_equal(again, text); /* the key comes back, explicit */
