@@ -59,6 +59,7 @@ static void usage(FILE *f)
 	fprintf(f,
 	        "usage: tinytrain --nproc N --pp P --tp T --dp D --layers L --microbatches M\n"
 	        "                 --steps S [--recompute none|full|selective]\n"
+	        "                 [--seq S --batch B]\n"
 	        "                 [--virtual-model gpt-1.3b|gpt-7b|gpt-22b]\n"
 	        "                 [--virtual-hidden H --virtual-heads A --virtual-seq S "
 	        "--virtual-batch B]\n"
@@ -72,10 +73,10 @@ static void usage(FILE *f)
 	        "layer's forward keeps for its backward (its input included), the most over\n"
 	        "micro-batches.\n"
 	        "\n"
-	        "Real dimensions (the arithmetic): hidden 64, 8 heads, sequence 16, micro-batch "
-	        "2,\n"
-	        "vocabulary 128. Virtual dimensions set the costs and communication sizes;\n"
-	        "default gpt-1.3b.\n"
+	        "Real dimensions (the arithmetic): hidden 64, 8 heads, sequence 16 (--seq),\n"
+	        "micro-batch 2 (--batch), vocabulary 128: longer sequences and larger batches\n"
+	        "make activations a larger share of memory. Virtual dimensions set the costs\n"
+	        "and communication sizes; default gpt-1.3b.\n"
 	        "\n"
 	        "Hazards (all on; --no-hazard NAME switches one off):\n");
 	for (int i = 0; i < TT_HAZARD_COUNT; i++)
@@ -124,6 +125,8 @@ enum {
 	OPT_MICROBATCHES,
 	OPT_STEPS,
 	OPT_RECOMPUTE,
+	OPT_SEQ,
+	OPT_BATCH,
 	OPT_VIRTUAL_MODEL,
 	OPT_VIRTUAL_HIDDEN,
 	OPT_VIRTUAL_HEADS,
@@ -144,6 +147,8 @@ static const struct option long_options[] = {
         {"microbatches", required_argument, NULL, OPT_MICROBATCHES},
         {"steps", required_argument, NULL, OPT_STEPS},
         {"recompute", required_argument, NULL, OPT_RECOMPUTE},
+        {"seq", required_argument, NULL, OPT_SEQ},
+        {"batch", required_argument, NULL, OPT_BATCH},
         {"virtual-model", required_argument, NULL, OPT_VIRTUAL_MODEL},
         {"virtual-hidden", required_argument, NULL, OPT_VIRTUAL_HIDDEN},
         {"virtual-heads", required_argument, NULL, OPT_VIRTUAL_HEADS},
@@ -222,6 +227,12 @@ int tt_parse_args(int argc, char **argv, struct tt_config *cfg)
 			break;
 		case OPT_STEPS:
 			positive = &cfg->steps;
+			break;
+		case OPT_SEQ:
+			positive = &cfg->real.seq;
+			break;
+		case OPT_BATCH:
+			positive = &cfg->real.batch;
 			break;
 		case OPT_VIRTUAL_HIDDEN:
 			positive = &cfg->virt.hidden;
