@@ -39,7 +39,9 @@ _Atomic uint32_t lynx_exec_attention;
 	LYNX_EXEC_DRIVER_CALL(event_synchronize, cuEventSynchronize, 2000) \
 	LYNX_EXEC_DRIVER_CALL(memcpy_dtoh_async, cuMemcpyDtoHAsync, 3020)  \
 	LYNX_EXEC_DRIVER_CALL(memcpy_htod_async, cuMemcpyHtoDAsync, 3020)  \
-	LYNX_EXEC_DRIVER_CALL(mem_alloc_host, cuMemAllocHost, 3020)
+	LYNX_EXEC_DRIVER_CALL(mem_alloc_host, cuMemAllocHost, 3020)        \
+	LYNX_EXEC_DRIVER_CALL(mem_get_info, cuMemGetInfo, 3020)            \
+	LYNX_EXEC_DRIVER_CALL(event_elapsed, cuEventElapsedTime, 2000)
 
 struct exec_driver {
 #define LYNX_EXEC_DRIVER_CALL(field, symbol, version) PFN_##symbol##_v##version field;
@@ -90,6 +92,9 @@ static struct {
 	struct exec_driver drv;
 	CUstream offload_stream, restore_stream;
 	enum lynx_exec_fault fault;
+	struct lynx_exec_expectation expect;
+	CUevent iteration_start[3]; /* recorded at each iteration's first token, in turn */
+	uint64_t started;           /* iterations whose start was recorded */
 	struct lynx_exec_stats stats;
 	uint64_t evicted_now;
 	uint32_t planned[LYNX_EXEC_ACTION_COUNT];
@@ -403,6 +408,42 @@ static void prefetch(struct exec_buf *b)
 	ex.stats.prefetches++;
 }
 
+/* ---- Measuring what is achieved ---------------------------------------------------------- */
+
+/* Device memory in use now (on a GPU: the whole device's, this rank's in practice). */
+static void sample_memory(void)
+{
+	size_t free_bytes = 0, total = 0;
+
+	if (ex.drv.mem_get_info(&free_bytes, &total) == CUDA_SUCCESS && total >= free_bytes &&
+	    total - free_bytes > ex.stats.peak_used_bytes)
+		ex.stats.peak_used_bytes = total - free_bytes;
+}
+
+/*
+ * An iteration starts on stream: an event there, and the device time of the iteration two
+ * starts back if both its events are done (never waited for). Iterations that overlap the
+ * host's stalls count as they ran.
+ */
+static void iteration_started(CUstream stream)
+{
+	CUevent now = ex.iteration_start[ex.started % 3];
+	float ms;
+
+	if (ex.started >= 2) {
+		CUevent a = ex.iteration_start[(ex.started - 2) % 3];
+		CUevent b = ex.iteration_start[(ex.started - 1) % 3];
+		if (done(b) && ex.drv.event_elapsed(&ms, a, b) == CUDA_SUCCESS && ms > 0) {
+			ex.stats.timed_iterations++;
+			ex.stats.iteration_ns += (uint64_t)((double)ms * 1e6);
+		}
+	}
+	if (ex.drv.event_record(now, stream) == CUDA_SUCCESS)
+		ex.started++;
+	else
+		ex.started = 0;
+}
+
 /* ---- The tracker ------------------------------------------------------------------------------
  */
 
@@ -416,6 +457,7 @@ static void reset_cursors(void)
 static void act(uint32_t t, CUstream stream)
 {
 	const uint32_t n = (uint32_t)ex.script.n_buffers;
+	const size_t before = ex.evict_cursor + ex.restore_cursor;
 
 	while (ex.evict_cursor < n &&
 	       ex.bufs[ex.evict_order[ex.evict_cursor]].sb->last_forward_token <= t) {
@@ -430,6 +472,9 @@ static void act(uint32_t t, CUstream stream)
 		if (b->addr && !lynx_capture_active())
 			prefetch(b);
 	}
+	/* The peak is near an eviction or a restore: look there (a driver call each). */
+	if (ex.evict_cursor + ex.restore_cursor != before || !(t % 64))
+		sample_memory();
 }
 
 void lynx_exec_after(const struct lynx_event *ev)
@@ -460,6 +505,7 @@ void lynx_exec_after(const struct lynx_event *ev)
 		ex.tracking = true;
 		ex.pos = 0;
 		reset_cursors();
+		ex.started = 0; /* a lost stretch is not an iteration's time */
 	} else if (sig != ex.script.sig[ex.pos]) {
 		ex.tracking = false;
 		ex.stats.lost++;
@@ -469,6 +515,8 @@ void lynx_exec_after(const struct lynx_event *ev)
 		ex.prev_sig = sig;
 		goto out;
 	}
+	if (!ex.pos && !lynx_capture_active())
+		iteration_started(stream_of((enum lynx_hook_id)ev->hook, ev->stream));
 	act(ex.pos, stream_of((enum lynx_hook_id)ev->hook, ev->stream));
 	ex.prev_sig = sig;
 	ex.ordinal = 0;
@@ -713,6 +761,9 @@ static CUresult make_cuda_objects(void)
 	if ((r = ex.drv.stream_create(&ex.offload_stream, CU_STREAM_NON_BLOCKING)) ||
 	    (r = ex.drv.stream_create(&ex.restore_stream, CU_STREAM_NON_BLOCKING)))
 		return r;
+	for (int i = 0; i < 3; i++)
+		if ((r = ex.drv.event_create(&ex.iteration_start[i], CU_EVENT_DEFAULT)))
+			return r;
 	for (size_t i = 0; i < ex.script.n_buffers; i++) {
 		struct exec_buf *b = &ex.bufs[i];
 		if (b->action == LYNX_EXEC_KEEP)
@@ -727,7 +778,7 @@ static CUresult make_cuda_objects(void)
 }
 
 int lynx_exec_arm(const struct lynx_prof_script *script, const enum lynx_exec_action *actions,
-                  enum lynx_exec_fault fault)
+                  const struct lynx_exec_expectation *expect, enum lynx_exec_fault fault)
 {
 	struct lynx_arena_driver arena_driver;
 	uint64_t evict_bytes = 0;
@@ -742,6 +793,7 @@ int lynx_exec_arm(const struct lynx_prof_script *script, const enum lynx_exec_ac
 		goto fail;
 	classify_hooks();
 	ex.fault = fault;
+	ex.expect = *expect;
 #define LYNX_EXEC_DRIVER_CALL(field, symbol, version) \
 	ex.drv.field = (PFN_##symbol##_v##version)lookup(#symbol, version, NULL);
 	LYNX_EXEC_DRIVER_CALLS
@@ -832,6 +884,37 @@ static double mib(uint64_t bytes)
 	return (double)bytes / (1024.0 * 1024.0);
 }
 
+static double percent(double now, double before)
+{
+	return before > 0 ? 100.0 * (now / before - 1.0) : 0.0;
+}
+
+/* Planned beside achieved: memory and iteration time, each against warm-up without a plan. */
+static void print_achieved(FILE *f, const char *tag, const struct lynx_exec_stats *s)
+{
+	const struct lynx_exec_expectation *e = &ex.expect;
+	double measured = (double)e->measured_peak_bytes;
+
+	fprintf(f,
+	        "%s: executor: memory: warm-up peak %.2f MiB; planned %.2f MiB (%+.1f%%); seen "
+	        "in use at the executor's actions at most %.2f MiB (%+.1f%%; cuMemGetInfo, the "
+	        "context's own memory included)\n",
+	        tag, mib(e->measured_peak_bytes), mib(e->predicted_peak_bytes),
+	        percent((double)e->predicted_peak_bytes, measured), mib(s->peak_used_bytes),
+	        percent((double)s->peak_used_bytes, measured));
+	if (!s->timed_iterations || !e->measured_iteration_ns) {
+		fprintf(f, "%s: executor: time: no followed iteration was timed\n", tag);
+		return;
+	}
+	double achieved = (double)s->iteration_ns / (double)s->timed_iterations;
+	fprintf(f,
+	        "%s: executor: time: warm-up iteration %.3f ms; planned %+.1f%%; achieved %.3f "
+	        "ms (%+.1f%%, the mean of %" PRIu64 " followed iterations, device time)\n",
+	        tag, (double)e->measured_iteration_ns / 1e6, 100.0 * (e->predicted_slowdown - 1.0),
+	        achieved / 1e6, percent(achieved, (double)e->measured_iteration_ns),
+	        s->timed_iterations);
+}
+
 void lynx_exec_print_summary(FILE *f, const char *tag)
 {
 	struct lynx_arena_stats arena;
@@ -863,6 +946,7 @@ void lynx_exec_print_summary(FILE *f, const char *tag)
 	        " driver failures; arena peak resident %.2f MiB\n",
 	        tag, s.prefetches, s.on_demand, s.prefetch_failures, s.waits, s.stalls, s.oom_waits,
 	        s.failures, mib(arena.peak_resident_bytes));
+	print_achieved(f, tag, &s);
 }
 
 void lynx_exec_after_fork(void)

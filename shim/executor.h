@@ -46,9 +46,9 @@
 #include "script.h"
 
 /* What the executor does with one scripted activation: X(ID, name). */
-#define LYNX_EXEC_ACTIONS(X)                                                 \
-	X(KEEP, "keep")       /* served by the trainer's allocator, untouched */ \
-	X(OFFLOAD, "offload") /* evicted, restored by copy from host */         \
+#define LYNX_EXEC_ACTIONS(X)                                                         \
+	X(KEEP, "keep")           /* served by the trainer's allocator, untouched */ \
+	X(OFFLOAD, "offload")     /* evicted, restored by copy from host */          \
 	X(RECOMPUTE, "recompute") /* planned for replay; restored by copy for now */
 
 enum lynx_exec_action {
@@ -59,8 +59,8 @@ enum lynx_exec_action {
 };
 
 /* Faults a test injects to show that a safety check matters: X(ID, name). */
-#define LYNX_EXEC_FAULTS(X)                                                              \
-	X(NONE, "none")                                                                  \
+#define LYNX_EXEC_FAULTS(X)                                                                 \
+	X(NONE, "none")                                                                     \
 	X(SKIP_STREAM_WAITS, "skip-stream-waits") /* no stream waits for another's event */ \
 	X(FAIL_PREFETCH, "fail-prefetch")         /* every restore on the restore stream fails */
 
@@ -72,24 +72,28 @@ enum lynx_exec_fault {
 };
 
 /* LYNX_EXEC_STAT(field, meaning): what the executor counts, for the exit summary. */
-#define LYNX_EXEC_STATS                                                                        \
-	LYNX_EXEC_STAT(iterations, "iterations followed from start to end")                    \
-	LYNX_EXEC_STAT(lost, "times the live calls left the script")                          \
-	LYNX_EXEC_STAT(routed, "allocations served from the arena")                            \
-	LYNX_EXEC_STAT(route_failures, "scripted allocations left to the trainer's allocator") \
+#define LYNX_EXEC_STATS                                                                         \
+	LYNX_EXEC_STAT(iterations, "iterations followed from start to end")                     \
+	LYNX_EXEC_STAT(lost, "times the live calls left the script")                            \
+	LYNX_EXEC_STAT(routed, "allocations served from the arena")                             \
+	LYNX_EXEC_STAT(route_failures, "scripted allocations left to the trainer's allocator")  \
 	LYNX_EXEC_STAT(reused, "allocations given memory the device was about to be done with") \
-	LYNX_EXEC_STAT(offloads, "copies to host started")                                     \
-	LYNX_EXEC_STAT(evictions, "activations unmapped after their copy")                     \
-	LYNX_EXEC_STAT(cancelled, "evictions cancelled: touched before their copy ended")     \
-	LYNX_EXEC_STAT(prefetches, "restores started on the restore stream")                   \
-	LYNX_EXEC_STAT(prefetch_failures, "restores that could not map memory in time")        \
-	LYNX_EXEC_STAT(on_demand, "restores made by the guard on the consumer's stream")      \
-	LYNX_EXEC_STAT(waits, "consumer streams made to wait for a restore")                   \
-	LYNX_EXEC_STAT(stalls, "host waits for a copy to host whose memory was reused")       \
-	LYNX_EXEC_STAT(oom_waits, "restores that first had to wait for frees")                 \
-	LYNX_EXEC_STAT(failures, "driver failures (the activation stayed as it was)")          \
-	LYNX_EXEC_STAT(evicted_bytes, "bytes evicted, summed")                                 \
-	LYNX_EXEC_STAT(peak_evicted_bytes, "most bytes evicted at once")
+	LYNX_EXEC_STAT(offloads, "copies to host started")                                      \
+	LYNX_EXEC_STAT(evictions, "activations unmapped after their copy")                      \
+	LYNX_EXEC_STAT(cancelled, "evictions cancelled: touched before their copy ended")       \
+	LYNX_EXEC_STAT(prefetches, "restores started on the restore stream")                    \
+	LYNX_EXEC_STAT(prefetch_failures, "restores that could not map memory in time")         \
+	LYNX_EXEC_STAT(on_demand, "restores made by the guard on the consumer's stream")        \
+	LYNX_EXEC_STAT(waits, "consumer streams made to wait for a restore")                    \
+	LYNX_EXEC_STAT(stalls, "host waits for a copy to host whose memory was reused")         \
+	LYNX_EXEC_STAT(oom_waits, "restores that first had to wait for frees")                  \
+	LYNX_EXEC_STAT(failures, "driver failures (the activation stayed as it was)")           \
+	LYNX_EXEC_STAT(evicted_bytes, "bytes evicted, summed")                                  \
+	LYNX_EXEC_STAT(peak_evicted_bytes, "most bytes evicted at once")                        \
+	LYNX_EXEC_STAT(peak_used_bytes,                                                         \
+	               "most device memory in use seen (cuMemGetInfo), at actions")             \
+	LYNX_EXEC_STAT(timed_iterations, "followed iterations timed on the device")             \
+	LYNX_EXEC_STAT(iteration_ns, "their device time, summed")
 
 struct lynx_exec_stats {
 #define LYNX_EXEC_STAT(field, meaning) uint64_t field;
@@ -103,6 +107,15 @@ extern atomic_bool lynx_exec_armed;
  * guard has nothing to look at. */
 extern _Atomic uint32_t lynx_exec_attention;
 
+/* What the plan promised this rank, and what warm-up measured without it: the summary sets
+ * what was achieved beside them. */
+struct lynx_exec_expectation {
+	uint64_t measured_peak_bytes;   /* the profile's peak, no plan */
+	uint64_t predicted_peak_bytes;  /* the plan's, for this rank's stage */
+	uint64_t measured_iteration_ns; /* the profile's iteration time, no plan */
+	double predicted_slowdown;      /* the plan's iteration time over keeping everything */
+};
+
 /*
  * Arms the executor with script (copied) and one action per script buffer, on the calling
  * thread's current CUDA context: creates the arena, two streams and the events. Returns 0;
@@ -111,7 +124,7 @@ extern _Atomic uint32_t lynx_exec_attention;
  * untouched.
  */
 int lynx_exec_arm(const struct lynx_prof_script *script, const enum lynx_exec_action *actions,
-                  enum lynx_exec_fault fault);
+                  const struct lynx_exec_expectation *expect, enum lynx_exec_fault fault);
 
 /*
  * Hook side. Each returns at once unless armed, and ignores the shim's own calls.
@@ -126,8 +139,7 @@ bool lynx_exec_alloc_slow(enum lynx_hook_id id, void *out, uint64_t bytes, uint6
 bool lynx_exec_free_slow(enum lynx_hook_id id, uint64_t ptr, uint64_t stream);
 void lynx_exec_guard_slow(enum lynx_hook_id id, uint64_t addr, uint64_t stream);
 
-static inline bool lynx_exec_alloc(enum lynx_hook_id id, void *out, uint64_t bytes,
-                                   uint64_t stream)
+static inline bool lynx_exec_alloc(enum lynx_hook_id id, void *out, uint64_t bytes, uint64_t stream)
 {
 	return __builtin_expect(atomic_load_explicit(&lynx_exec_armed, memory_order_acquire), 0) &&
 	       lynx_exec_alloc_slow(id, out, bytes, stream);

@@ -617,7 +617,8 @@ static void print_plan(const struct lynx_whatif_plan *wp, const struct lynx_what
  * from_profile maps to a problem group (problem.h). The embedding's and the head's, and
  * buffers beyond the mapping, are kept.
  */
-static void arm_executor(const struct lynx_whatif_plan *wp)
+static void arm_executor(const struct lynx_whatif_plan *wp, const struct lynx_whatif_row *row,
+                         const struct lynx_whatif_row *keep)
 {
 	const struct lynx_problem *p = wp->problem;
 	uint32_t s = this_stage(wp);
@@ -651,7 +652,13 @@ static void arm_executor(const struct lynx_whatif_plan *wp)
 			break;
 		}
 	}
-	err = lynx_exec_arm(&prof.script, actions, (enum lynx_exec_fault)prof.fault);
+	struct lynx_exec_expectation expect = {
+	        .measured_peak_bytes = prof.profile.memory.peak_bytes,
+	        .predicted_peak_bytes = wp->plan->stages[s].peak_bytes,
+	        .measured_iteration_ns = prof.profile.iteration.time.ns,
+	        .predicted_slowdown = keep->step_s > 0 ? row->step_s / keep->step_s : 1.0,
+	};
+	err = lynx_exec_arm(&prof.script, actions, &expect, (enum lynx_exec_fault)prof.fault);
 	free(actions);
 	if (err == -EINVAL)
 		lynx_info("recompute mode: the plan evicts nothing on this rank");
@@ -740,7 +747,7 @@ static void try_plan(bool at_exit)
 	print_plan(&wp, &row, &keep);
 	/* At exit Lynx makes no CUDA call: a plan made then is only reported. */
 	if (!at_exit)
-		arm_executor(&wp);
+		arm_executor(&wp, &row, &keep);
 	lynx_whatif_plan_free(&wp);
 	plan_done();
 }

@@ -134,7 +134,10 @@ static void test_recompute_mode_is_bit_identical_and_saves_memory(void **state)
 		assert_true(stat_of(o.err, rank, "evicted (") > 0);
 		assert_true(stat_of(o.err, rank, "ahead of use") > 0);
 		assert_int_equal(stat_of(o.err, rank, "driver failures"), 0);
+		/* Planned beside achieved, timed over the followed iterations. */
+		assert_true(stat_of(o.err, rank, "followed iterations, device time") >= 2);
 	}
+	assert_non_null(strstr(o.err, "lynx[rank 0]: executor: memory: warm-up peak "));
 	/* The last step, steady state: the first stage (ranks 0 and 1) holds less, and every
 	 * rank's step takes at most 5% longer. */
 	for (size_t i = n - 4; i < n; i++) {
