@@ -320,6 +320,35 @@ static void complete_frees(bool wait)
 }
 
 /*
+ * Keeps the budget before `bytes` of new memory are taken (executor.h, lynx_exec_arm):
+ * waits for the oldest evictions and frees in flight, whose memory goes back then.
+ */
+static void reclaim_for(uint64_t bytes)
+{
+	size_t free_bytes, total;
+	struct exec_buf *b, *tmp;
+
+	if (!ex.expect.budget_bytes)
+		return;
+	DL_FOREACH_SAFE (ex.polled, b, tmp) {
+		if (ex.drv.mem_get_info(&free_bytes, &total) != CUDA_SUCCESS ||
+		    total < free_bytes || total - free_bytes + bytes <= ex.expect.budget_bytes)
+			return;
+		if (b->state == BUF_OFFLOADING && !b->donated && !b->free_pending) {
+			ex.stats.budget_stalls++;
+			ex.drv.event_synchronize(b->copied);
+			evict(b);
+		} else if (b->free_pending && b->state == BUF_RESIDENT && !b->donated) {
+			ex.stats.budget_stalls++;
+			if (b->ready_pending)
+				ex.drv.event_synchronize(b->ready);
+			ex.drv.event_synchronize(b->freed);
+			finish_free(b);
+		}
+	}
+}
+
+/*
  * Memory that the device is about to be done with, for a new owner of size bytes whose
  * work goes to stream: an activation freed by the trainer whose stream has not reached the
  * free yet, or one whose copy to host is queued. The stream waits for that point; the
@@ -355,10 +384,12 @@ static int restore(struct exec_buf *b, CUstream stream)
 	int err = -ENOMEM;
 	CUresult r;
 
-	if (donor && !(err = lynx_arena_restore_from(ex.arena, b->addr, donor->addr)))
+	if (donor && !(err = lynx_arena_restore_from(ex.arena, b->addr, donor->addr))) {
 		donor->donated = true;
-	else
+	} else {
+		reclaim_for(b->sb->bytes);
 		err = lynx_arena_restore(ex.arena, b->addr);
+	}
 	/* Out of memory: the frees the host has seen done, then every one pending, then the
 	 * whole device idle (a transient failure, another process's memory), a few times. */
 	for (int attempt = 0; err == -ENOMEM && attempt < RESTORE_ATTEMPTS; attempt++) {
@@ -564,8 +595,10 @@ bool lynx_exec_alloc_slow(enum lynx_hook_id id, void *out, uint64_t bytes, uint6
 		return false;
 	lynx_nested_begin();
 	pthread_mutex_lock(&ex.lock);
-	if (!ex.tracking || !(b = scripted_here(bytes)))
+	if (!ex.tracking || !(b = scripted_here(bytes))) {
+		reclaim_for(bytes); /* the trainer's own allocator will take new memory */
 		goto out;
+	}
 	if (b->addr && b->free_pending)
 		complete_frees(false); /* last iteration's instance, if its free is done */
 	if (b->addr) {
@@ -577,7 +610,7 @@ bool lynx_exec_alloc_slow(enum lynx_hook_id id, void *out, uint64_t bytes, uint6
 	if (donor && !lynx_arena_alloc_from(ex.arena, donor->addr, bytes, &addr)) {
 		donor->donated = true;
 		ex.stats.reused++;
-	} else if (lynx_arena_alloc(ex.arena, bytes, &addr)) {
+	} else if ((reclaim_for(bytes), lynx_arena_alloc(ex.arena, bytes, &addr))) {
 		ex.stats.route_failures++;
 		goto out;
 	}
@@ -941,11 +974,11 @@ void lynx_exec_print_summary(FILE *f, const char *tag)
 	fprintf(f,
 	        "%s: executor: restores: %" PRIu64 " ahead of use on the restore stream, %" PRIu64
 	        " on demand (%" PRIu64 " could not start ahead), %" PRIu64
-	        " consumer waits, %" PRIu64 " host stalls, %" PRIu64
-	        " after waiting for frees; %" PRIu64
+	        " consumer waits, %" PRIu64 " host stalls (and %" PRIu64
+	        " for the budget), %" PRIu64 " after waiting for frees; %" PRIu64
 	        " driver failures; arena peak resident %.2f MiB\n",
-	        tag, s.prefetches, s.on_demand, s.prefetch_failures, s.waits, s.stalls, s.oom_waits,
-	        s.failures, mib(arena.peak_resident_bytes));
+	        tag, s.prefetches, s.on_demand, s.prefetch_failures, s.waits, s.stalls,
+	        s.budget_stalls, s.oom_waits, s.failures, mib(arena.peak_resident_bytes));
 	print_achieved(f, tag, &s);
 }
 

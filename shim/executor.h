@@ -86,6 +86,7 @@ enum lynx_exec_fault {
 	LYNX_EXEC_STAT(on_demand, "restores made by the guard on the consumer's stream")        \
 	LYNX_EXEC_STAT(waits, "consumer streams made to wait for a restore")                    \
 	LYNX_EXEC_STAT(stalls, "host waits for a copy to host whose memory was reused")         \
+	LYNX_EXEC_STAT(budget_stalls, "host waits for memory, to keep the budget")              \
 	LYNX_EXEC_STAT(oom_waits, "restores that first had to wait for frees")                  \
 	LYNX_EXEC_STAT(failures, "driver failures (the activation stayed as it was)")           \
 	LYNX_EXEC_STAT(evicted_bytes, "bytes evicted, summed")                                  \
@@ -114,11 +115,24 @@ struct lynx_exec_expectation {
 	uint64_t predicted_peak_bytes;  /* the plan's, for this rank's stage */
 	uint64_t measured_iteration_ns; /* the profile's iteration time, no plan */
 	double predicted_slowdown;      /* the plan's iteration time over keeping everything */
+	/* The plan's memory budget, which the executor keeps (see lynx_exec_arm); 0: none. */
+	uint64_t budget_bytes;
 };
 
 /*
  * Arms the executor with script (copied) and one action per script buffer, on the calling
- * thread's current CUDA context: creates the arena, two streams and the events. Returns 0;
+ * thread's current CUDA context: creates the arena, two streams and the events.
+ *
+ * The budget. The host runs ahead of the device, so memory the plan counts as evicted may
+ * still be held, by a copy to host or a free the host has not seen end, when the trainer
+ * allocates. Before any device allocation or restore that needs new memory, while what
+ * cuMemGetInfo says is in use plus the request would exceed expect->budget_bytes, the
+ * executor waits for the oldest such copy or free and lets its memory go (the host stalls;
+ * the device has the work queued). With nothing left to wait for it goes over. On a GPU
+ * cuMemGetInfo also counts the CUDA context and other processes: the budget is then kept
+ * with room to spare, at the cost of more stalls.
+ *
+ * Returns 0;
  * -EINVAL (a script without tokens, nothing to evict: nothing armed), -ENOMEM, or -EIO (a
  * driver call failed; logged); on failure nothing is armed and the trainer runs on
  * untouched.

@@ -657,6 +657,7 @@ static void arm_executor(const struct lynx_whatif_plan *wp, const struct lynx_wh
 	        .predicted_peak_bytes = wp->plan->stages[s].peak_bytes,
 	        .measured_iteration_ns = prof.profile.iteration.time.ns,
 	        .predicted_slowdown = keep->step_s > 0 ? row->step_s / keep->step_s : 1.0,
+	        .budget_bytes = row->budget_bytes,
 	};
 	err = lynx_exec_arm(&prof.script, actions, &expect, (enum lynx_exec_fault)prof.fault);
 	free(actions);
