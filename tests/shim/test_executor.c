@@ -34,13 +34,13 @@
 
 #include "../harness.h"
 
-#define STEPS 14
+#define STEPS 12
 #define MAX_LINES (STEPS * 4)
 #define PP2_TP2 "--nproc 4 --pp 2 --tp 2 --dp 1"
-#define MODEL "--layers 8 --microbatches 4 --virtual-model gpt-1.3b --steps 14"
+#define MODEL "--layers 8 --microbatches 4 --virtual-model gpt-1.3b --steps 12"
 /* simgpu's settings for every run: small granules, and a short wait for a rank that died. */
 #define SIMGPU_ENV \
-	"LD_LIBRARY_PATH=build/simgpu SIMGPU_VMM_GRANULARITY=4K SIMGPU_NCCL_TIMEOUT_MS=10000"
+	"LD_LIBRARY_PATH=build/simgpu SIMGPU_VMM_GRANULARITY=4K SIMGPU_NCCL_TIMEOUT_MS=5000"
 
 /* One line of tinytrain's output: the training results, the peak and the time. */
 struct step_line {
@@ -91,6 +91,25 @@ static long long stat_of(const char *err, int rank, const char *words)
 	return -1;
 }
 
+static struct output run_trainer(const char *layout, const char *lynx_env, const char *dir);
+
+/* The pp2 tp2 run without Lynx, that most tests compare with: made once. */
+static struct output plain_pp2_tp2;
+
+static int plain_setup(void **state)
+{
+	(void)state;
+	plain_pp2_tp2 = run_trainer(PP2_TP2, NULL, NULL);
+	return plain_pp2_tp2.exit_code;
+}
+
+static int plain_teardown(void **state)
+{
+	(void)state;
+	release(&plain_pp2_tp2);
+	return 0;
+}
+
 static struct output run_trainer(const char *layout, const char *lynx_env, const char *dir)
 {
 	char env[4096], cmd[512];
@@ -125,19 +144,19 @@ static size_t assert_identical(const struct output *plain, const struct output *
 static void test_recompute_mode_is_bit_identical_and_saves_memory(void **state)
 {
 	struct step_line a[MAX_LINES], b[MAX_LINES];
-	struct output plain = run_trainer(PP2_TP2, NULL, NULL);
+	struct output plain = plain_pp2_tp2;
 	struct output o = run_trainer(PP2_TP2, "LYNX_BUDGET=2150K", "pp2tp2");
 	size_t n = assert_identical(&plain, &o, a, b);
 
 	for (int rank = 0; rank < 4; rank++) {
 		/* It did its work: iterations followed, activations evicted and restored. */
-		assert_true(stat_of(o.err, rank, "iterations followed") >= 3);
+		assert_true(stat_of(o.err, rank, "iterations followed") >= 2);
 		assert_int_equal(stat_of(o.err, rank, "times lost"), 0);
 		assert_true(stat_of(o.err, rank, "evicted (") > 0);
 		assert_true(stat_of(o.err, rank, "ahead of use") > 0);
 		assert_int_equal(stat_of(o.err, rank, "driver failures"), 0);
 		/* Planned beside achieved, timed over the followed iterations. */
-		assert_true(stat_of(o.err, rank, "followed iterations, device time") >= 2);
+		assert_true(stat_of(o.err, rank, "followed iterations, device time") >= 1);
 	}
 	assert_non_null(strstr(o.err, "lynx[rank 0]: executor: memory: warm-up peak "));
 	/* The last step, steady state: the first stage (ranks 0 and 1) holds less, and every
@@ -147,7 +166,6 @@ static void test_recompute_mode_is_bit_identical_and_saves_memory(void **state)
 			assert_true(b[i].peak_bytes < a[i].peak_bytes);
 		assert_true((double)b[i].step_time_ns <= 1.05 * (double)a[i].step_time_ns);
 	}
-	release(&plain);
 	release(&o);
 }
 
@@ -165,11 +183,11 @@ static void test_other_layouts_stay_bit_identical(void **state)
 	for (size_t l = 0; l < sizeof(runs) / sizeof(runs[0]); l++) {
 		char dir[32];
 		snprintf(dir, sizeof(dir), "layout%zu", l);
-		struct output plain = run_trainer(runs[l].layout, NULL, NULL);
+		struct output plain_l = run_trainer(runs[l].layout, NULL, NULL);
 		struct output o = run_trainer(runs[l].layout, runs[l].budget, dir);
-		assert_identical(&plain, &o, a, b);
+		assert_identical(&plain_l, &o, a, b);
 		assert_true(stat_of(o.err, 0, "evicted (") > 0);
-		release(&plain);
+		release(&plain_l);
 		release(&o);
 	}
 }
@@ -180,23 +198,25 @@ static void test_other_layouts_stay_bit_identical(void **state)
 static void test_dropping_the_stream_waits_breaks_training(void **state)
 {
 	struct step_line a[MAX_LINES], b[MAX_LINES];
-	struct output plain = run_trainer(PP2_TP2, NULL, NULL);
+	struct output plain = plain_pp2_tp2;
 	struct output o =
-	        run_trainer(PP2_TP2, "LYNX_BUDGET=2150K LYNX_FAULT=skip-stream-waits", "nowait");
+	        run_trainer(PP2_TP2,
+	                    "LYNX_BUDGET=2150K LYNX_FAULT=skip-stream-waits "
+	                    "SIMGPU_NCCL_TIMEOUT_MS=1500", /* a rank that faults ends it */
+	                    "nowait");
 	size_t n = parse_lines(plain.out, a, MAX_LINES), m = parse_lines(o.out, b, MAX_LINES);
 	bool same = o.exit_code == 0 && m == n;
 
 	for (size_t i = 0; same && i < n; i++)
 		same = !strcmp(a[i].results, b[i].results);
 	assert_false(same);
-	release(&plain);
 	release(&o);
 }
 
 static void test_restores_that_cannot_start_ahead_are_made_on_demand(void **state)
 {
 	struct step_line a[MAX_LINES], b[MAX_LINES];
-	struct output plain = run_trainer(PP2_TP2, NULL, NULL);
+	struct output plain = plain_pp2_tp2;
 	struct output o =
 	        run_trainer(PP2_TP2, "LYNX_BUDGET=2150K LYNX_FAULT=fail-prefetch", "noprefetch");
 
@@ -206,7 +226,6 @@ static void test_restores_that_cannot_start_ahead_are_made_on_demand(void **stat
 		assert_true(stat_of(o.err, rank, "could not start ahead") > 0);
 		assert_true(stat_of(o.err, rank, "on demand (") > 0);
 	}
-	release(&plain);
 	release(&o);
 }
 
@@ -243,7 +262,7 @@ static void test_a_failing_cuMemCreate_during_restores_loses_nothing(void **stat
 	struct step_line a[MAX_LINES], b[MAX_LINES];
 	char env[2048], dir[1200];
 	size_t len = 0;
-	struct output plain = run_trainer(PP2_TP2, NULL, NULL);
+	struct output plain = plain_pp2_tp2;
 
 	snprintf(dir, sizeof(dir), "%s/count", scratch);
 	snprintf(env, sizeof(env), "LYNX_BUDGET=2150K SIMGPU_COUNTERS=%s/calls", dir);
@@ -265,26 +284,26 @@ static void test_a_failing_cuMemCreate_during_restores_loses_nothing(void **stat
 	for (int rank = 0; rank < 4; rank++)
 		waited += stat_of(o.err, rank, "after waiting for frees");
 	assert_true(waited > 0);
-	release(&plain);
 	release(&o);
 }
 
-/* tinytrain's own baseline (no Lynx) with --recompute mode and longer sequences. */
-static struct output run_baseline(const char *mode)
+/* tinytrain's own baseline (no Lynx) with --recompute mode and longer sequences; steps
+ * after the first take the same time and memory, so a short run tells them. */
+static struct output run_baseline(const char *mode, const char *steps)
 {
 	char cmd[512];
 
 	snprintf(cmd, sizeof(cmd),
 	         "build/bin/tinytrain " PP2_TP2 " " MODEL " --seq 64 --batch 4 "
-	         "--recompute %s",
-	         mode);
+	         "--recompute %s %s",
+	         mode, steps);
 	return run(SIMGPU_ENV, cmd);
 }
 
 static void test_long_sequences_meet_the_memory_and_time_targets(void **state)
 {
 	struct step_line none[MAX_LINES], full[MAX_LINES], b[MAX_LINES];
-	struct output o_none = run_baseline("none"), o_full = run_baseline("full");
+	struct output o_none = run_baseline("none", ""), o_full = run_baseline("full", "--steps 2");
 	char env[2048];
 
 	snprintf(env, sizeof(env),
@@ -294,7 +313,7 @@ static void test_long_sequences_meet_the_memory_and_time_targets(void **state)
 	struct output o = run(env, "build/bin/tinytrain " PP2_TP2 " " MODEL " --seq 64 --batch 4");
 	size_t n = assert_identical(&o_none, &o, none, b);
 
-	assert_int_equal(parse_lines(o_full.out, full, MAX_LINES), n);
+	assert_int_equal(parse_lines(o_full.out, full, MAX_LINES), 8); /* steps 0 and 1 */
 	/* The plan's prediction for the first stage, from rank 0's plan line. */
 	const char *line = strstr(o.err, "lynx[rank 0]: recompute plan (heu, budget 6.00 MiB)");
 	assert_non_null(line);
@@ -310,7 +329,8 @@ static void test_long_sequences_meet_the_memory_and_time_targets(void **state)
 			assert_true((double)b[i].peak_bytes <= 1.03 * 6.0 * 1024 * 1024);
 		}
 		assert_true((double)b[i].step_time_ns <= 1.05 * (double)none[i].step_time_ns);
-		assert_true((double)b[i].step_time_ns <= 0.85 * (double)full[i].step_time_ns);
+		assert_true((double)b[i].step_time_ns <=
+		            0.85 * (double)full[4 + i % 4].step_time_ns);
 	}
 	release(&o_none);
 	release(&o_full);
@@ -320,7 +340,7 @@ static void test_long_sequences_meet_the_memory_and_time_targets(void **state)
 static void test_a_budget_out_of_reach_warns_and_changes_nothing(void **state)
 {
 	struct step_line a[MAX_LINES], b[MAX_LINES];
-	struct output plain = run_trainer(PP2_TP2, NULL, NULL);
+	struct output plain = plain_pp2_tp2;
 	struct output o = run_trainer(PP2_TP2, "LYNX_BUDGET=1M", "unreachable");
 	size_t warned = 0;
 
@@ -330,7 +350,6 @@ static void test_a_budget_out_of_reach_warns_and_changes_nothing(void **state)
 		warned++;
 	assert_int_equal(warned, 4);
 	assert_null(strstr(o.err, "executor: "));
-	release(&plain);
 	release(&o);
 }
 
@@ -350,6 +369,6 @@ int main(int argc, char **argv)
 	(void)argc;
 	if (harness_init(argv[0], "test-executor"))
 		return 1;
-	failed = cmocka_run_group_tests(tests, NULL, NULL);
+	failed = cmocka_run_group_tests(tests, plain_setup, plain_teardown);
 	return harness_finish(failed);
 }
