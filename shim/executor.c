@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -17,6 +18,9 @@
 #include "log.h"
 #include "period.h"
 #include "profiling.h"
+
+/* Actions kept for the executor's trace: the first ones of a run (about 3 MB). */
+#define MAX_TRACED (1u << 16)
 
 /* Tries of a restore that ran out of memory before it gives up (executor.h). */
 #define RESTORE_ATTEMPTS 8
@@ -96,6 +100,13 @@ static struct {
 	CUevent iteration_start[3]; /* recorded at each iteration's first token, in turn */
 	uint64_t started;           /* iterations whose start was recorded */
 	struct lynx_exec_stats stats;
+	struct traced {
+		uint8_t kind; /* LYNX_EXEC_EVENTS */
+		uint32_t buf;
+		uint64_t start_ns, end_ns; /* CLOCK_MONOTONIC */
+	} * traced;
+	uint32_t n_traced;
+	uint64_t untraced;
 	uint64_t evicted_now;
 	uint32_t planned[LYNX_EXEC_ACTION_COUNT];
 	uint32_t too_small;           /* evictions planned for activations below a granule: kept */
@@ -157,6 +168,33 @@ static void driver_failed(const char *what, CUresult r)
 }
 
 /* ---- Bookkeeping -------------------------------------------------------------------------- */
+
+enum trace_kind {
+#define LYNX_EXEC_EVENT_ENUM(id, name) TRACE_##id,
+	LYNX_EXEC_EVENTS(LYNX_EXEC_EVENT_ENUM)
+#undef LYNX_EXEC_EVENT_ENUM
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* One action for the trace, from start_ns (0: an instant, now) to now. */
+static void trace(enum trace_kind kind, const struct exec_buf *b, uint64_t start_ns)
+{
+	uint64_t end = now_ns();
+
+	if (!ex.traced || ex.n_traced >= MAX_TRACED) {
+		ex.untraced++;
+		return;
+	}
+	ex.traced[ex.n_traced++] = (struct traced){(uint8_t)kind, (uint32_t)(b - ex.bufs),
+	                                           start_ns ? start_ns : end, end};
+}
 
 /* Whether b needs polling: a copy, a restore or a free in flight. */
 static bool in_flight(const struct exec_buf *b)
@@ -244,6 +282,7 @@ static void evict(struct exec_buf *b)
 		b->state = BUF_EVICTED;
 		b->donated = false; /* unmapped: nothing hollow left */
 		ex.stats.evictions++;
+		trace(TRACE_EVICT, b, 0);
 		ex.stats.evicted_bytes += b->sb->bytes;
 		evicted_add((int64_t)b->sb->bytes);
 	}
@@ -255,8 +294,11 @@ static void evict(struct exec_buf *b)
  * has the work queued up to here, does not. */
 static void settle(struct exec_buf *b)
 {
+	uint64_t start = now_ns();
+
 	ex.stats.stalls++;
 	ex.drv.event_synchronize(b->copied);
+	trace(TRACE_STALL, b, start);
 	evict(b);
 }
 
@@ -300,6 +342,7 @@ static void start_offload(struct exec_buf *b, CUstream stream)
 	}
 	b->state = BUF_OFFLOADING;
 	ex.stats.offloads++;
+	trace(TRACE_OFFLOAD, b, 0);
 	update(b);
 }
 
@@ -334,15 +377,18 @@ static void reclaim_for(uint64_t bytes)
 		if (ex.drv.mem_get_info(&free_bytes, &total) != CUDA_SUCCESS ||
 		    total < free_bytes || total - free_bytes + bytes <= ex.expect.budget_bytes)
 			return;
+		uint64_t start = now_ns();
 		if (b->state == BUF_OFFLOADING && !b->donated && !b->free_pending) {
 			ex.stats.budget_stalls++;
 			ex.drv.event_synchronize(b->copied);
+			trace(TRACE_BUDGET_STALL, b, start);
 			evict(b);
 		} else if (b->free_pending && b->state == BUF_RESIDENT && !b->donated) {
 			ex.stats.budget_stalls++;
 			if (b->ready_pending)
 				ex.drv.event_synchronize(b->ready);
 			ex.drv.event_synchronize(b->freed);
+			trace(TRACE_BUDGET_STALL, b, start);
 			finish_free(b);
 		}
 	}
@@ -437,6 +483,7 @@ static void prefetch(struct exec_buf *b)
 		return;
 	}
 	ex.stats.prefetches++;
+	trace(TRACE_RESTORE_AHEAD, b, 0);
 }
 
 /* ---- Measuring what is achieved ---------------------------------------------------------- */
@@ -698,6 +745,7 @@ void lynx_exec_guard_slow(enum lynx_hook_id id, uint64_t addr, uint64_t stream)
 			goto out;
 		}
 		ex.stats.on_demand++;
+		trace(TRACE_RESTORE_ON_DEMAND, b, 0);
 		break;
 	case BUF_RESIDENT:
 		if (b->ready_pending) {
@@ -707,6 +755,7 @@ void lynx_exec_guard_slow(enum lynx_hook_id id, uint64_t addr, uint64_t stream)
 				ex.drv.event_synchronize(b->ready);
 			}
 			ex.stats.waits++;
+			trace(TRACE_CONSUMER_WAIT, b, 0);
 		}
 		break;
 	case BUF_NONE:
@@ -824,6 +873,7 @@ int lynx_exec_arm(const struct lynx_prof_script *script, const enum lynx_exec_ac
 	lynx_nested_begin();
 	if ((err = copy_script(script)))
 		goto fail;
+	ex.traced = malloc(MAX_TRACED * sizeof(*ex.traced)); /* NULL: no trace, counted */
 	classify_hooks();
 	ex.fault = fault;
 	ex.expect = *expect;
@@ -982,6 +1032,52 @@ void lynx_exec_print_summary(FILE *f, const char *tag)
 	print_achieved(f, tag, &s);
 }
 
+int lynx_exec_write_trace(const char *path, int rank)
+{
+	static const char *const names[] = {
+#define LYNX_EXEC_EVENT_NAME(id, name) name,
+	        LYNX_EXEC_EVENTS(LYNX_EXEC_EVENT_NAME)
+#undef LYNX_EXEC_EVENT_NAME
+	};
+	uint64_t origin;
+	FILE *f;
+	int err = 0;
+
+	if (!ex.ever_armed)
+		return -ENOENT;
+	if (!(f = fopen(path, "w")))
+		return -errno;
+	pthread_mutex_lock(&ex.lock);
+	origin = ex.n_traced ? ex.traced[0].start_ns : 0;
+	fprintf(f,
+	        "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"what\": \"Lynx executor, host "
+	        "time\", \"actions_left_out\": %" PRIu64 "},\n\"traceEvents\": [\n"
+	        "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %d, \"tid\": 0, "
+	        "\"args\": {\"name\": \"rank %d executor\"}}",
+	        ex.untraced, rank, rank);
+	for (uint32_t i = 0; i < ex.n_traced; i++) {
+		const struct traced *t = &ex.traced[i];
+		const struct lynx_prof_script_buffer *sb = ex.bufs[t->buf].sb;
+		double ts = (double)(t->start_ns - origin) / 1e3;
+		double dur = (double)(t->end_ns - t->start_ns) / 1e3;
+		fprintf(f, ",\n{\"name\": \"%s\", \"pid\": %d, \"tid\": 1, \"ts\": %.3f, ",
+		        names[t->kind], rank, ts);
+		if (dur > 0)
+			fprintf(f, "\"ph\": \"X\", \"dur\": %.3f, ", dur);
+		else
+			fprintf(f, "\"ph\": \"i\", \"s\": \"t\", ");
+		fprintf(f, "\"args\": {\"layer\": %u, \"microbatch\": %u, \"bytes\": %" PRIu64 "}}",
+		        sb->layer, sb->microbatch, sb->bytes);
+	}
+	pthread_mutex_unlock(&ex.lock);
+	fprintf(f, "\n]}\n");
+	if (ferror(f))
+		err = -EIO;
+	if (fclose(f) && !err)
+		err = -errno;
+	return err;
+}
+
 void lynx_exec_after_fork(void)
 {
 	/* The parent's CUDA objects are not the child's; its memory is ours to drop. */
@@ -991,5 +1087,8 @@ void lynx_exec_after_fork(void)
 	ex.by_addr = NULL;
 	ex.polled = NULL;
 	ex.arena = NULL;
+	free(ex.traced);
+	ex.traced = NULL;
+	ex.n_traced = 0;
 	free_script();
 }

@@ -180,6 +180,24 @@ void lynx_exec_stats(struct lynx_exec_stats *out);
 /* The exit summary's lines (nothing if never armed); tag prefixes each line. */
 void lynx_exec_print_summary(FILE *f, const char *tag);
 
+/* What the executor's trace shows, one slice per action: X(ID, name). */
+#define LYNX_EXEC_EVENTS(X)                                                    \
+	X(OFFLOAD, "offload")                     /* copy to host queued */    \
+	X(EVICT, "evict")                         /* unmapped after it */      \
+	X(RESTORE_AHEAD, "restore ahead")         /* at the restore token */   \
+	X(RESTORE_ON_DEMAND, "restore on demand") /* by the guard */           \
+	X(CONSUMER_WAIT, "consumer waits")        /* a stream waits for one */ \
+	X(STALL, "host stall")                    /* for a reused copy */      \
+	X(BUDGET_STALL, "budget stall")           /* for memory */
+
+/*
+ * Writes the executor's first actions (up to a fixed number; the file says how many were
+ * left out) as a Chrome trace at path: one track per rank, host time, a slice per action
+ * with its activation's layer, micro-batch and bytes. Plain file I/O (safe at exit).
+ * Returns 0, -ENOENT when the executor never ran, or -errno / -ENOMEM.
+ */
+int lynx_exec_write_trace(const char *path, int rank);
+
 /* In a forked child: the parent's arena and streams are not ours; stay disarmed. */
 void lynx_exec_after_fork(void);
 

@@ -814,9 +814,13 @@ void lynx_profiling_at_exit(void)
 		lynx_profile_print_summary(stderr, &prof.profile, lynx_job_rank());
 		if (lynx_job_rank() <= 0)
 			print_whatif();
-		char tag[32];
+		char tag[32], path[PATH_MAX + 64];
 		rank_tag(tag, sizeof(tag));
 		lynx_exec_print_summary(stderr, tag);
+		profile_path(path, sizeof(path), "executor", "json");
+		int err = prof.output_ok ? lynx_exec_write_trace(path, lynx_job_rank()) : -ENOENT;
+		if (err && err != -ENOENT)
+			lynx_warn("cannot write %s: %s", path, strerror(-err));
 	}
 	pthread_mutex_unlock(&prof.look);
 }

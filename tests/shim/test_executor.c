@@ -159,6 +159,19 @@ static void test_recompute_mode_is_bit_identical_and_saves_memory(void **state)
 		assert_true(stat_of(o.err, rank, "followed iterations, device time") >= 1);
 	}
 	assert_non_null(strstr(o.err, "lynx[rank 0]: executor: memory: warm-up peak "));
+	/* Each rank's executor trace: its actions as slices, host time. */
+	for (int rank = 0; rank < 4; rank++) {
+		char path[1300];
+		snprintf(path, sizeof(path), "%s/pp2tp2/executor.%d.json", scratch, rank);
+		char *text = slurp(path);
+		assert_non_null(text);
+		assert_non_null(strstr(text, "\"traceEvents\": ["));
+		assert_non_null(strstr(text, "{\"name\": \"offload\""));
+		assert_non_null(strstr(text, "{\"name\": \"evict\""));
+		assert_non_null(strstr(text, "{\"name\": \"restore ahead\""));
+		assert_non_null(strstr(text, "\"actions_left_out\": 0}"));
+		free(text);
+	}
 	/* The last step, steady state: the first stage (ranks 0 and 1) holds less, and every
 	 * rank's step takes at most 5% longer. */
 	for (size_t i = n - 4; i < n; i++) {
