@@ -209,10 +209,11 @@ static void update(struct exec_buf *b)
 	bool polled = b->addr && in_flight(b);
 
 	if (attention != b->counted) {
-		if (attention)
-			atomic_fetch_add(&lynx_exec_attention, 1);
-		else
-			atomic_fetch_sub(&lynx_exec_attention, 1);
+		/* Under ex.lock: the 0 <-> 1 transitions switch the launch hooks' guard. */
+		if (attention && atomic_fetch_add(&lynx_exec_attention, 1) == 0)
+			lynx_slow_path_switch(LYNX_SLOW_GUARD, true);
+		else if (!attention && atomic_fetch_sub(&lynx_exec_attention, 1) == 1)
+			lynx_slow_path_switch(LYNX_SLOW_GUARD, false);
 		b->counted = attention;
 	}
 	if (polled != b->listed) {
@@ -1083,6 +1084,7 @@ void lynx_exec_after_fork(void)
 	/* The parent's CUDA objects are not the child's; its memory is ours to drop. */
 	atomic_store(&lynx_exec_armed, false);
 	atomic_store(&lynx_exec_attention, 0);
+	lynx_slow_path_switch(LYNX_SLOW_GUARD, false);
 	pthread_mutex_init(&ex.lock, NULL);
 	ex.by_addr = NULL;
 	ex.polled = NULL;

@@ -117,15 +117,24 @@ void lynx_call_end_sync(struct lynx_call *call, int result);
  * calls are timed, never during a graph capture, never the shim's own calls. Off the
  * warm-up, one relaxed load. Kernel-level timing (lynx_timing_kernels) covers one sampled
  * warm-up iteration; the others time their NCCL calls only.
+ *
+ * lynx_slow_paths: the hot paths' reasons to leave the common case, one bit each, so
+ * that a driver launch checks timing and the executor's guard (executor.h) in one load.
  */
-extern atomic_bool lynx_timing_on;
+extern _Atomic uint32_t lynx_slow_paths;
+#define LYNX_SLOW_TIMING 1u /* device timing while the profiler learns */
+#define LYNX_SLOW_GUARD 2u  /* recompute mode has activations not plainly resident */
+/* Sets or clears one of the bits above (the others are left as they are). */
+void lynx_slow_path_switch(uint32_t bit, bool on);
 /* While timing: every kind of stream-ordered work (the sampled iteration), or only NCCL
  * calls (the rest of warm-up). */
 extern atomic_bool lynx_timing_kernels;
 void lynx_time_begin_slow(struct lynx_call *call, uint64_t stream);
 static inline void lynx_time_begin(struct lynx_call *call, uint64_t stream)
 {
-	if (__builtin_expect(atomic_load_explicit(&lynx_timing_on, memory_order_relaxed), 0))
+	if (__builtin_expect(atomic_load_explicit(&lynx_slow_paths, memory_order_relaxed) &
+	                             LYNX_SLOW_TIMING,
+	                     0))
 		lynx_time_begin_slow(call, stream);
 }
 /* After the outermost ncclGroupEnd on this thread: records the deferred end marks. */

@@ -170,8 +170,10 @@ static void capture_params(struct lynx_event *ev, const struct func_info *info, 
 
 /* The executor's guard (executor.h) over every 8-byte word of the parameters, struct
  * fields included: an evicted activation a kernel names is restored before it runs. */
-static void guard_params(enum lynx_hook_id id, const struct func_info *info, void **params,
-                         void **extra, CUstream stream)
+static __attribute__((noinline, cold)) void guard_params(enum lynx_hook_id id,
+                                                         const struct func_info *info,
+                                                         void **params, void **extra,
+                                                         CUstream stream)
 {
 	const unsigned char *packed = NULL;
 	uint64_t word;
@@ -202,10 +204,14 @@ launch_begin(struct lynx_call *call, enum lynx_hook_id id, CUfunction f, CUstrea
 
 	info = layout_of((uint64_t)(uintptr_t)f);
 	lynx_call_begin(call, id);
-	lynx_time_begin(call, (uint64_t)(uintptr_t)stream);
-	if (info &&
-	    __builtin_expect(atomic_load_explicit(&lynx_exec_attention, memory_order_acquire), 0))
-		guard_params(id, info, params, extra, stream);
+	/* One load for both slow paths: device timing, and the executor's guard. */
+	uint32_t slow = atomic_load_explicit(&lynx_slow_paths, memory_order_acquire);
+	if (__builtin_expect(slow, 0)) {
+		if (slow & LYNX_SLOW_TIMING)
+			lynx_time_begin_slow(call, (uint64_t)(uintptr_t)stream);
+		if ((slow & LYNX_SLOW_GUARD) && info)
+			guard_params(id, info, params, extra, stream);
+	}
 	return info;
 }
 

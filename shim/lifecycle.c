@@ -339,7 +339,15 @@ void lynx_call_begin(struct lynx_call *call, enum lynx_hook_id id)
 
 /* ---- Device timing while the profiler learns -------------------------------------------- */
 
-atomic_bool lynx_timing_on;
+_Atomic uint32_t lynx_slow_paths;
+
+void lynx_slow_path_switch(uint32_t bit, bool on)
+{
+	if (on)
+		atomic_fetch_or(&lynx_slow_paths, bit);
+	else
+		atomic_fetch_and(&lynx_slow_paths, ~bit);
+}
 atomic_bool lynx_timing_kernels;
 
 /* NCCL calls made inside a group on this thread whose end marks wait for the outermost
@@ -443,48 +451,63 @@ static __thread struct {
 	unsigned char payload[SCRATCH_PAYLOAD];
 } scratch __attribute__((tls_model("initial-exec")));
 
+/* The stand-in event, for the program's own call while the executor follows the calls. */
+static __attribute__((noinline, cold)) struct lynx_event *scratch_event(size_t payload_bytes)
+{
+	if (hook_depth != 1 || payload_bytes > SCRATCH_PAYLOAD ||
+	    !atomic_load_explicit(&lynx_exec_armed, memory_order_acquire))
+		return NULL;
+	scratch.event.size = (uint32_t)(sizeof(scratch.event) + payload_bytes);
+	scratch.event.tid = 0;
+	scratch.event.host_ns = 0;
+	return &scratch.event;
+}
+
 struct lynx_event *lynx_call_reserve(struct lynx_call *call, size_t payload_bytes)
 {
 	uint32_t mark_end = call->mark_start ? time_end(call) : 0;
 
 	if (internal_depth > 0)
 		return NULL;
-	if (recording)
-		call->event = lynx_recorder_reserve(payload_bytes);
-	if (!call->event && hook_depth == 1 && payload_bytes <= SCRATCH_PAYLOAD &&
-	    atomic_load_explicit(&lynx_exec_armed, memory_order_acquire)) {
-		call->event = &scratch.event;
-		call->event->size = (uint32_t)(sizeof(scratch.event) + payload_bytes);
-		call->event->tid = 0;
-		call->event->host_ns = 0;
-	}
-	if (call->event) {
-		/* Ring space is reused: fields a hook does not record (the stream of a
-		 * device-wide call, a runtime launch's parameter count) must read as 0. */
-		call->event->stream = 0;
-		memset(&call->event->u, 0, sizeof(call->event->u));
-		call->event->hook = (uint16_t)call->id;
-		call->event->mark_start = call->mark_start;
-		call->event->mark_end = mark_end;
-		call->event->kind = lynx_hooks[call->id].kind;
-		call->event->flags = hook_depth > 1 ? LYNX_EVENT_NESTED : 0;
-		if (lynx_capture_active()) {
-			call->event->flags |= LYNX_EVENT_CAPTURED;
-			atomic_fetch_add_explicit(&captured_events, 1, memory_order_relaxed);
-		}
+	call->event = recording ? lynx_recorder_reserve(payload_bytes) : NULL;
+	if (__builtin_expect(!call->event, 0) && !(call->event = scratch_event(payload_bytes)))
+		return NULL;
+	/* Ring space is reused: fields a hook does not record (the stream of a
+	 * device-wide call, a runtime launch's parameter count) must read as 0. */
+	call->event->stream = 0;
+	memset(&call->event->u, 0, sizeof(call->event->u));
+	call->event->hook = (uint16_t)call->id;
+	call->event->mark_start = call->mark_start;
+	call->event->mark_end = mark_end;
+	call->event->kind = lynx_hooks[call->id].kind;
+	call->event->flags = hook_depth > 1 ? LYNX_EVENT_NESTED : 0;
+	if (lynx_capture_active()) {
+		call->event->flags |= LYNX_EVENT_CAPTURED;
+		atomic_fetch_add_explicit(&captured_events, 1, memory_order_relaxed);
 	}
 	return call->event;
+}
+
+/*
+ * Recompute mode: the executor follows the program's own calls (an event exists only for
+ * calls that are not the shim's); the stand-in event is not the recorder's to commit.
+ */
+static __attribute__((noinline)) void follow(struct lynx_call *call)
+{
+	if (hook_depth == 1)
+		lynx_exec_after(call->event);
+	if (call->event != &scratch.event)
+		lynx_recorder_commit(call->event);
 }
 
 void lynx_call_end(struct lynx_call *call, int result)
 {
 	if (call->event) {
 		call->event->result = result;
-		/* The executor follows the program's own calls (an event exists only for calls
-		 * that are not the shim's). */
-		if (hook_depth == 1 && atomic_load_explicit(&lynx_exec_armed, memory_order_acquire))
-			lynx_exec_after(call->event);
-		if (call->event != &scratch.event)
+		if (__builtin_expect(atomic_load_explicit(&lynx_exec_armed, memory_order_acquire),
+		                     0))
+			follow(call);
+		else
 			lynx_recorder_commit(call->event);
 	}
 	hook_depth--;

@@ -158,7 +158,7 @@ bool lynx_profiling_start(const struct lynx_config *cfg, bool output_ok)
 		lynx_warn("cannot prepare device timing: the profile will have host times only");
 		prof.timing = false;
 	}
-	atomic_store(&lynx_timing_on, prof.timing);
+	lynx_slow_path_switch(LYNX_SLOW_TIMING, prof.timing);
 	atomic_store(&prof.phase, PHASE_LEARNING);
 	return true;
 }
@@ -483,7 +483,7 @@ static void look(uint32_t needed, bool final, bool forced)
 			lynx_info("warm-up: kernel-level sample taken; NCCL calls only from now");
 		}
 		if (count >= needed && confirmed && (sampled || final || forced || !prof.timing)) {
-			atomic_store(&lynx_timing_on, false);
+			lynx_slow_path_switch(LYNX_SLOW_TIMING, false);
 			atomic_store(&prof.phase, PHASE_RESOLVING);
 			prof.view = view;
 			lynx_info("warm-up: %zu identical iterations in %zu events", count,
@@ -793,7 +793,7 @@ void lynx_profiling_at_exit(void)
 	pthread_mutex_lock(&prof.look);
 	switch (atomic_load(&prof.phase)) {
 	case PHASE_LEARNING:
-		atomic_store(&lynx_timing_on, false);
+		lynx_slow_path_switch(LYNX_SLOW_TIMING, false);
 		if (prof.trace.count >= LOOK_MIN_EVENTS)
 			look(2, true, false);
 		if (atomic_load(&prof.phase) == PHASE_LEARNING) {
@@ -853,7 +853,7 @@ void lynx_profiling_after_fork(void)
 		return;
 	if (phase != PHASE_LEARNING) {
 		/* A worker forked after warm-up: it keeps nothing and learns nothing. */
-		atomic_store(&lynx_timing_on, false);
+		lynx_slow_path_switch(LYNX_SLOW_TIMING, false);
 		free(prof.view.events);
 		prof.view.events = NULL;
 		lynx_prof_trace_free(&prof.trace);
@@ -861,7 +861,7 @@ void lynx_profiling_after_fork(void)
 		atomic_store(&prof.phase, PHASE_DONE);
 		return;
 	}
-	atomic_store(&lynx_timing_on, false);
+	lynx_slow_path_switch(LYNX_SLOW_TIMING, false);
 	free(prof.view.events);
 	prof.view.events = NULL;
 	lynx_prof_trace_free(&prof.trace);
@@ -881,7 +881,7 @@ void lynx_profiling_after_fork(void)
 	prof.timing = prof.timing && !lynx_timing_init(&timing_driver, MAX_MARKS);
 	prof.sample_armed = false;
 	prof.candidate_period = prof.candidate_since = 0;
-	atomic_store(&lynx_timing_on, prof.timing);
+	lynx_slow_path_switch(LYNX_SLOW_TIMING, prof.timing);
 	atomic_store(&lynx_timing_kernels, false);
 	atomic_store(&prof.phase, PHASE_LEARNING);
 }
