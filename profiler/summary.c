@@ -10,7 +10,7 @@ static double ms(uint64_t ns)
 	return (double)ns / 1e6;
 }
 
-static double mib(uint64_t bytes)
+double lynx_prof_mib(uint64_t bytes)
 {
 	return (double)bytes / (1024.0 * 1024.0);
 }
@@ -42,18 +42,18 @@ void lynx_profile_print_summary(FILE *f, const struct lynx_profile *p, int rank)
 	for (size_t i = 0; i < p->layer_count; i++) {
 		const struct lynx_profile_layer *l = &p->layers[i];
 		fprintf(f, "%s:   %5zu %9.3f %9.3f %10.2f\n", tag, i, ms(l->forward.ns),
-		        ms(l->backward.ns), mib(l->saved_bytes));
+		        ms(l->backward.ns), lynx_prof_mib(l->saved_bytes));
 		saved += l->saved_bytes;
 	}
 	fprintf(f,
 	        "%s: saved activations %.2f MiB per micro-batch; peak %.2f MiB (weights %.2f, "
 	        "saved %.2f, workspace %.2f, temporary %.2f, other %.2f)\n",
-	        tag, mib(saved), mib(p->memory.peak_bytes),
-	        mib(p->memory.at_peak[LYNX_PROFILE_MEMORY_WEIGHT]),
-	        mib(p->memory.at_peak[LYNX_PROFILE_MEMORY_SAVED]),
-	        mib(p->memory.at_peak[LYNX_PROFILE_MEMORY_WORKSPACE]),
-	        mib(p->memory.at_peak[LYNX_PROFILE_MEMORY_TEMPORARY]),
-	        mib(p->memory.at_peak[LYNX_PROFILE_MEMORY_OTHER]));
+	        tag, lynx_prof_mib(saved), lynx_prof_mib(p->memory.peak_bytes),
+	        lynx_prof_mib(p->memory.at_peak[LYNX_PROFILE_MEMORY_WEIGHT]),
+	        lynx_prof_mib(p->memory.at_peak[LYNX_PROFILE_MEMORY_SAVED]),
+	        lynx_prof_mib(p->memory.at_peak[LYNX_PROFILE_MEMORY_WORKSPACE]),
+	        lynx_prof_mib(p->memory.at_peak[LYNX_PROFILE_MEMORY_TEMPORARY]),
+	        lynx_prof_mib(p->memory.at_peak[LYNX_PROFILE_MEMORY_OTHER]));
 	for (size_t i = 0; i < p->window_count; i++) {
 		const struct lynx_profile_window *w = &p->windows[i];
 		windows[w->kind]++;

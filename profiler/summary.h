@@ -16,4 +16,7 @@
  * negative). */
 void lynx_profile_print_summary(FILE *f, const struct lynx_profile *p, int rank);
 
+/* bytes in MiB, as every summary line prints memory. */
+double lynx_prof_mib(uint64_t bytes);
+
 #endif /* LYNX_PROF_SUMMARY_H */

@@ -18,6 +18,7 @@
 #include "log.h"
 #include "period.h"
 #include "profiling.h"
+#include "summary.h"
 
 /* Actions kept for the executor's trace: the first ones of a run (about 3 MB). */
 #define MAX_TRACED (1u << 16)
@@ -963,11 +964,6 @@ void lynx_exec_stats(struct lynx_exec_stats *out)
 	pthread_mutex_unlock(&ex.lock);
 }
 
-static double mib(uint64_t bytes)
-{
-	return (double)bytes / (1024.0 * 1024.0);
-}
-
 static double percent(double now, double before)
 {
 	return before > 0 ? 100.0 * (now / before - 1.0) : 0.0;
@@ -983,9 +979,9 @@ static void print_achieved(FILE *f, const char *tag, const struct lynx_exec_stat
 	        "%s: executor: memory: warm-up peak %.2f MiB; planned %.2f MiB (%+.1f%%); seen "
 	        "in use at the executor's actions at most %.2f MiB (%+.1f%%; cuMemGetInfo, the "
 	        "context's own memory included)\n",
-	        tag, mib(e->measured_peak_bytes), mib(e->predicted_peak_bytes),
-	        percent((double)e->predicted_peak_bytes, measured), mib(s->peak_used_bytes),
-	        percent((double)s->peak_used_bytes, measured));
+	        tag, lynx_prof_mib(e->measured_peak_bytes), lynx_prof_mib(e->predicted_peak_bytes),
+	        percent((double)e->predicted_peak_bytes, measured),
+	        lynx_prof_mib(s->peak_used_bytes), percent((double)s->peak_used_bytes, measured));
 	if (!s->timed_iterations || !e->measured_iteration_ns) {
 		fprintf(f, "%s: executor: time: no followed iteration was timed\n", tag);
 		return;
@@ -1020,8 +1016,8 @@ void lynx_exec_print_summary(FILE *f, const char *tag)
 	        " of them with reused memory, %" PRIu64 " left to the trainer's allocator), "
 	        "%" PRIu64 " evicted (%.2f MiB in all, at most %.2f MiB at once), %" PRIu64
 	        " evictions cancelled\n",
-	        tag, s.routed, s.reused, s.route_failures, s.evictions, mib(s.evicted_bytes),
-	        mib(s.peak_evicted_bytes), s.cancelled);
+	        tag, s.routed, s.reused, s.route_failures, s.evictions,
+	        lynx_prof_mib(s.evicted_bytes), lynx_prof_mib(s.peak_evicted_bytes), s.cancelled);
 	fprintf(f,
 	        "%s: executor: restores: %" PRIu64 " ahead of use on the restore stream, %" PRIu64
 	        " on demand (%" PRIu64 " could not start ahead), %" PRIu64
@@ -1029,7 +1025,7 @@ void lynx_exec_print_summary(FILE *f, const char *tag)
 	        " for the budget), %" PRIu64 " after waiting for frees; %" PRIu64
 	        " driver failures; arena peak resident %.2f MiB\n",
 	        tag, s.prefetches, s.on_demand, s.prefetch_failures, s.waits, s.stalls,
-	        s.budget_stalls, s.oom_waits, s.failures, mib(arena.peak_resident_bytes));
+	        s.budget_stalls, s.oom_waits, s.failures, lynx_prof_mib(arena.peak_resident_bytes));
 	print_achieved(f, tag, &s);
 }
 

@@ -571,11 +571,6 @@ static void print_whatif(void)
 #define PLAN_WAIT_NS (120ull * 1000000000ull)
 #define PLAN_RETRY_NS (100ull * 1000000ull)
 
-static double mib(uint64_t bytes)
-{
-	return (double)bytes / (1024.0 * 1024.0);
-}
-
 /* This rank's pipeline stage in the plan: stage s of p runs p - s - 1 warm-up forwards. */
 static uint32_t this_stage(const struct lynx_whatif_plan *wp)
 {
@@ -602,10 +597,11 @@ static void print_plan(const struct lynx_whatif_plan *wp, const struct lynx_what
 	        "offload %u, recompute in windows %u, on demand %u; this stage's predicted peak "
 	        "%.2f MiB (measured without a plan: %.2f MiB, %.1f%% less), iteration %+.1f%%%s\n",
 	        tag, prof.plan_path[0] ? "LYNX_PLAN " : "",
-	        prof.plan_path[0] ? prof.plan_path : wp->plan->planner, mib(row->budget_bytes), s,
-	        n, groups, counts[LYNX_ACTION_KEEP], counts[LYNX_ACTION_OFFLOAD],
-	        counts[LYNX_ACTION_RECOMPUTE_IN_WINDOW], counts[LYNX_ACTION_RECOMPUTE_ON_DEMAND],
-	        mib(peak), mib(measured),
+	        prof.plan_path[0] ? prof.plan_path : wp->plan->planner,
+	        lynx_prof_mib(row->budget_bytes), s, n, groups, counts[LYNX_ACTION_KEEP],
+	        counts[LYNX_ACTION_OFFLOAD], counts[LYNX_ACTION_RECOMPUTE_IN_WINDOW],
+	        counts[LYNX_ACTION_RECOMPUTE_ON_DEMAND], lynx_prof_mib(peak),
+	        lynx_prof_mib(measured),
 	        measured ? 100.0 * (1.0 - (double)peak / (double)measured) : 0.0,
 	        keep->step_s > 0 ? 100.0 * (row->step_s / keep->step_s - 1.0) : 0.0,
 	        row->fits ? "" : "; DOES NOT FIT the budget");
