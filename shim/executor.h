@@ -10,10 +10,17 @@
  * stream waits for it and copies the activation into pinned host memory; once that copy is
  * seen complete (polled at later calls, never waited for), the activation's memory is
  * unmapped and released, its address kept. Restoration maps new memory at the address and
- * copies the bytes back: from the script's restore token on, on the restore stream, or, if
- * a call touches the activation before that (the guard), on the call's own stream first.
- * Consumers on any stream wait for the restore's event before they run. So correctness
- * never depends on a window arriving: the guard restores whatever a call touches.
+ * copies the bytes back: at the script's restore token (its layer's backward begins), on
+ * the restore stream, or, if a call touches the activation before that (the guard), on the
+ * call's own stream first. Consumers on any stream wait for the restore's event before
+ * they run. So correctness never depends on a window arriving: the guard restores
+ * whatever a call touches.
+ *
+ * Memory is reused in stream order, as a stream-ordered allocator does: the host runs far
+ * ahead of the device and sees copies and frees end late, so an allocation or a restore
+ * first takes the memory of an activation whose copy or free is queued (arena.h's
+ * alloc_from and restore_from), its stream waiting for that point. To keep the plan's
+ * budget, it may instead wait for such a point on the host (lynx_exec_arm).
  *
  * What the plan says and what is done: OFFLOAD is done as above. RECOMPUTE_* decisions
  * (kernel replay, replay.h) are not executed yet: such activations are evicted and brought
@@ -28,9 +35,10 @@
  * under 1F1B with PyTorch autograd or tinytrain).
  *
  * Thread safety: every entry point may be called from any trainer thread; the state is
- * under one mutex, taken only when the executor has something to do (a scripted allocation,
- * a free of an arena allocation, a guard hit on an activation not plainly resident, a token
- * with actions). The checks before that are relaxed atomic loads.
+ * under one mutex. Once armed, the tracker takes it at each of the program's top-level
+ * calls (a signature and a compare); allocations, frees and the guard take it only for the
+ * arena's allocations (lynx_arena_find, lock-free, decides). Before arming, and for calls
+ * the executor has nothing to do with, the hooks pay one atomic load.
  */
 #ifndef LYNX_EXECUTOR_H
 #define LYNX_EXECUTOR_H
