@@ -27,7 +27,8 @@
 #define RESTORE_ATTEMPTS 8
 
 atomic_bool lynx_exec_armed;
-_Atomic uint32_t lynx_exec_attention;
+/* Arena allocations not plainly resident: LYNX_SLOW_GUARD is set while it is not 0. */
+static _Atomic uint32_t attention;
 
 /*
  * The driver calls the executor makes besides the arena's: LYNX_EXEC_DRIVER_CALL(field,
@@ -72,7 +73,7 @@ struct exec_buf {
 	bool ready_pending; /* consumers must wait for `ready` */
 	bool free_pending;  /* the trainer freed it; `freed` says when its stream got there */
 	bool donated;       /* its memory went to another allocation; its mapping is hollow */
-	bool counted;       /* in lynx_exec_attention */
+	bool counted;       /* in `attention` */
 	bool listed;        /* in the poll list */
 	void *host;         /* pinned, sb->bytes; NULL until the first offload */
 	CUevent used, copied, ready, freed;
@@ -203,19 +204,19 @@ static bool in_flight(const struct exec_buf *b)
 	return b->state == BUF_OFFLOADING || b->ready_pending || b->free_pending;
 }
 
-/* Keeps lynx_exec_attention and the poll list in step with b's state. */
+/* Keeps `attention` (and so the guard's switch) and the poll list in step with b's state. */
 static void update(struct exec_buf *b)
 {
-	bool attention = b->addr && (b->state != BUF_RESIDENT || b->ready_pending);
+	bool needs_guard = b->addr && (b->state != BUF_RESIDENT || b->ready_pending);
 	bool polled = b->addr && in_flight(b);
 
-	if (attention != b->counted) {
-		/* Under ex.lock: the 0 <-> 1 transitions switch the launch hooks' guard. */
-		if (attention && atomic_fetch_add(&lynx_exec_attention, 1) == 0)
+	if (needs_guard != b->counted) {
+		/* Under ex.lock: the 0 <-> 1 transitions switch the hooks' guard. */
+		if (needs_guard && atomic_fetch_add(&attention, 1) == 0)
 			lynx_slow_path_switch(LYNX_SLOW_GUARD, true);
-		else if (!attention && atomic_fetch_sub(&lynx_exec_attention, 1) == 1)
+		else if (!needs_guard && atomic_fetch_sub(&attention, 1) == 1)
 			lynx_slow_path_switch(LYNX_SLOW_GUARD, false);
-		b->counted = attention;
+		b->counted = needs_guard;
 	}
 	if (polled != b->listed) {
 		if (polled)
@@ -723,7 +724,7 @@ void lynx_exec_guard_slow(enum lynx_hook_id id, uint64_t addr, uint64_t stream)
 	CUstream s;
 
 	if (!addr || lynx_call_own() || !lynx_arena_find(ex.arena, (CUdeviceptr)addr, &range) ||
-	    (range.state == LYNX_ARENA_RESIDENT && !atomic_load(&lynx_exec_attention)))
+	    (range.state == LYNX_ARENA_RESIDENT && !atomic_load(&attention)))
 		return;
 	s = stream_of(id, stream);
 	lynx_nested_begin();
@@ -1079,7 +1080,7 @@ void lynx_exec_after_fork(void)
 {
 	/* The parent's CUDA objects are not the child's; its memory is ours to drop. */
 	atomic_store(&lynx_exec_armed, false);
-	atomic_store(&lynx_exec_attention, 0);
+	atomic_store(&attention, 0);
 	lynx_slow_path_switch(LYNX_SLOW_GUARD, false);
 	pthread_mutex_init(&ex.lock, NULL);
 	ex.by_addr = NULL;

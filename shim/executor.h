@@ -110,11 +110,10 @@ struct lynx_exec_stats {
 #undef LYNX_EXEC_STAT
 };
 
-/* True once armed: the hooks' one relaxed load before calling in. */
+/* True once armed: the hooks' one load before calling in. The guard's own switch is
+ * hooks.h's LYNX_SLOW_GUARD bit: set while some arena allocation is not plainly resident
+ * (being evicted, evicted, being restored), when there is something to look at. */
 extern atomic_bool lynx_exec_armed;
-/* Arena allocations not plainly resident (evicting, evicted, being restored): while 0 the
- * guard has nothing to look at. */
-extern _Atomic uint32_t lynx_exec_attention;
 
 /* What the plan promised this rank, and what warm-up measured without it: the summary sets
  * what was achieved beside them. */
@@ -175,7 +174,9 @@ static inline bool lynx_exec_free(enum lynx_hook_id id, uint64_t ptr, uint64_t s
 
 static inline void lynx_exec_guard(enum lynx_hook_id id, uint64_t addr, uint64_t stream)
 {
-	if (__builtin_expect(atomic_load_explicit(&lynx_exec_attention, memory_order_acquire), 0))
+	if (__builtin_expect(atomic_load_explicit(&lynx_slow_paths, memory_order_acquire) &
+	                             LYNX_SLOW_GUARD,
+	                     0))
 		lynx_exec_guard_slow(id, addr, stream);
 }
 

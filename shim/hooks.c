@@ -152,7 +152,7 @@ struct lynx_real_table lynx_real = {
  * What recompute mode's executor (executor.h) does before the real call, by record kind:
  * true when it served the call itself (an activation's allocation or free in its arena),
  * which the hook then reports as a success without calling the real function. The guard
- * looks at every device address the call names. One relaxed load each when not armed.
+ * looks at every device address the call names. One load each when there is nothing to do.
  */
 #define LYNX_EXEC_NONE() false
 #define LYNX_EXEC_ALLOC(out, bytes, stream) \

@@ -189,7 +189,7 @@ static __attribute__((noinline, cold)) void guard_params(enum lynx_hook_id id,
 			return;
 		for (uint32_t at = 0; at + 8 <= info->size[i]; at += 8) {
 			__builtin_memcpy(&word, value + at, 8);
-			lynx_exec_guard(id, word, (uint64_t)(uintptr_t)stream);
+			lynx_exec_guard_slow(id, word, (uint64_t)(uintptr_t)stream);
 		}
 	}
 }
