@@ -119,6 +119,17 @@ static inline void release(struct output *o)
 	free(o->err);
 }
 
+/* How many times needle occurs in text: with a needle from a log line, how many lines
+ * (one per process, per rank) said it. */
+static inline int count_of(const char *text, const char *needle)
+{
+	int n = 0;
+
+	for (const char *p = text; (p = strstr(p, needle)); p++)
+		n++;
+	return n;
+}
+
 /* One stream of a command's output, and how the command ended. */
 enum stream { OUT, ERR };
 struct result {

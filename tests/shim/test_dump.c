@@ -724,15 +724,6 @@ static void test_no_file_without_lynx_events(void **state)
 	}
 }
 
-static int lines_with(const char *text, const char *needle)
-{
-	int n = 0;
-
-	for (const char *p = text; (p = strstr(p, needle)); p++)
-		n++;
-	return n;
-}
-
 static void test_an_unwritable_path_warns_once_and_changes_nothing(void **state)
 {
 	char dir[1200], cmd[2048], env[4096];
@@ -750,8 +741,8 @@ static void test_an_unwritable_path_warns_once_and_changes_nothing(void **state)
 	assert_int_equal(o.exit_code, 0);
 	assert_string_equal(o.out, bare.out);
 	/* The launcher warns; its rank, forked from it, does not try again. */
-	assert_int_equal(lines_with(o.err, "\n"), 1);
-	assert_int_equal(lines_with(o.err, "LYNX_EVENTS='/proc/lynx-cannot/ev'"), 1);
+	assert_int_equal(count_of(o.err, "\n"), 1);
+	assert_int_equal(count_of(o.err, "LYNX_EVENTS='/proc/lynx-cannot/ev'"), 1);
 	int n = pids_of(dir, "calls", "json", pids);
 	long recorded = 0;
 	for (int i = 0; i < n; i++)

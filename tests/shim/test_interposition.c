@@ -162,16 +162,6 @@ static void test_injected_errors_reach_the_trainer_unchanged(void **state)
 	release(&shimmed);
 }
 
-/* Counts the lines of text that contain needle. */
-static int lines_with(const char *text, const char *needle)
-{
-	int n = 0;
-
-	for (const char *p = text; (p = strstr(p, needle)); p++)
-		n++;
-	return n;
-}
-
 static void test_bad_settings_warn_once_and_the_run_goes_on(void **state)
 {
 	char cmd[2048], env[4096];
@@ -188,10 +178,10 @@ static void test_bad_settings_warn_once_and_the_run_goes_on(void **state)
 	assert_string_equal(shimmed.out, bare.out);
 	/* One line per problem, per process (the launcher and two ranks initialise Lynx;
 	 * each says it once, and only once). */
-	int processes = lines_with(shimmed.err, "LYNX_MODE='bogus'");
+	int processes = count_of(shimmed.err, "LYNX_MODE='bogus'");
 	assert_true(processes >= 1);
-	assert_int_equal(lines_with(shimmed.err, "LYNX_LOG='7x'"), processes);
-	assert_int_equal(lines_with(shimmed.err, "LYNX_OUT='/proc/lynx-cannot'"), processes);
+	assert_int_equal(count_of(shimmed.err, "LYNX_LOG='7x'"), processes);
+	assert_int_equal(count_of(shimmed.err, "LYNX_OUT='/proc/lynx-cannot'"), processes);
 	assert_non_null(strstr(shimmed.err, "off|profile|recompute"));
 	release(&bare);
 	release(&shimmed);
