@@ -2,7 +2,8 @@
 /*
  * simgpu's memory: capacity and out-of-memory, accounting, faults on freed and unmapped
  * ranges (checked in forked children), VMM following CUDA's rules, and the
- * stream-ordered pool. Capacity is 64 MiB (main); the VMM granularity is the default.
+ * stream-ordered pool, and cuMemGetAddressRange over all of them. Capacity is 64 MiB
+ * (main); the VMM granularity is the default.
  */
 #include <setjmp.h>
 #include <signal.h>
@@ -15,6 +16,7 @@
 #include <cmocka.h>
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include "test_kernels.h"
 
@@ -250,6 +252,164 @@ static void test_access_after_stream_ordered_free_faults(void **state)
 	cudaStreamDestroy(s);
 }
 
+/* ---- cuMemGetAddressRange ----------------------------------------------------------------- */
+
+#define PAGE 4096ull
+
+static PFN_cuMemGetAddressRange_v3020 address_range(void)
+{
+	return (PFN_cuMemGetAddressRange_v3020)driver_entry("cuMemGetAddressRange");
+}
+
+/* ptr must lie in the allocation [base, base + size). */
+static void assert_range(CUdeviceptr ptr, CUdeviceptr base, size_t size)
+{
+	CUdeviceptr got_base = 0;
+	size_t got_size = 0;
+
+	assert_int_equal(address_range()(&got_base, &got_size, ptr), CUDA_SUCCESS);
+	assert_int_equal(got_base, base);
+	assert_int_equal(got_size, size);
+}
+
+static void assert_no_range(CUdeviceptr ptr)
+{
+	CUdeviceptr base;
+	size_t size;
+
+	assert_int_equal(address_range()(&base, &size, ptr), CUDA_ERROR_NOT_FOUND);
+}
+
+static void test_address_range_covers_a_cumemalloc_allocation(void **state)
+{
+	PFN_cuMemAlloc_v3020 mem_alloc = (PFN_cuMemAlloc_v3020)driver_entry("cuMemAlloc");
+	PFN_cuMemFree_v3020 mem_free = (PFN_cuMemFree_v3020)driver_entry("cuMemFree");
+	const size_t size = 3 * PAGE;
+	CUdeviceptr a, b;
+
+	assert_int_equal(mem_alloc(&a, size), CUDA_SUCCESS);
+	assert_range(a, a, size);
+	assert_range(a + PAGE + 123, a, size);
+	assert_range(a + size - 1, a, size);
+	/* First fit puts the next allocation right after: one past the end belongs to it. */
+	assert_int_equal(mem_alloc(&b, PAGE), CUDA_SUCCESS);
+	assert_int_equal(b, a + size);
+	assert_range(a + size, b, PAGE);
+	assert_int_equal(mem_free(b), CUDA_SUCCESS);
+	assert_no_range(a + size);
+	assert_range(a + size - 1, a, size);
+	assert_int_equal(mem_free(a), CUDA_SUCCESS);
+	assert_no_range(a);
+}
+
+static void test_address_range_covers_a_cudamalloc_allocation(void **state)
+{
+	void *p;
+
+	assert_int_equal(cudaMalloc(&p, 16 * PAGE), cudaSuccess);
+	assert_range((CUdeviceptr)p + 7 * PAGE, (CUdeviceptr)p, 16 * PAGE);
+	assert_int_equal(cudaFree(p), cudaSuccess);
+	assert_no_range((CUdeviceptr)p + 7 * PAGE);
+}
+
+/* simgpu forgets a stream-ordered block at cudaFreeAsync, before the free completes. */
+static void test_address_range_finds_stream_ordered_allocations_until_freed(void **state)
+{
+	cudaStream_t s;
+	void *p;
+
+	assert_int_equal(cudaStreamCreate(&s), cudaSuccess);
+	assert_int_equal(cudaMallocAsync(&p, 2 * PAGE, s), cudaSuccess);
+	assert_range((CUdeviceptr)p, (CUdeviceptr)p, 2 * PAGE);
+	assert_range((CUdeviceptr)p + 2 * PAGE - 1, (CUdeviceptr)p, 2 * PAGE);
+	assert_int_equal(cudaFreeAsync(p, s), cudaSuccess);
+	assert_no_range((CUdeviceptr)p);
+	assert_int_equal(cudaStreamSynchronize(s), cudaSuccess);
+	assert_int_equal(cudaStreamDestroy(s), cudaSuccess);
+}
+
+/* Each mapping is its own allocation, accessible or not, even right beside another. */
+static void test_address_range_answers_the_vmm_mapping(void **state)
+{
+	struct vmm *v = *state;
+	CUmemGenericAllocationHandle h1, h2;
+	CUdeviceptr va;
+
+	assert_int_equal(v->reserve(&va, 8 * MIB, 0, 0, 0), CUDA_SUCCESS);
+	assert_int_equal(v->create(&h1, 2 * MIB, &v->prop, 0), CUDA_SUCCESS);
+	assert_int_equal(v->create(&h2, 4 * MIB, &v->prop, 0), CUDA_SUCCESS);
+	assert_int_equal(v->map(va + 2 * MIB, 2 * MIB, 0, h1, 0), CUDA_SUCCESS);
+	assert_int_equal(v->map(va + 4 * MIB, 4 * MIB, 0, h2, 0), CUDA_SUCCESS);
+	assert_range(va + 2 * MIB, va + 2 * MIB, 2 * MIB);
+	assert_range(va + 4 * MIB - 1, va + 2 * MIB, 2 * MIB);
+	assert_range(va + 4 * MIB, va + 4 * MIB, 4 * MIB);
+	assert_int_equal(v->set_access(va + 2 * MIB, 6 * MIB, &v->read_write, 1), CUDA_SUCCESS);
+	assert_range(va + 3 * MIB, va + 2 * MIB, 2 * MIB);
+	assert_range(va + 8 * MIB - 1, va + 4 * MIB, 4 * MIB);
+	/* The reserved but unmapped start of the range. */
+	assert_no_range(va);
+	assert_no_range(va + 2 * MIB - 1);
+	/* Unmapped, the range is reserved address space again. */
+	assert_int_equal(v->unmap(va + 4 * MIB, 4 * MIB), CUDA_SUCCESS);
+	assert_no_range(va + 4 * MIB);
+	assert_range(va + 2 * MIB, va + 2 * MIB, 2 * MIB);
+	assert_int_equal(v->unmap(va + 2 * MIB, 2 * MIB), CUDA_SUCCESS);
+	assert_int_equal(v->release(h1), CUDA_SUCCESS);
+	assert_int_equal(v->release(h2), CUDA_SUCCESS);
+	assert_int_equal(v->address_free(va, 8 * MIB), CUDA_SUCCESS);
+}
+
+static void test_address_range_does_not_find_reserved_unmapped_addresses(void **state)
+{
+	struct vmm *v = *state;
+	CUdeviceptr va;
+
+	assert_int_equal(v->reserve(&va, 4 * MIB, 0, 0, 0), CUDA_SUCCESS);
+	assert_no_range(va);
+	assert_no_range(va + 3 * MIB);
+	assert_no_range(va + 4 * MIB - 1);
+	assert_int_equal(v->address_free(va, 4 * MIB), CUDA_SUCCESS);
+	assert_no_range(va);
+}
+
+static void test_address_range_allows_null_out_parameters(void **state)
+{
+	PFN_cuMemGetAddressRange_v3020 range = address_range();
+	CUdeviceptr base = 0;
+	size_t size = 0;
+	int on_stack;
+	void *p;
+
+	assert_int_equal(cudaMalloc(&p, 2 * PAGE), cudaSuccess);
+	assert_int_equal(range(&base, NULL, (CUdeviceptr)p + 1), CUDA_SUCCESS);
+	assert_int_equal(base, (CUdeviceptr)p);
+	assert_int_equal(range(NULL, &size, (CUdeviceptr)p + 1), CUDA_SUCCESS);
+	assert_int_equal(size, 2 * PAGE);
+	assert_int_equal(range(NULL, NULL, (CUdeviceptr)p + 1), CUDA_SUCCESS);
+	/* Host memory and null are in no allocation, whatever the caller asks for. */
+	assert_int_equal(range(NULL, NULL, (CUdeviceptr)&on_stack), CUDA_ERROR_NOT_FOUND);
+	assert_int_equal(range(NULL, NULL, 0), CUDA_ERROR_NOT_FOUND);
+	assert_int_equal(cudaFree(p), cudaSuccess);
+}
+
+/* Counted like every call; a host-side lookup (QUERY), so no virtual time passes. */
+static void test_address_range_is_counted_and_free_in_virtual_time(void **state)
+{
+	PFN_cuMemGetAddressRange_v3020 range = address_range();
+	uint64_t calls = simgpu_counter("cuMemGetAddressRange_v2");
+	uint64_t now;
+	void *p;
+
+	assert_int_not_equal(calls, UINT64_MAX);
+	assert_int_equal(cudaMalloc(&p, PAGE), cudaSuccess);
+	now = simgpu_now_ns();
+	assert_int_equal(range(NULL, NULL, (CUdeviceptr)p), CUDA_SUCCESS);
+	assert_int_equal(range(NULL, NULL, 0), CUDA_ERROR_NOT_FOUND);
+	assert_int_equal(simgpu_now_ns(), now);
+	assert_int_equal(simgpu_counter("cuMemGetAddressRange_v2"), calls + 2);
+	assert_int_equal(cudaFree(p), cudaSuccess);
+}
+
 int main(void)
 {
 	setenv("SIMGPU_MEM_CAPACITY", "64M", 1);
@@ -267,6 +427,16 @@ int main(void)
 	        cmocka_unit_test(test_stream_ordered_free_lets_the_same_stream_reuse_the_address),
 	        cmocka_unit_test(test_reuse_on_another_stream_waits_for_the_free),
 	        cmocka_unit_test(test_access_after_stream_ordered_free_faults),
+	        cmocka_unit_test(test_address_range_covers_a_cumemalloc_allocation),
+	        cmocka_unit_test(test_address_range_covers_a_cudamalloc_allocation),
+	        cmocka_unit_test(test_address_range_finds_stream_ordered_allocations_until_freed),
+	        cmocka_unit_test_setup_teardown(test_address_range_answers_the_vmm_mapping,
+	                                        vmm_setup, vmm_teardown),
+	        cmocka_unit_test_setup_teardown(
+	                test_address_range_does_not_find_reserved_unmapped_addresses, vmm_setup,
+	                vmm_teardown),
+	        cmocka_unit_test(test_address_range_allows_null_out_parameters),
+	        cmocka_unit_test(test_address_range_is_counted_and_free_in_virtual_time),
 	};
 	return cmocka_run_group_tests_name("simgpu_memory", tests, NULL, NULL);
 }

@@ -177,6 +177,8 @@ static int child_before_init(void)
 	PFN_cuMemAlloc_v3020 mem_alloc = (PFN_cuMemAlloc_v3020)child_fn("cuMemAlloc");
 	PFN_cuCtxSynchronize_v2000 ctx_sync =
 	        (PFN_cuCtxSynchronize_v2000)child_fn("cuCtxSynchronize");
+	PFN_cuMemGetAddressRange_v3020 address_range =
+	        (PFN_cuMemGetAddressRange_v3020)child_fn("cuMemGetAddressRange");
 	const char *name = NULL;
 	CUdeviceptr ptr;
 	int n = 0;
@@ -184,7 +186,7 @@ static int child_before_init(void)
 
 	if (!init || init != dlsym(libcuda, "cuInit"))
 		return child_fail("cuGetProcAddress(cuInit) before cuInit", CUDA_ERROR_NOT_FOUND);
-	if (!version || !error_name || !count || !mem_alloc || !ctx_sync)
+	if (!version || !error_name || !count || !mem_alloc || !ctx_sync || !address_range)
 		return child_fail("cuGetProcAddress before cuInit", CUDA_ERROR_NOT_FOUND);
 	res = version(&n);
 	if (res != CUDA_SUCCESS || n != 13000)
@@ -198,6 +200,9 @@ static int child_before_init(void)
 	res = mem_alloc(&ptr, 4096);
 	if (res != CUDA_ERROR_NOT_INITIALIZED)
 		return child_fail("cuMemAlloc_v2 before cuInit", res);
+	res = address_range(NULL, NULL, 0);
+	if (res != CUDA_ERROR_NOT_INITIALIZED)
+		return child_fail("cuMemGetAddressRange_v2 before cuInit", res);
 	res = ctx_sync();
 	if (res != CUDA_ERROR_NOT_INITIALIZED)
 		return child_fail("cuCtxSynchronize before cuInit", res);
@@ -244,6 +249,19 @@ static void test_procaddr_picks_abi_by_version(void **state)
 	assert_resolves("cuStreamDestroy", 12000, 0, "cuStreamDestroy_v2");
 	assert_resolves("cuEventElapsedTime", 12080, 0, "cuEventElapsedTime_v2");
 	assert_resolves("cuEventElapsedTime", 12060, 0, "cuEventElapsedTime");
+}
+
+/* cuda.h maps the plain name to _v2 (3020); dlsym finds both under their own names. */
+static void test_procaddr_finds_mem_get_address_range_at_both_abis(void **state)
+{
+	assert_resolves("cuMemGetAddressRange", 13000, 0, "cuMemGetAddressRange_v2");
+	assert_resolves("cuMemGetAddressRange", 3020, 0, "cuMemGetAddressRange_v2");
+	assert_resolves("cuMemGetAddressRange", 3010, 0, "cuMemGetAddressRange");
+	assert_resolves("cuMemGetAddressRange", 2000, 0, "cuMemGetAddressRange");
+	assert_resolves("cuMemGetAddressRange", 13000, PER_THREAD, "cuMemGetAddressRange_v2");
+	assert_not_found("cuMemGetAddressRange", 1000, 0,
+	                 CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+	assert_ptr_not_equal(exported("cuMemGetAddressRange"), exported("cuMemGetAddressRange_v2"));
 }
 
 static void test_procaddr_per_thread_flag_picks_ptsz(void **state)
@@ -428,6 +446,9 @@ static void test_driver_refuses_legacy_32bit_abis(void **state)
 	assert_int_equal(((PFN_cuMemAlloc_v2000)fn)(&ptr, 4096), CUDA_ERROR_NOT_SUPPORTED);
 	assert_int_equal(get_proc("cuMemFree", &fn, 2000, 0, NULL), CUDA_SUCCESS);
 	assert_int_equal(((PFN_cuMemFree_v2000)fn)(0x1000), CUDA_ERROR_NOT_SUPPORTED);
+	assert_int_equal(get_proc("cuMemGetAddressRange", &fn, 2000, 0, NULL), CUDA_SUCCESS);
+	assert_int_equal(((PFN_cuMemGetAddressRange_v2000)fn)(&ptr, NULL, 0x1000),
+	                 CUDA_ERROR_NOT_SUPPORTED);
 }
 
 static char thread_failed;
@@ -579,6 +600,7 @@ int main(void)
 	        /* First: it needs a process in which nothing has called cuInit yet. */
 	        cmocka_unit_test(test_driver_refuses_calls_before_cuinit),
 	        cmocka_unit_test(test_procaddr_picks_abi_by_version),
+	        cmocka_unit_test(test_procaddr_finds_mem_get_address_range_at_both_abis),
 	        cmocka_unit_test(test_procaddr_per_thread_flag_picks_ptsz),
 	        cmocka_unit_test(test_procaddr_per_thread_flag_picks_ptds),
 	        cmocka_unit_test(test_procaddr_per_thread_flag_falls_back_to_plain),

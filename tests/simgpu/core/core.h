@@ -147,6 +147,15 @@ bool simgpu_mem_is_device(const void *p);
 bool simgpu_mem_is_accessible(const void *p, size_t bytes);
 /* True if [p, p + bytes) lies inside one live page-locked host allocation. */
 bool simgpu_mem_is_pinned_host(const void *p, size_t bytes);
+/*
+ * cuMemGetAddressRange: the allocation that contains ptr, as its first address and its
+ * size in bytes (either out-parameter may be NULL). An allocation is a live block of
+ * simgpu_mem_alloc or simgpu_mem_alloc_async, with its accounted size (whole 4 KiB
+ * pages), or one VMM mapping (a reserved range holds as many allocations as it has
+ * mappings, mapped with access or not). CUDA_ERROR_NOT_FOUND for any other address:
+ * freed ranges, reserved but unmapped ones, page-locked host memory, outside the window.
+ */
+CUresult simgpu_mem_range(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
 
 /*
  * Memory pools (pool.c). One stream-ordered allocator (simgpu_mem_alloc_async) serves every pool:

@@ -549,6 +549,47 @@ SIMGPU_EXPORT bool simgpu_mem_is_accessible(const void *p, size_t bytes)
 	return ok;
 }
 
+/* The mapping that contains addr, or NULL. O(mappings), as the other VMM look-ups. */
+static const struct mapping *mapping_find_locked(uint64_t addr)
+{
+	for (size_t i = 0; i < mem.mappings.count; i++) {
+		const struct mapping *m = &mem.mappings.items[i];
+		if (m->start <= addr && addr < m->start + m->size)
+			return m;
+	}
+	return NULL;
+}
+
+SIMGPU_EXPORT CUresult simgpu_mem_range(CUdeviceptr *base, size_t *size, CUdeviceptr ptr)
+{
+	CUresult status = CUDA_ERROR_NOT_FOUND;
+	uint64_t start = 0, bytes = 0;
+
+	simgpu_core_lock();
+	ssize_t i = block_find(ptr);
+	if (i >= 0 && mem.blocks.items[i].kind != BLOCK_RESERVED) {
+		start = mem.blocks.items[i].start;
+		bytes = mem.blocks.items[i].size;
+		status = CUDA_SUCCESS;
+	} else if (i >= 0) {
+		/* A reservation is address space, not an allocation: only its mappings count. */
+		const struct mapping *m = mapping_find_locked(ptr);
+		if (m) {
+			start = m->start;
+			bytes = m->size;
+			status = CUDA_SUCCESS;
+		}
+	}
+	simgpu_core_unlock();
+	if (status != CUDA_SUCCESS)
+		return status;
+	if (base)
+		*base = (CUdeviceptr)start;
+	if (size)
+		*size = (size_t)bytes;
+	return CUDA_SUCCESS;
+}
+
 SIMGPU_EXPORT void simgpu_memory_stats(struct simgpu_memory_stats *out)
 {
 	simgpu_core_lock();

@@ -167,6 +167,29 @@ SIMGPU_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 }
 SIMGPU_DRIVER_LOCAL_NAME(cuMemGetInfo_v2);
 
+/* The 32-bit ABI of CUDA 2.0, as cuMemAlloc. */
+SIMGPU_EXPORT CUresult cuMemGetAddressRange(CUdeviceptr_v1 *pbase, unsigned int *psize,
+                                            CUdeviceptr_v1 dptr)
+{
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemGetAddressRange);
+
+	if (err)
+		return err;
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+SIMGPU_DRIVER_LOCAL_NAME(cuMemGetAddressRange);
+
+/* Both out-parameters are optional, as in CUDA; an address in no allocation is NOT_FOUND. */
+SIMGPU_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemGetAddressRange_v2);
+
+	if (err)
+		return err;
+	return simgpu_mem_range(pbase, psize, dptr);
+}
+SIMGPU_DRIVER_LOCAL_NAME(cuMemGetAddressRange_v2);
+
 SIMGPU_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
 	CUresult err = simgpu_driver_enter(SIMGPU_API_cuMemAllocAsync);
