@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Kernel replay (replay.h): segments of recorded launches, relaunched with their pointer
- * words redirected, and verified bit for bit against the outputs they first produced. */
+ * words redirected, and verified bit for bit against the outputs they first produced.
+ * Examination shares verification's passes and helpers, hence one file beyond 800 lines. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,7 @@ struct replay_kernel {
 	CUfunction function;
 	unsigned int grid[3], block[3], shared_mem;
 	uint32_t param_count, param_bytes;
-	unsigned char *params; /* the recorded bytes, never modified */
+	unsigned char *params; /* the recorded bytes; replaced only by segment_refresh */
 	uint32_t *offsets;     /* param_count entries */
 	/* The offsets of the aligned words that lie wholly inside one parameter: the only places
 	 * a pointer can be. Padding and words straddling two parameters are never rewritten. */
@@ -49,6 +50,17 @@ static const char *const verdict_texts[LYNX_REPLAY_VERDICT_COUNT] = {
         LYNX_REPLAY_VERDICTS
 #undef LYNX_REPLAY_VERDICT
 };
+
+static const char *const role_names[LYNX_REPLAY_ROLE_COUNT] = {
+#define LYNX_REPLAY_ROLE_NAME(name, text) text,
+        LYNX_REPLAY_ROLES(LYNX_REPLAY_ROLE_NAME)
+#undef LYNX_REPLAY_ROLE_NAME
+};
+
+const char *lynx_replay_role_name(enum lynx_replay_role role)
+{
+	return (unsigned int)role < LYNX_REPLAY_ROLE_COUNT ? role_names[role] : "unknown";
+}
 
 const char *lynx_replay_verdict_name(enum lynx_replay_verdict verdict)
 {
@@ -280,6 +292,37 @@ const char *lynx_replay_segment_unsupported(const struct lynx_replay_segment *se
 	if (segment->unsupported && kernel)
 		*kernel = segment->unsupported_kernel;
 	return segment->unsupported;
+}
+
+int lynx_replay_segment_refresh(struct lynx_replay_segment *segment, size_t index,
+                                const struct lynx_replay_kernel *kernel)
+{
+	struct replay_kernel *k;
+
+	if (!kernel || index >= segment->count)
+		return -EINVAL;
+	k = &segment->kernels[index];
+	if (kernel->function != k->function || kernel->shared_mem != k->shared_mem ||
+	    kernel->param_count != k->param_count || kernel->param_bytes != k->param_bytes ||
+	    (kernel->param_bytes && !kernel->params))
+		return -EINVAL;
+	for (int i = 0; i < 3; i++)
+		if (kernel->grid[i] != k->grid[i] || kernel->block[i] != k->block[i])
+			return -EINVAL;
+	if (k->param_bytes)
+		memcpy(k->params, kernel->params, k->param_bytes);
+	return 0;
+}
+
+uint64_t lynx_replay_segment_word(const struct lynx_replay_segment *segment, size_t kernel,
+                                  uint32_t offset)
+{
+	uint64_t word = 0;
+
+	if (kernel < segment->count && offset <= segment->kernels[kernel].param_bytes &&
+	    segment->kernels[kernel].param_bytes - offset >= WORD)
+		memcpy(&word, segment->kernels[kernel].params + offset, WORD);
+	return word;
 }
 
 /* ---- Replay ---------------------------------------------------------------------------- */
@@ -585,26 +628,76 @@ static enum lynx_replay_verdict check_scratch(struct verification *v)
 	return LYNX_REPLAY_REPRODUCES;
 }
 
-/* Replays into scratch and decides, with the originals poisoned; they are restored by the
- * caller whatever happens here. */
-static enum lynx_replay_verdict replay_and_compare(struct verification *v, size_t temporary_count)
+/* Replays the segment through redirects and waits for it. rewritten, if not NULL, gets the
+ * words redirected. */
+static enum lynx_replay_verdict replay(struct verification *v,
+                                       const struct lynx_replay_redirect *redirects, size_t count,
+                                       uint64_t *rewritten)
 {
 	struct lynx_replay_stats stats;
 	CUresult res;
 
-	if (lynx_replay_launch(v->segment, v->stream, v->redirects, v->count + temporary_count,
-	                       &stats)) {
+	if (lynx_replay_launch(v->segment, v->stream, redirects, count, &stats)) {
 		v->check->verdict = LYNX_REPLAY_LAUNCH_FAILED;
 		v->check->kernel = stats.launched;
 		v->check->error = stats.error;
 		return v->check->verdict;
 	}
-	v->check->rewritten = stats.rewritten;
+	if (rewritten)
+		*rewritten = stats.rewritten;
 	/* A kernel that faults shows up here, not at its launch. */
 	res = synchronise(v);
 	if (res != CUDA_SUCCESS)
 		return fail_driver(v, "cuStreamSynchronize", res);
+	return LYNX_REPLAY_REPRODUCES;
+}
+
+/* Replays into scratch and decides, with the originals poisoned; they are restored by the
+ * caller whatever happens here. */
+static enum lynx_replay_verdict replay_and_compare(struct verification *v, size_t temporary_count)
+{
+	if (replay(v, v->redirects, v->count + temporary_count, &v->check->rewritten) !=
+	    LYNX_REPLAY_REPRODUCES)
+		return v->check->verdict;
 	return check_originals(v);
+}
+
+/* The originals' snapshot back; a failure loses them. */
+static void put_back_outputs(struct verification *v)
+{
+	CUresult res = restore(v);
+
+	if (res != CUDA_SUCCESS) {
+		v->check->restore_failed = true;
+		fail_driver(v, "cuMemcpyHtoDAsync (restoring the originals)", res);
+		v->check->verdict = LYNX_REPLAY_DRIVER_FAILED;
+		lynx_error("replay: verification could not restore the segment's outputs "
+		           "(CUresult %d): their contents are lost",
+		           (int)res);
+	}
+}
+
+/*
+ * lynx_replay_verify's check, once allocated: snapshot, poison, replay into scratch, put the
+ * originals back, compare. The verdict is in v->check.
+ */
+static void verify_outputs(struct verification *v, size_t temporary_count)
+{
+	CUresult res = take_snapshot(v);
+
+	if (res != CUDA_SUCCESS) {
+		fail_driver(v, "cuMemcpyDtoHAsync", res);
+		return;
+	}
+	/* From here the originals may hold poison: every path goes through the restore. */
+	res = poison(v);
+	if (res != CUDA_SUCCESS)
+		fail_driver(v, "cuMemcpyHtoDAsync", res);
+	else
+		replay_and_compare(v, temporary_count);
+	put_back_outputs(v);
+	if (v->check->verdict == LYNX_REPLAY_REPRODUCES)
+		check_scratch(v);
 }
 
 static void describe(struct lynx_replay_check *check, const struct lynx_replay_segment *segment,
@@ -664,7 +757,6 @@ enum lynx_replay_verdict lynx_replay_verify(struct lynx_replay_segment *segment,
 	        .segment = segment, .stream = stream, .outputs = outputs, .count = output_count};
 	const char *invalid =
 	        invalid_arguments(outputs, output_count, temporaries, temporary_count);
-	CUresult res;
 
 	*out = (struct lynx_replay_check){.verdict = LYNX_REPLAY_REPRODUCES};
 	v.check = out;
@@ -677,33 +769,633 @@ enum lynx_replay_verdict lynx_replay_verify(struct lynx_replay_segment *segment,
 		out->kernel = segment->unsupported_kernel;
 		goto out_describe;
 	}
-	if (allocate(&v, scratch, temporaries, temporary_count) != LYNX_REPLAY_REPRODUCES)
-		goto out_release;
-	res = take_snapshot(&v);
-	if (res != CUDA_SUCCESS) {
-		fail_driver(&v, "cuMemcpyDtoHAsync", res);
-		goto out_release;
-	}
-	/* From here the originals may hold poison: every path goes through the restore. */
-	res = poison(&v);
-	if (res != CUDA_SUCCESS)
-		fail_driver(&v, "cuMemcpyHtoDAsync", res);
-	else
-		replay_and_compare(&v, temporary_count);
-	res = restore(&v);
-	if (res != CUDA_SUCCESS) {
-		out->restore_failed = true;
-		fail_driver(&v, "cuMemcpyHtoDAsync (restoring the originals)", res);
-		out->verdict = LYNX_REPLAY_DRIVER_FAILED;
-		lynx_error("replay: verification could not restore the segment's outputs "
-		           "(CUresult %d): their contents are lost",
-		           (int)res);
-	}
-	if (out->verdict == LYNX_REPLAY_REPRODUCES)
-		check_scratch(&v);
-out_release:
+	if (allocate(&v, scratch, temporaries, temporary_count) == LYNX_REPLAY_REPRODUCES)
+		verify_outputs(&v, temporary_count);
 	release(&v);
 out_describe:
 	describe(out, segment, invalid);
+	return out->verdict;
+}
+
+/* ---- Examination ----------------------------------------------------------------------- */
+
+/* A word of snapshotted memory is asked about (range_of) only if its value lies in
+ * [LOWEST_ADDRESS, ADDRESS_LIMIT): the first 64 KiB are never mapped (and hold every small
+ * integer), and user addresses on x86-64 and AArch64 Linux lie below 2^48, which most
+ * floating-point data does not. */
+#define LOWEST_ADDRESS (64ull << 10)
+#define ADDRESS_LIMIT (1ull << 48)
+
+/* One allocation the examination snapshots, poisons and puts back: named by parameter words
+ * (an operand allocation), or found through a pointer stored in one (indirect). */
+struct region {
+	CUdeviceptr base;
+	size_t size;
+	unsigned char *saved; /* its contents before the first replay */
+	/* The offsets of its words that hold pointers (range_of knows their value): poison
+	 * keeps them, so that a kernel following one does not fault. */
+	size_t *kept;
+	size_t kept_count, kept_capacity;
+	CUdeviceptr copy; /* operand allocations, in passes 2 and 3: where it is moved */
+	/* The first parameter word naming it or, for an indirect one, the region it was found
+	 * through. */
+	uint32_t kernel, word;
+	size_t via; /* indirect: the region holding the pointer to it; SIZE_MAX otherwise */
+	bool written;
+};
+
+/* What one examination holds besides its verification, so that every exit frees the same
+ * things. */
+struct examination {
+	struct verification *v;
+	struct lynx_replay_examination *how;
+	const struct lynx_replay_redirect *temporaries;
+	size_t temporary_count;
+	struct region *regions; /* operand allocations first, then the indirect ones */
+	size_t count, capacity, operand_regions;
+	size_t total;            /* the regions' bytes */
+	bool snapshotted;        /* every region's snapshot is complete */
+	unsigned char *pattern;  /* the largest region: poison being written or compared */
+	unsigned char *readback; /* the largest region */
+	struct lynx_replay_redirect *redirects; /* outputs, temporaries, operand allocations */
+	size_t redirect_count;
+	size_t region;      /* the region the verdict concerns, or SIZE_MAX */
+	size_t written;     /* operand allocations the relocated replay wrote */
+	size_t wanted;      /* TOO_LARGE: the bytes it would have had to snapshot */
+	bool over_indirect; /* TOO_LARGE came from memory found through a stored pointer */
+	const char *invalid;
+};
+
+static bool in_range(uint64_t value, CUdeviceptr base, size_t size)
+{
+	/* Unsigned: a value below base wraps to a huge distance. */
+	return value - base < size;
+}
+
+/* Whether value points into an output or a temporary: memory that is redirected anyway. */
+static bool redirected(const struct examination *e, uint64_t value)
+{
+	for (size_t i = 0; i < e->v->count; i++)
+		if (in_range(value, e->v->outputs[i].ptr, e->v->outputs[i].size))
+			return true;
+	for (size_t i = 0; i < e->temporary_count; i++)
+		if (in_range(value, e->temporaries[i].from, e->temporaries[i].size))
+			return true;
+	return false;
+}
+
+/* The region holding value, or SIZE_MAX. O(regions): a segment names tens. */
+static size_t region_of(const struct examination *e, uint64_t value)
+{
+	for (size_t i = 0; i < e->count; i++)
+		if (in_range(value, e->regions[i].base, e->regions[i].size))
+			return i;
+	return SIZE_MAX;
+}
+
+static enum lynx_replay_verdict refuse(struct examination *e, const char *invalid)
+{
+	e->invalid = invalid;
+	return e->v->check->verdict = LYNX_REPLAY_INVALID;
+}
+
+/* Asks range_of about value. Returns REPRODUCES with *found false (not a pointer) or true
+ * and the allocation, or INVALID if the answer makes no sense. */
+static enum lynx_replay_verdict ask(struct examination *e, uint64_t value, CUdeviceptr *base,
+                                    size_t *size, bool *found)
+{
+	*found = e->how->range_of(value, base, size, e->how->range_arg);
+	if (*found && (!*size || *base + *size < *base || !in_range(value, *base, *size)))
+		return refuse(e, "range_of gave an allocation that does not hold the address");
+	return LYNX_REPLAY_REPRODUCES;
+}
+
+static enum lynx_replay_verdict add_region(struct examination *e, CUdeviceptr base, size_t size,
+                                           uint32_t kernel, uint32_t word, size_t via)
+{
+	for (size_t i = 0; i < e->count; i++)
+		if (ranges_overlap(base, size, e->regions[i].base, e->regions[i].size))
+			return refuse(e, "range_of gave two allocations that overlap");
+	if (e->count == e->capacity) {
+		size_t capacity = e->capacity ? 2 * e->capacity : 8;
+		struct region *grown = realloc(e->regions, capacity * sizeof(*grown));
+
+		if (!grown)
+			return e->v->check->verdict = LYNX_REPLAY_NO_MEMORY;
+		e->regions = grown;
+		e->capacity = capacity;
+	}
+	e->regions[e->count++] = (struct region){
+	        .base = base, .size = size, .kernel = kernel, .word = word, .via = via};
+	e->total = size > SIZE_MAX - e->total ? SIZE_MAX : e->total + size;
+	return LYNX_REPLAY_REPRODUCES;
+}
+
+/* The operand words of every kernel, into how->operands, and their allocations, as the
+ * first regions. O(words x regions). */
+static enum lynx_replay_verdict find_operands(struct examination *e)
+{
+	const struct lynx_replay_segment *segment = e->v->segment;
+	struct lynx_replay_examination *how = e->how;
+	struct lynx_replay_check *check = e->v->check;
+	bool over = false;
+
+	for (size_t k = 0; k < segment->count; k++) {
+		const struct replay_kernel *kernel = &segment->kernels[k];
+
+		for (uint32_t w = 0; w < kernel->word_count; w++) {
+			uint64_t value;
+			CUdeviceptr base;
+			size_t size, i;
+			bool found;
+
+			memcpy(&value, kernel->params + kernel->words[w], WORD);
+			if (redirected(e, value))
+				continue;
+			i = region_of(e, value);
+			if (i == SIZE_MAX) {
+				if (ask(e, value, &base, &size, &found) != LYNX_REPLAY_REPRODUCES)
+					return check->verdict;
+				if (!found)
+					continue;
+				if (add_region(e, base, size, (uint32_t)k, kernel->words[w],
+				               SIZE_MAX) != LYNX_REPLAY_REPRODUCES)
+					return check->verdict;
+				i = e->count - 1;
+			}
+			if (how->operand_count < how->operand_capacity)
+				how->operands[how->operand_count] = (struct lynx_replay_operand){
+				        .kernel = (uint32_t)k,
+				        .offset = kernel->words[w],
+				        .displacement = value - e->regions[i].base,
+				        .size = e->regions[i].size,
+				        .role = LYNX_REPLAY_INPUT,
+				};
+			how->operand_count++;
+			if (!over && (how->operand_count > how->operand_capacity ||
+			              e->total > how->max_operand_bytes)) {
+				over = true;
+				check->kernel = k;
+				check->word = kernel->words[w];
+			}
+		}
+	}
+	e->operand_regions = e->count;
+	e->wanted = e->total;
+	return over ? check->verdict = LYNX_REPLAY_TOO_LARGE : LYNX_REPLAY_REPRODUCES;
+}
+
+static enum lynx_replay_verdict snapshot_region(struct examination *e, struct region *r)
+{
+	const struct lynx_replay_driver *driver = &e->v->segment->driver;
+	CUresult res;
+
+	r->saved = malloc(r->size);
+	if (!r->saved)
+		return e->v->check->verdict = LYNX_REPLAY_NO_MEMORY;
+	res = driver->memcpy_dtoh_async(r->saved, r->base, r->size, e->v->stream);
+	if (res == CUDA_SUCCESS)
+		res = synchronise(e->v);
+	return res == CUDA_SUCCESS ? LYNX_REPLAY_REPRODUCES
+	                           : fail_driver(e->v, "cuMemcpyDtoHAsync", res);
+}
+
+static bool inside_output(const struct verification *v, CUdeviceptr at)
+{
+	for (size_t i = 0; i < v->count; i++)
+		if (ranges_overlap(at, WORD, v->outputs[i].ptr, v->outputs[i].size))
+			return true;
+	return false;
+}
+
+static enum lynx_replay_verdict keep(struct examination *e, struct region *r, size_t at)
+{
+	if (r->kept_count == r->kept_capacity) {
+		size_t capacity = r->kept_capacity ? 2 * r->kept_capacity : 4;
+		size_t *grown = realloc(r->kept, capacity * sizeof(*grown));
+
+		if (!grown)
+			return e->v->check->verdict = LYNX_REPLAY_NO_MEMORY;
+		r->kept = grown;
+		r->kept_capacity = capacity;
+	}
+	r->kept[r->kept_count++] = at;
+	return LYNX_REPLAY_REPRODUCES;
+}
+
+/*
+ * The pointers stored in region i's snapshot: kept by its poison, and the allocations they
+ * lead to, if new, added as indirect regions and snapshotted (then scanned in turn). Words
+ * inside an output are left to the output's poison. One range_of call per word that could
+ * be an address and is not the previous word again.
+ */
+static enum lynx_replay_verdict scan_region(struct examination *e, size_t i)
+{
+	struct lynx_replay_check *check = e->v->check;
+	uint64_t last = 0;
+	bool last_pointer = false;
+
+	for (size_t at = 0; at + WORD <= e->regions[i].size; at += WORD) {
+		struct region *r = &e->regions[i]; /* add_region may move the array */
+		uint64_t value;
+		CUdeviceptr base;
+		size_t size;
+		bool pointer;
+
+		memcpy(&value, r->saved + at, WORD);
+		if (value < LOWEST_ADDRESS || value >= ADDRESS_LIMIT ||
+		    inside_output(e->v, r->base + at))
+			continue;
+		if (value == last)
+			pointer = last_pointer;
+		else if (region_of(e, value) != SIZE_MAX || redirected(e, value))
+			pointer = true;
+		else if (ask(e, value, &base, &size, &pointer) != LYNX_REPLAY_REPRODUCES)
+			return check->verdict;
+		else if (pointer && size > e->how->max_operand_bytes - e->total) {
+			check->kernel = r->kernel;
+			check->word = r->word;
+			e->over_indirect = true;
+			e->wanted = e->total + size; /* no overflow: size <= max - total */
+			return check->verdict = LYNX_REPLAY_TOO_LARGE;
+		} else if (pointer) {
+			if (add_region(e, base, size, r->kernel, r->word, i) !=
+			            LYNX_REPLAY_REPRODUCES ||
+			    snapshot_region(e, &e->regions[e->count - 1]) != LYNX_REPLAY_REPRODUCES)
+				return check->verdict;
+			r = &e->regions[i];
+		}
+		last = value;
+		last_pointer = pointer;
+		if (pointer && keep(e, r, at) != LYNX_REPLAY_REPRODUCES)
+			return check->verdict;
+	}
+	return LYNX_REPLAY_REPRODUCES;
+}
+
+/* Snapshots the operand allocations, follows the pointers stored in them, and allocates the
+ * host buffers the later passes compare in. */
+static enum lynx_replay_verdict snapshot_regions(struct examination *e)
+{
+	size_t largest = 0;
+
+	for (size_t i = 0; i < e->operand_regions; i++)
+		if (snapshot_region(e, &e->regions[i]) != LYNX_REPLAY_REPRODUCES)
+			return e->v->check->verdict;
+	/* Breadth first: scanning appends the regions it finds, which are scanned in turn. */
+	for (size_t i = 0; i < e->count; i++)
+		if (scan_region(e, i) != LYNX_REPLAY_REPRODUCES)
+			return e->v->check->verdict;
+	e->snapshotted = true;
+	for (size_t i = 0; i < e->count; i++)
+		if (e->regions[i].size > largest)
+			largest = e->regions[i].size;
+	e->pattern = malloc(largest ? largest : 1);
+	e->readback = malloc(largest ? largest : 1);
+	if (!e->pattern || !e->readback)
+		return e->v->check->verdict = LYNX_REPLAY_NO_MEMORY;
+	return LYNX_REPLAY_REPRODUCES;
+}
+
+/* r's poison into e->pattern: the complement of its snapshot, pointers kept. */
+static void make_poison(struct examination *e, const struct region *r)
+{
+	complement(e->pattern, r->saved, r->size);
+	for (size_t k = 0; k < r->kept_count; k++)
+		memcpy(e->pattern + r->kept[k], r->saved + r->kept[k], WORD);
+}
+
+/* Host bytes to the device, waited for (the host buffer is reused at once). */
+static CUresult upload_bytes(struct examination *e, CUdeviceptr dst, const void *src, size_t size)
+{
+	CUresult res = e->v->segment->driver.memcpy_htod_async(dst, src, size, e->v->stream);
+
+	return res == CUDA_SUCCESS ? synchronise(e->v) : res;
+}
+
+static CUresult download_bytes(struct examination *e, CUdeviceptr src, size_t size)
+{
+	CUresult res =
+	        e->v->segment->driver.memcpy_dtoh_async(e->readback, src, size, e->v->stream);
+
+	return res == CUDA_SUCCESS ? synchronise(e->v) : res;
+}
+
+/* Every region's snapshot back into its original, then (if asked) the outputs'. A failure
+ * loses them: DRIVER_FAILED, restore_failed. Nothing is written before every snapshot is
+ * complete. */
+static void put_back(struct examination *e, bool outputs)
+{
+	const struct lynx_replay_driver *driver = &e->v->segment->driver;
+	CUresult res = CUDA_SUCCESS;
+
+	for (size_t i = 0; e->snapshotted && i < e->count && res == CUDA_SUCCESS; i++)
+		res = driver->memcpy_htod_async(e->regions[i].base, e->regions[i].saved,
+		                                e->regions[i].size, e->v->stream);
+	if (res == CUDA_SUCCESS)
+		res = synchronise(e->v);
+	if (res != CUDA_SUCCESS) {
+		e->v->check->restore_failed = true;
+		fail_driver(e->v, "cuMemcpyHtoDAsync (restoring the originals)", res);
+		e->v->check->verdict = LYNX_REPLAY_DRIVER_FAILED;
+		lynx_error("replay: examination could not restore the memory a segment's "
+		           "parameters name (CUresult %d): its contents are lost",
+		           (int)res);
+	}
+	if (outputs)
+		put_back_outputs(e->v);
+}
+
+/* Compares every region's original with its poison. */
+static enum lynx_replay_verdict check_region_originals(struct examination *e)
+{
+	struct lynx_replay_check *check = e->v->check;
+
+	for (size_t i = 0; i < e->count; i++) {
+		const struct region *r = &e->regions[i];
+		CUresult res = download_bytes(e, r->base, r->size);
+		size_t at;
+
+		if (res != CUDA_SUCCESS)
+			return fail_driver(e->v, "cuMemcpyDtoHAsync", res);
+		make_poison(e, r);
+		at = first_difference(e->readback, e->pattern, r->size, false);
+		if (at != SIZE_MAX) {
+			e->region = i;
+			check->operand_memory = true;
+			check->offset = at;
+			check->kernel = r->kernel;
+			check->word = r->word;
+			return check->verdict = LYNX_REPLAY_WRITES_THROUGH_DEVICE_POINTER;
+		}
+	}
+	return LYNX_REPLAY_REPRODUCES;
+}
+
+/* Replays through e->redirects with every original poisoned, and checks that the originals
+ * held their poison and the outputs their bytes; `differs` names what a differing output
+ * means in this pass. */
+static enum lynx_replay_verdict replay_relocated(struct examination *e,
+                                                 enum lynx_replay_verdict differs)
+{
+	CUresult res = poison(e->v);
+
+	if (res != CUDA_SUCCESS)
+		return fail_driver(e->v, "cuMemcpyHtoDAsync", res);
+	if (replay(e->v, e->redirects, e->redirect_count, NULL) != LYNX_REPLAY_REPRODUCES ||
+	    check_originals(e->v) != LYNX_REPLAY_REPRODUCES ||
+	    check_region_originals(e) != LYNX_REPLAY_REPRODUCES)
+		return e->v->check->verdict;
+	if (check_scratch(e->v) == LYNX_REPLAY_DIFFERS)
+		e->v->check->verdict = differs;
+	return e->v->check->verdict;
+}
+
+/* Pass 2: the operand allocations moved to copies of their snapshot, every original
+ * poisoned. Marks the allocations whose copy the replay changed. */
+static enum lynx_replay_verdict relocate(struct examination *e)
+{
+	const struct lynx_replay_driver *driver = &e->v->segment->driver;
+	size_t n = e->v->count + e->temporary_count;
+	CUresult res;
+
+	e->redirects = calloc(n + e->operand_regions, sizeof(*e->redirects));
+	if (!e->redirects)
+		return e->v->check->verdict = LYNX_REPLAY_NO_MEMORY;
+	/* Outputs and temporaries first: the first range that holds a word wins, and they may
+	 * lie inside an operand allocation. */
+	memcpy(e->redirects, e->v->redirects, n * sizeof(*e->redirects));
+	for (size_t i = 0; i < e->operand_regions; i++) {
+		struct region *r = &e->regions[i];
+
+		res = driver->mem_alloc(&r->copy, r->size);
+		if (res != CUDA_SUCCESS)
+			return fail_driver(e->v, "cuMemAlloc", res);
+		res = upload_bytes(e, r->copy, r->saved, r->size);
+		if (res != CUDA_SUCCESS)
+			return fail_driver(e->v, "cuMemcpyHtoDAsync", res);
+		e->redirects[n++] = (struct lynx_replay_redirect){r->base, r->size, r->copy};
+	}
+	e->redirect_count = n;
+	for (size_t i = 0; i < e->count; i++) {
+		make_poison(e, &e->regions[i]);
+		res = upload_bytes(e, e->regions[i].base, e->pattern, e->regions[i].size);
+		if (res != CUDA_SUCCESS)
+			return fail_driver(e->v, "cuMemcpyHtoDAsync", res);
+	}
+	if (replay_relocated(e, LYNX_REPLAY_READS_HIDDEN_MEMORY) != LYNX_REPLAY_REPRODUCES) {
+		/* Name the first memory found to hold a pointer, the likeliest culprit. */
+		for (size_t i = 0;
+		     i < e->count && e->v->check->verdict == LYNX_REPLAY_READS_HIDDEN_MEMORY; i++) {
+			if (e->regions[i].kept_count) {
+				e->region = i;
+				e->v->check->kernel = e->regions[i].kernel;
+				e->v->check->word = e->regions[i].word;
+				break;
+			}
+		}
+		return e->v->check->verdict;
+	}
+	for (size_t i = 0; i < e->operand_regions; i++) {
+		struct region *r = &e->regions[i];
+
+		res = download_bytes(e, r->copy, r->size);
+		if (res != CUDA_SUCCESS)
+			return fail_driver(e->v, "cuMemcpyDtoHAsync", res);
+		r->written = memcmp(e->readback, r->saved, r->size) != 0;
+		if (r->written && !e->written++)
+			e->region = i;
+	}
+	return LYNX_REPLAY_REPRODUCES;
+}
+
+/* Pass 3: the written allocations' copies hold their poison, the others their snapshot; the
+ * outputs must not change. */
+static enum lynx_replay_verdict probe_written(struct examination *e)
+{
+	size_t first = e->region;
+
+	for (size_t i = 0; i < e->operand_regions; i++) {
+		struct region *r = &e->regions[i];
+		CUresult res;
+
+		if (r->written)
+			make_poison(e, r);
+		res = upload_bytes(e, r->copy, r->written ? e->pattern : r->saved, r->size);
+		if (res != CUDA_SUCCESS)
+			return fail_driver(e->v, "cuMemcpyHtoDAsync", res);
+	}
+	if (replay_relocated(e, LYNX_REPLAY_UPDATES_OPERAND) == LYNX_REPLAY_UPDATES_OPERAND) {
+		e->region = first;
+		e->v->check->kernel = e->regions[first].kernel;
+		e->v->check->word = e->regions[first].word;
+	}
+	return e->v->check->verdict;
+}
+
+/* The operands' roles, once the verdict is REPRODUCES. */
+static void assign_roles(struct examination *e)
+{
+	struct lynx_replay_examination *how = e->how;
+
+	for (size_t i = 0; i < how->operand_count && i < how->operand_capacity; i++) {
+		struct lynx_replay_operand *op = &how->operands[i];
+		uint64_t value = lynx_replay_segment_word(e->v->segment, op->kernel, op->offset);
+		size_t r = region_of(e, value);
+
+		op->role = r < e->operand_regions && e->regions[r].written ? LYNX_REPLAY_SCRATCH
+		                                                           : LYNX_REPLAY_INPUT;
+	}
+}
+
+static void release_examination(struct examination *e)
+{
+	const struct lynx_replay_driver *driver = &e->v->segment->driver;
+
+	for (size_t i = 0; i < e->count; i++) {
+		if (e->regions[i].copy && driver->mem_free(e->regions[i].copy) != CUDA_SUCCESS)
+			lynx_warn_once("replay: cuMemFree of an examination copy failed");
+		free(e->regions[i].saved);
+		free(e->regions[i].kept);
+	}
+	free(e->regions);
+	free(e->pattern);
+	free(e->readback);
+	free(e->redirects);
+}
+
+/* The reason line for what describe() does not know, or with an examination's details. */
+static void describe_examination(struct lynx_replay_check *check,
+                                 const struct lynx_replay_segment *segment,
+                                 const struct examination *e)
+{
+	const struct lynx_replay_examination *how = e->how;
+	const struct region *r = e->region < e->count ? &e->regions[e->region] : NULL;
+	char *reason = check->reason;
+	size_t room = sizeof(check->reason), scratch = 0;
+
+	switch (check->verdict) {
+	case LYNX_REPLAY_REPRODUCES:
+		for (size_t i = 0; i < how->operand_count; i++)
+			scratch += how->operands[i].role == LYNX_REPLAY_SCRATCH;
+		snprintf(reason, room,
+		         "%zu kernels reproduce their outputs bit for bit (%llu parameter words "
+		         "redirected); %zu parameter words name other memory: %zu read in place, "
+		         "%zu scratch",
+		         segment->count, (unsigned long long)check->rewritten, how->operand_count,
+		         how->operand_count - scratch, scratch);
+		break;
+	case LYNX_REPLAY_WRITES_THROUGH_DEVICE_POINTER:
+		if (!check->operand_memory || !r)
+			describe(check, segment, e->invalid);
+		else if (r->via == SIZE_MAX)
+			snprintf(
+			        reason, room,
+			        "the replay wrote the original of what kernel %zu's parameter word "
+			        "at byte %u names (first at byte %zu of it): a kernel reads a "
+			        "pointer "
+			        "from device memory",
+			        check->kernel, check->word, check->offset);
+		else
+			snprintf(
+			        reason, room,
+			        "the replay wrote memory its parameters do not name (first at byte "
+			        "%zu), found through a pointer in what kernel %zu's parameter word "
+			        "at "
+			        "byte %u %s: a kernel reads a pointer from device memory",
+			        check->offset, check->kernel, check->word,
+			        e->regions[r->via].via == SIZE_MAX ? "names" : "leads to");
+		break;
+	case LYNX_REPLAY_READS_HIDDEN_MEMORY:
+		if (r)
+			snprintf(reason, room,
+			         "with the memory its parameters name moved and the originals "
+			         "poisoned, output %zu changed (first at byte %zu): a kernel "
+			         "reads a pointer from device memory, e.g. one stored in what "
+			         "kernel %zu's parameter word at byte %u %s",
+			         check->output, check->offset, check->kernel, check->word,
+			         r->via == SIZE_MAX ? "names" : "leads to");
+		else
+			snprintf(reason, room,
+			         "with the memory its parameters name moved and the originals "
+			         "poisoned, output %zu changed (first at byte %zu): a kernel "
+			         "reads a pointer from device memory",
+			         check->output, check->offset);
+		break;
+	case LYNX_REPLAY_UPDATES_OPERAND:
+		snprintf(
+		        reason, room,
+		        "with the %zu allocation(s) it writes filled with their complement, output "
+		        "%zu changed (first at byte %zu): it updates memory its parameters name "
+		        "(first what kernel %zu's parameter word at byte %u names) and its outputs "
+		        "depend on what it held",
+		        e->written, check->output, check->offset, check->kernel, check->word);
+		break;
+	case LYNX_REPLAY_TOO_LARGE:
+		snprintf(reason, room,
+		         "the memory its parameters name is too large or too scattered to check: "
+		         "kernel %zu's parameter word at byte %u takes it to %zu words (room for "
+		         "%zu) and %zu bytes%s (at most %zu)",
+		         check->kernel, check->word, how->operand_count, how->operand_capacity,
+		         e->wanted,
+		         e->over_indirect ? " with what pointers stored in it lead to" : "",
+		         how->max_operand_bytes);
+		break;
+	default:
+		describe(check, segment, e->invalid);
+		break;
+	}
+}
+
+enum lynx_replay_verdict
+lynx_replay_examine(struct lynx_replay_segment *segment, CUstream stream,
+                    const struct lynx_replay_range *outputs, size_t output_count,
+                    const struct lynx_replay_redirect *temporaries, size_t temporary_count,
+                    struct lynx_replay_examination *how, struct lynx_replay_check *out)
+{
+	struct verification v = {
+	        .segment = segment, .stream = stream, .outputs = outputs, .count = output_count};
+	struct examination e = {.v = &v,
+	                        .how = how,
+	                        .temporaries = temporaries,
+	                        .temporary_count = temporary_count,
+	                        .region = SIZE_MAX};
+
+	*out = (struct lynx_replay_check){.verdict = LYNX_REPLAY_REPRODUCES};
+	v.check = out;
+	e.invalid = invalid_arguments(outputs, output_count, temporaries, temporary_count);
+	if (!e.invalid && (!how || !how->range_of || (how->operand_capacity && !how->operands)))
+		e.invalid = "no range_of, or no room for the operands";
+	if (how)
+		how->operand_count = 0;
+	if (e.invalid) {
+		out->verdict = LYNX_REPLAY_INVALID;
+		describe(out, segment, e.invalid);
+		return out->verdict;
+	}
+	if (segment->unsupported) {
+		out->verdict = LYNX_REPLAY_UNSUPPORTED;
+		out->kernel = segment->unsupported_kernel;
+		goto out_release; /* nothing allocated yet: releases nothing */
+	}
+	/* Everything it names is snapshotted before the first replay, which reads (and may
+	 * write) it in place, and put back after each pass that may change it. */
+	if (find_operands(&e) != LYNX_REPLAY_REPRODUCES ||
+	    snapshot_regions(&e) != LYNX_REPLAY_REPRODUCES ||
+	    allocate(&v, NULL, temporaries, temporary_count) != LYNX_REPLAY_REPRODUCES)
+		goto out_release;
+	verify_outputs(&v, temporary_count); /* pass 1: the outputs put back already */
+	put_back(&e, false);
+	if (out->verdict != LYNX_REPLAY_REPRODUCES || !e.count)
+		goto out_release;
+	if (relocate(&e) == LYNX_REPLAY_REPRODUCES && e.written)
+		probe_written(&e);
+	put_back(&e, true);
+	if (out->verdict == LYNX_REPLAY_REPRODUCES)
+		assign_roles(&e);
+out_release:
+	describe_examination(out, segment, &e); /* reads the regions */
+	release_examination(&e);
+	release(&v);
 	return out->verdict;
 }

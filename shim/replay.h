@@ -23,9 +23,15 @@
  * (struct lynx_replay_driver), which the shim fills from its real functions (so replays
  * are not recorded as the trainer's launches) and tests fill from simgpu.
  *
+ * Examination (lynx_replay_examine) goes further than verification: besides the outputs it
+ * accounts for every other piece of memory the parameters name (an operand: read in place,
+ * or scratch the replay may be given instead), and it catches kernels that read memory the
+ * parameters do not name, so that a segment can be replayed later with a later launch's
+ * parameters (lynx_replay_segment_refresh) and those operands redirected.
+ *
  * Thread safety: a segment holds one working copy of the parameters, so one thread at a
- * time may replay or verify a given segment; different segments may be used from
- * different threads at once. Nothing here takes a lock.
+ * time may replay, verify, examine or refresh a given segment; different segments may be
+ * used from different threads at once. Nothing here takes a lock.
  */
 #ifndef LYNX_REPLAY_H
 #define LYNX_REPLAY_H
@@ -115,6 +121,21 @@ void lynx_replay_segment_destroy(struct lynx_replay_segment *segment); /* NULL: 
 /* The number of kernels in the segment. */
 size_t lynx_replay_segment_kernels(const struct lynx_replay_segment *segment);
 
+/*
+ * Replaces kernel `index`'s parameter bytes with kernel->params: a later launch of the same
+ * producer (another iteration's pointers). It must have the same function, geometry, shared
+ * memory, param_count and param_bytes as the kernel recorded at creation; otherwise, or for
+ * an index out of range, it returns -EINVAL and nothing changes. Returns 0. It copies into
+ * the segment's existing buffer: no allocation, no lock, no driver call.
+ */
+int lynx_replay_segment_refresh(struct lynx_replay_segment *segment, size_t index,
+                                const struct lynx_replay_kernel *kernel);
+
+/* The 8-byte word (native byte order) at byte `offset` of kernel `kernel`'s current
+ * parameter bytes; 0 if the kernel or the word is out of range. */
+uint64_t lynx_replay_segment_word(const struct lynx_replay_segment *segment, size_t kernel,
+                                  uint32_t offset);
+
 /* NULL if every kernel can be replayed; otherwise why not (a static string), and the first
  * such kernel's index in *kernel (if kernel is not NULL). */
 const char *lynx_replay_segment_unsupported(const struct lynx_replay_segment *segment,
@@ -149,8 +170,18 @@ int lynx_replay_launch(struct lynx_replay_segment *segment, CUstream stream,
 	LYNX_REPLAY_VERDICT(REPRODUCES, "reproduces its outputs bit for bit")                \
 	LYNX_REPLAY_VERDICT(DIFFERS, "the replay's output differs from the original")        \
 	LYNX_REPLAY_VERDICT(WRITES_THROUGH_DEVICE_POINTER,                                   \
-	                    "the replay wrote an original output: a kernel reads a pointer " \
-	                    "from device memory")                                            \
+	                    "the replay wrote an original output or the original of memory " \
+	                    "it names: a kernel reads a pointer from device memory")         \
+	LYNX_REPLAY_VERDICT(READS_HIDDEN_MEMORY,                                             \
+	                    "with the memory its parameters name moved and the originals "   \
+	                    "poisoned, the output changed: a kernel reads a pointer from "   \
+	                    "device memory")                                                 \
+	LYNX_REPLAY_VERDICT(UPDATES_OPERAND,                                                 \
+	                    "the replay changes memory its parameters name besides its "     \
+	                    "outputs, and the outputs depend on what it held")               \
+	LYNX_REPLAY_VERDICT(TOO_LARGE,                                                       \
+	                    "the memory its parameters name is too large or too scattered "  \
+	                    "to check")                                                      \
 	LYNX_REPLAY_VERDICT(LAUNCH_FAILED, "a replayed launch failed")                       \
 	LYNX_REPLAY_VERDICT(UNSUPPORTED, "a launch cannot be replayed from its record")      \
 	LYNX_REPLAY_VERDICT(DRIVER_FAILED, "a copy, synchronisation or allocation failed")   \
@@ -169,16 +200,26 @@ const char *lynx_replay_verdict_name(enum lynx_replay_verdict verdict);
 /* The verdict's meaning (the texts above); "unknown verdict" out of range. */
 const char *lynx_replay_verdict_text(enum lynx_replay_verdict verdict);
 
-/* A verification's result. Fields not named for the verdict are 0. */
+/* A verification's or examination's result. Fields not named for the verdict are 0. */
 struct lynx_replay_check {
 	enum lynx_replay_verdict verdict;
-	CUresult error;      /* LAUNCH_FAILED, DRIVER_FAILED, NO_MEMORY: the driver's result */
-	const char *call;    /* DRIVER_FAILED: the driver function that failed */
-	size_t kernel;       /* LAUNCH_FAILED, UNSUPPORTED: the kernel's index */
-	size_t output;       /* DIFFERS, WRITES_THROUGH_DEVICE_POINTER: the output's index */
-	size_t offset;       /* the same two: the first differing byte in that output */
-	uint64_t rewritten;  /* parameter words the replay redirected */
-	bool restore_failed; /* the original outputs could not be put back: they are lost */
+	CUresult error;   /* LAUNCH_FAILED, DRIVER_FAILED, NO_MEMORY: the driver's result */
+	const char *call; /* DRIVER_FAILED: the driver function that failed */
+	/* LAUNCH_FAILED, UNSUPPORTED: the kernel's index. Examination's UPDATES_OPERAND,
+	 * TOO_LARGE, WRITES_THROUGH_DEVICE_POINTER with operand_memory, and READS_HIDDEN_MEMORY
+	 * where some memory was found to hold a pointer: the kernel whose parameter word (at
+	 * byte `word` of its parameters) names (or leads to) the memory concerned. */
+	size_t kernel;
+	uint32_t word;
+	/* DIFFERS, WRITES_THROUGH_DEVICE_POINTER, READS_HIDDEN_MEMORY, UPDATES_OPERAND: the
+	 * output's index, and the first differing byte in it. */
+	size_t output;
+	size_t offset;
+	/* WRITES_THROUGH_DEVICE_POINTER in an examination: the replay wrote the original of
+	 * memory other than an output (`offset` is then the first byte written in it). */
+	bool operand_memory;
+	uint64_t rewritten;  /* parameter words the replay (the first pass) redirected */
+	bool restore_failed; /* the originals could not be put back: they are lost */
 	char reason[256];    /* one line for the log: the verdict and its details */
 };
 
@@ -219,5 +260,120 @@ enum lynx_replay_verdict lynx_replay_verify(struct lynx_replay_segment *segment,
                                             const CUdeviceptr *scratch, size_t output_count,
                                             const struct lynx_replay_redirect *temporaries,
                                             size_t temporary_count, struct lynx_replay_check *out);
+
+/* ---- Examination ----------------------------------------------------------------------- */
+
+/*
+ * Which device allocation holds addr: true and its [*base, *base + *size), which must
+ * contain addr; false if addr is in none (it is then not a pointer). Called from the
+ * examining thread only, many times (see lynx_replay_examine): it should be quick.
+ */
+typedef bool (*lynx_replay_range_of)(CUdeviceptr addr, CUdeviceptr *base, size_t *size, void *arg);
+
+/*
+ * LYNX_REPLAY_ROLES(X): X(name, text) for each thing an operand can be to a replay.
+ * INPUT: read in place; the replay leaves it unchanged.
+ * SCRATCH: the replay writes it, and the outputs do not depend on what it held: a later
+ * replay redirects it to scratch memory of its size (a shared GEMM workspace; the in-place
+ * tensor of a dropout whose saved output is the mask).
+ */
+#define LYNX_REPLAY_ROLES(X) \
+	X(INPUT, "input")    \
+	X(SCRATCH, "scratch")
+
+enum lynx_replay_role {
+#define LYNX_REPLAY_ROLE_ENUM(name, text) LYNX_REPLAY_##name,
+	LYNX_REPLAY_ROLES(LYNX_REPLAY_ROLE_ENUM)
+#undef LYNX_REPLAY_ROLE_ENUM
+	        LYNX_REPLAY_ROLE_COUNT
+};
+
+/* "input", "scratch"; "unknown" for a value out of range. */
+const char *lynx_replay_role_name(enum lynx_replay_role role);
+
+/*
+ * One parameter word that names memory other than the outputs: an aligned 8-byte word
+ * inside one parameter (the words redirection considers) whose value lies in an allocation
+ * (range_of says so) and not inside an output or a temporary's from-range. Several words
+ * naming one allocation each get an entry, with the same role.
+ */
+struct lynx_replay_operand {
+	uint32_t kernel;       /* the kernel's index in the segment */
+	uint32_t offset;       /* the word's byte offset in that kernel's parameter bytes */
+	uint64_t displacement; /* the word's value minus the allocation's base */
+	size_t size;           /* the allocation's size */
+	enum lynx_replay_role role;
+};
+
+/* What lynx_replay_examine is given, and what it found. */
+struct lynx_replay_examination {
+	lynx_replay_range_of range_of; /* required */
+	void *range_arg;
+	/* The most bytes of memory other than the outputs it may snapshot: the operands'
+	 * distinct allocations, and what pointers stored in them lead to. More: TOO_LARGE. */
+	size_t max_operand_bytes;
+	struct lynx_replay_operand *operands; /* out: operand_capacity entries (NULL if 0) */
+	size_t operand_capacity;              /* more operand words: TOO_LARGE */
+	/* out: the operand words found, in kernel then offset order; all are in operands[]
+	 * unless the verdict is TOO_LARGE (then it may exceed the capacity). Their roles mean
+	 * something only when the verdict is REPRODUCES. */
+	size_t operand_count;
+};
+
+/*
+ * Verifies the segment as lynx_replay_verify does (with scratch it allocates), then finds
+ * and classifies everything else its parameters name, so that the segment may be replayed
+ * later, with a later launch's parameters, with INPUT operands read in place and SCRATCH
+ * ones redirected to scratch. Only REPRODUCES allows that; how->operands then holds every
+ * operand with its role.
+ *
+ * The operands, and the memory that pointer-like words stored in them lead to (range_of
+ * asked about each aligned word), are snapshotted to host before any replay and put back
+ * at the end, whatever the verdict. Too many operand words or bytes: TOO_LARGE, before any
+ * replay. Then, all on `stream`, blocking:
+ * 1. lynx_replay_verify's check (outputs poisoned, replayed into scratch, everything else
+ *    read in place); anything but REPRODUCES is the verdict. The operands are put back.
+ * 2. Relocation: each operand allocation copied to fresh device memory and redirected there
+ *    (outputs to re-poisoned scratch), while the originals of operands and outputs, and
+ *    the memory found through pointers, hold their complement. A write to an original is
+ *    WRITES_THROUGH_DEVICE_POINTER; outputs that differ from the originals mean a kernel
+ *    read memory its parameters do not name: READS_HIDDEN_MEMORY. An operand copy that
+ *    changed is written.
+ * 3. Only if some operand is written: its copy filled with its complement, the others with
+ *    their snapshot. Outputs still equal to the originals: the written ones are SCRATCH,
+ *    the rest INPUT, REPRODUCES; else UPDATES_OPERAND.
+ * Poison is the bitwise complement, except that aligned words of the snapshot that range_of
+ * places in an allocation keep their value, so that a kernel following a pointer it reads
+ * from device memory reads poison rather than faulting on a poisoned address (on a GPU, an
+ * illegal address ends the context).
+ *
+ * Limits: a write is seen only as a change, so memory the replay writes with exactly what
+ * it held (a workspace examined while it still holds this segment's own staging) is taken
+ * for INPUT; examine once such memory has been reused, or accept that the replay rewrites it
+ * in place. Memory reached through pointers that range_of does not know (host memory), or
+ * that nothing names (a module's __device__ variables), is read in place unseen. Poisoned
+ * memory that a kernel reads as indices (through a pointer stored in device memory, or
+ * scratch it reads before writing) may send it out of bounds: on a GPU, a fault.
+ *
+ * The caller must guarantee, besides what lynx_replay_verify requires of the outputs, that
+ * nothing else reads or writes the operands, or the memory pointers stored in them lead to,
+ * while this runs: their originals are poisoned for a while. In practice the device must be
+ * idle except for `stream`: synchronise the context (cuCtxSynchronize) first and hold the
+ * trainer's threads. The operands must hold what the segment's kernels read when they first
+ * ran. The cost is warm-up only: host memory for every snapshot (the outputs' and up to
+ * max_operand_bytes) and twice the largest allocation snapshotted, device memory for the
+ * outputs' scratch and the operands' copies, one
+ * range_of call per aligned word of the snapshotted memory whose value could be an address
+ * (from 64 KiB to 2^48, the user addresses of x86-64 and AArch64 Linux), three replays and
+ * a synchronisation per copy. Host and device memory failures: NO_MEMORY; another driver
+ * failure: DRIVER_FAILED (restore_failed if the originals could not be put back). A NULL
+ * how, or one without range_of: INVALID. out must not be NULL; the verdict is also
+ * returned.
+ */
+enum lynx_replay_verdict
+lynx_replay_examine(struct lynx_replay_segment *segment, CUstream stream,
+                    const struct lynx_replay_range *outputs, size_t output_count,
+                    const struct lynx_replay_redirect *temporaries, size_t temporary_count,
+                    struct lynx_replay_examination *how, struct lynx_replay_check *out);
 
 #endif /* LYNX_REPLAY_H */

@@ -4,7 +4,9 @@
  * reached through cuGetProcAddress like the shim does), with kernels of this file registered
  * through simgpu's API: redirected replays, pointers inside by-value structs, words left
  * alone, non-determinism, a pointer read from device memory, in-place accumulation,
- * temporaries, records that cannot be replayed, and launches that fail.
+ * temporaries, records that cannot be replayed, and launches that fail; then examination
+ * (inputs, workspaces, updated operands, memory read or written through pointers stored in
+ * device memory, limits) and refreshing a segment's parameters.
  *
  * Each kernel is first launched for real and recorded the way the shim's launch hook records
  * it: a recorder event whose payload is the packed parameter bytes (cuFuncGetParamInfo).
@@ -40,7 +42,8 @@ static void (*memory_stats)(struct simgpu_memory_stats *out);
 /* ---- Kernels ----------------------------------------------------------------------------- */
 
 static const void *scale_kernel, *scale_struct_kernel, *add_one_kernel, *stamp_kernel,
-        *fill_through_kernel, *echo_words_kernel, *accumulate_kernel;
+        *fill_through_kernel, *echo_words_kernel, *accumulate_kernel, *add_bias_kernel,
+        *staged_kernel, *scale_amax_kernel, *gather_kernel, *gather_direct_kernel, *mirror_kernel;
 
 /* scale(x, y, a, n): y = a * x. */
 static void scale_body(const struct simgpu_launch_dims *dims, void **params)
@@ -125,9 +128,114 @@ static void accumulate_body(const struct simgpu_launch_dims *dims, void **params
 		y[i] += x[i];
 }
 
+/* add_bias(out, x, bias, n): out = x + bias[i % 4]. */
+static void add_bias_body(const struct simgpu_launch_dims *dims, void **params)
+{
+	float *out = *(float **)params[0];
+	const float *x = *(const float **)params[1];
+	const float *bias = *(const float **)params[2];
+	int n = *(int *)params[3];
+
+	for (int i = 0; i < n; i++)
+		out[i] = x[i] + bias[i % 4];
+}
+
+/* staged(x, ws, y, n): ws = 3x, then y = ws + 1, like a GEMM that stages its result in a
+ * shared workspace: the workspace is written before it is read. */
+static void staged_body(const struct simgpu_launch_dims *dims, void **params)
+{
+	const float *x = *(const float **)params[0];
+	float *ws = *(float **)params[1];
+	float *y = *(float **)params[2];
+	int n = *(int *)params[3];
+
+	for (int i = 0; i < n; i++)
+		ws[i] = 3.0f * x[i];
+	for (int i = 0; i < n; i++)
+		y[i] = ws[i] + 1.0f;
+}
+
+/* scale_amax(x, meta, y, n): y = x * meta[0], and meta[1] += sum |x|, like FP8 scaling
+ * that reads its scale from the buffer it accumulates a statistic into. */
+static void scale_amax_body(const struct simgpu_launch_dims *dims, void **params)
+{
+	const float *x = *(const float **)params[0];
+	float *meta = *(float **)params[1];
+	float *y = *(float **)params[2];
+	int n = *(int *)params[3];
+
+	for (int i = 0; i < n; i++) {
+		y[i] = x[i] * meta[0];
+		meta[1] += x[i] < 0 ? -x[i] : x[i];
+	}
+}
+
+/* gather(tokens, table_ref, out, n): out = (*table_ref)[tokens[i]]; the table pointer lives
+ * in device memory, as in tinytrain's embedding. */
+static void gather_body(const struct simgpu_launch_dims *dims, void **params)
+{
+	const int *tokens = *(const int **)params[0];
+	const float *const *table_ref = *(const float *const **)params[1];
+	float *out = *(float **)params[2];
+	int n = *(int *)params[3];
+
+	for (int i = 0; i < n; i++)
+		out[i] = (*table_ref)[tokens[i]];
+}
+
+/* gather_direct(tokens, table, out, n): the same, the table named by its parameters. */
+static void gather_direct_body(const struct simgpu_launch_dims *dims, void **params)
+{
+	const int *tokens = *(const int **)params[0];
+	const float *table = *(const float **)params[1];
+	float *out = *(float **)params[2];
+	int n = *(int *)params[3];
+
+	for (int i = 0; i < n; i++)
+		out[i] = table[tokens[i]];
+}
+
+/* mirror(x, copy_ref, y, n): y = x, and x again into *copy_ref, a pointer in device memory. */
+static void mirror_body(const struct simgpu_launch_dims *dims, void **params)
+{
+	const float *x = *(const float **)params[0];
+	float *const *copy_ref = *(float *const **)params[1];
+	float *y = *(float **)params[2];
+	int n = *(int *)params[3];
+
+	for (int i = 0; i < n; i++)
+		y[i] = (*copy_ref)[i] = x[i];
+}
+
+/* Registers a kernel of four parameters: three pointers and an int. */
+static const void *
+register_three_pointers(const void *(*kernel_register)(const struct simgpu_kernel_desc *),
+                        const char *name, void (*body)(const struct simgpu_launch_dims *, void **))
+{
+	const size_t ptr = sizeof(void *);
+
+	return kernel_register(&(struct simgpu_kernel_desc){
+	        .name = name,
+	        .num_params = 4,
+	        .param_sizes = {ptr, ptr, ptr, sizeof(int)},
+	        .body = body,
+	});
+}
+
 static int register_kernels(const void *(*kernel_register)(const struct simgpu_kernel_desc *))
 {
 	const size_t ptr = sizeof(void *);
+
+	add_bias_kernel = register_three_pointers(kernel_register, "add_bias", add_bias_body);
+	staged_kernel = register_three_pointers(kernel_register, "staged", staged_body);
+	scale_amax_kernel = register_three_pointers(kernel_register, "scale_amax", scale_amax_body);
+	gather_kernel = register_three_pointers(kernel_register, "gather", gather_body);
+	gather_direct_kernel =
+	        register_three_pointers(kernel_register, "gather_direct", gather_direct_body);
+	mirror_kernel = register_three_pointers(kernel_register, "mirror", mirror_body);
+	if (!add_bias_kernel || !staged_kernel || !scale_amax_kernel || !gather_kernel ||
+	    !gather_direct_kernel || !mirror_kernel)
+		return -1;
 
 	scale_kernel = kernel_register(&(struct simgpu_kernel_desc){
 	        .name = "scale",
@@ -737,11 +845,25 @@ static void test_bad_arguments_are_refused(void **state)
 	                           2, NULL, 0, &check),
 	        LYNX_REPLAY_INVALID);
 	assert_non_null(strstr(check.reason, "overlap"));
+	struct lynx_replay_examination how = {0};
+	assert_int_equal(lynx_replay_examine(segment, f->stream,
+	                                     &(struct lynx_replay_range){s.y, N * 4}, 1, NULL, 0,
+	                                     &how, &check),
+	                 LYNX_REPLAY_INVALID);
+	assert_non_null(strstr(check.reason, "no range_of"));
+	assert_int_equal(lynx_replay_examine(segment, f->stream,
+	                                     &(struct lynx_replay_range){s.y, N * 4}, 1, NULL, 0,
+	                                     NULL, &check),
+	                 LYNX_REPLAY_INVALID);
 	assert_int_equal(call_count("cuLaunchKernel"), launches);
 
 	assert_string_equal(lynx_replay_verdict_name(LYNX_REPLAY_WRITES_THROUGH_DEVICE_POINTER),
 	                    "WRITES_THROUGH_DEVICE_POINTER");
 	assert_string_equal(lynx_replay_verdict_name(LYNX_REPLAY_VERDICT_COUNT), "UNKNOWN");
+	assert_string_equal(lynx_replay_verdict_name(LYNX_REPLAY_READS_HIDDEN_MEMORY),
+	                    "READS_HIDDEN_MEMORY");
+	assert_string_equal(lynx_replay_role_name(LYNX_REPLAY_SCRATCH), "scratch");
+	assert_string_equal(lynx_replay_role_name(LYNX_REPLAY_ROLE_COUNT), "unknown");
 	assert_non_null(strstr(lynx_replay_verdict_text(LYNX_REPLAY_REPRODUCES), "bit for bit"));
 
 	struct lynx_event alloc = {.kind = LYNX_EV_ALLOC};
@@ -784,6 +906,507 @@ static void test_a_failing_launch_is_reported_and_the_original_restored(void **s
 	free_two_kernels(&s);
 }
 
+/* ---- Examination ------------------------------------------------------------------------- */
+
+/* The test's own allocations, for range_of: which one holds an address. */
+struct allocations {
+	size_t count;
+	CUdeviceptr base[8];
+	size_t size[8];
+	unsigned char *before[8]; /* each one's contents, from remember() */
+};
+
+static bool range_of_table(CUdeviceptr addr, CUdeviceptr *base, size_t *size, void *arg)
+{
+	const struct allocations *t = arg;
+
+	for (size_t i = 0; i < t->count; i++) {
+		if (addr - t->base[i] < t->size[i]) {
+			*base = t->base[i];
+			*size = t->size[i];
+			return true;
+		}
+	}
+	return false;
+}
+
+static CUdeviceptr tracked_alloc(struct allocations *t, size_t bytes)
+{
+	assert_true(t->count < 8);
+	t->size[t->count] = bytes;
+	return t->base[t->count++] = device_alloc(bytes);
+}
+
+/* Takes every allocation's contents, for assert_unchanged. */
+static void remember(CUstream stream, struct allocations *t)
+{
+	for (size_t i = 0; i < t->count; i++) {
+		free(t->before[i]);
+		t->before[i] = malloc(t->size[i]);
+		assert_non_null(t->before[i]);
+		download(stream, t->before[i], t->base[i], t->size[i]);
+	}
+}
+
+/* Every allocation, outputs and operands alike, holds what remember() saw. */
+static void assert_unchanged(CUstream stream, const struct allocations *t)
+{
+	for (size_t i = 0; i < t->count; i++) {
+		unsigned char *now = malloc(t->size[i]);
+
+		assert_non_null(now);
+		download(stream, now, t->base[i], t->size[i]);
+		assert_memory_equal(now, t->before[i], t->size[i]);
+		free(now);
+	}
+}
+
+static void free_allocations(struct allocations *t)
+{
+	for (size_t i = 0; i < t->count; i++) {
+		driver.mem_free(t->base[i]);
+		free(t->before[i]);
+	}
+	memset(t, 0, sizeof(*t));
+}
+
+static struct lynx_replay_examination examination(struct allocations *t,
+                                                  struct lynx_replay_operand *operands,
+                                                  size_t capacity, size_t max_bytes)
+{
+	return (struct lynx_replay_examination){
+	        .range_of = range_of_table,
+	        .range_arg = t,
+	        .max_operand_bytes = max_bytes,
+	        .operands = operands,
+	        .operand_capacity = capacity,
+	};
+}
+
+static void assert_operand(const struct lynx_replay_operand *op, uint32_t kernel, uint32_t offset,
+                           uint64_t displacement, size_t size, enum lynx_replay_role role)
+{
+	assert_int_equal(op->kernel, kernel);
+	assert_int_equal(op->offset, offset);
+	assert_int_equal(op->displacement, displacement);
+	assert_int_equal(op->size, size);
+	assert_string_equal(lynx_replay_role_name(op->role), lynx_replay_role_name(role));
+}
+
+/* scale(w + 16 -> tmp), then add_bias(tmp, bias = w -> out): one allocation w named by two
+ * words, of two kernels, at two displacements. */
+struct biased_segment {
+	struct allocations t;
+	CUdeviceptr w, tmp, out;
+	struct recording rec[2];
+	struct lynx_replay_kernel kernels[2];
+};
+
+static void run_biased(CUstream stream, struct biased_segment *s)
+{
+	float host_w[N + 4], a = 1.5f;
+	int n = N;
+	CUdeviceptr x;
+
+	memset(&s->t, 0, sizeof(s->t));
+	s->w = tracked_alloc(&s->t, (N + 4) * 4);
+	s->tmp = tracked_alloc(&s->t, N * 4);
+	s->out = tracked_alloc(&s->t, N * 4);
+	for (int i = 0; i < 4; i++)
+		host_w[i] = 0.25f * (float)(i + 1);
+	inputs(host_w + 4);
+	upload(stream, s->w, host_w, sizeof(host_w));
+	x = s->w + 16;
+	launch_recorded(stream, scale_kernel, (void *[]){&x, &s->tmp, &a, &n}, &s->rec[0],
+	                &s->kernels[0]);
+	launch_recorded(stream, add_bias_kernel, (void *[]){&s->out, &s->tmp, &s->w, &n},
+	                &s->rec[1], &s->kernels[1]);
+}
+
+static void test_examine_finds_inputs_read_in_place(void **state)
+{
+	struct fixture *f = *state;
+	struct biased_segment s;
+	struct lynx_replay_operand ops[4];
+	struct lynx_replay_check check;
+
+	run_biased(f->stream, &s);
+	struct lynx_replay_segment *segment = segment_of(s.kernels, 2);
+	struct lynx_replay_examination how = examination(&s.t, ops, 4, 1 << 20);
+	struct lynx_replay_range outputs[] = {{s.tmp, N * 4}, {s.out, N * 4}};
+
+	remember(f->stream, &s.t);
+	assert_int_equal(lynx_replay_examine(segment, f->stream, outputs, 2, NULL, 0, &how, &check),
+	                 LYNX_REPLAY_REPRODUCES);
+	assert_int_equal(check.verdict, LYNX_REPLAY_REPRODUCES);
+	assert_int_equal(check.rewritten, 3); /* tmp in both kernels, out in the second */
+	assert_int_equal(how.operand_count, 2);
+	assert_operand(&ops[0], 0, 0, 16, (N + 4) * 4, LYNX_REPLAY_INPUT);
+	assert_operand(&ops[1], 1, 16, 0, (N + 4) * 4, LYNX_REPLAY_INPUT);
+	assert_non_null(strstr(check.reason, "2 parameter words name other memory: 2 read in "
+	                                     "place, 0 scratch"));
+	assert_unchanged(f->stream, &s.t);
+
+	lynx_replay_segment_destroy(segment);
+	free_allocations(&s.t);
+}
+
+static void test_examine_finds_a_workspace_written_before_it_is_read(void **state)
+{
+	struct fixture *f = *state;
+	struct allocations t = {0};
+	CUdeviceptr x = tracked_alloc(&t, N * 4), ws = tracked_alloc(&t, N * 4),
+	            y = tracked_alloc(&t, N * 4);
+	float host_x[N], later[N];
+	int n = N;
+	struct recording rec;
+	struct lynx_replay_kernel kernel;
+	struct lynx_replay_operand ops[4];
+	struct lynx_replay_check check;
+	struct lynx_replay_examination how = examination(&t, ops, 4, 1 << 20);
+
+	inputs(host_x);
+	upload(f->stream, x, host_x, sizeof(host_x));
+	launch_recorded(f->stream, staged_kernel, (void *[]){&x, &ws, &y, &n}, &rec, &kernel);
+	/* A later GEMM staged its own result in the shared workspace since: a replay that
+	 * rewrites it is seen to write it. */
+	for (int i = 0; i < N; i++)
+		later[i] = -5.0f - (float)i;
+	upload(f->stream, ws, later, sizeof(later));
+	struct lynx_replay_segment *segment = segment_of(&kernel, 1);
+
+	remember(f->stream, &t);
+	assert_int_equal(lynx_replay_examine(segment, f->stream,
+	                                     &(struct lynx_replay_range){y, N * 4}, 1, NULL, 0,
+	                                     &how, &check),
+	                 LYNX_REPLAY_REPRODUCES);
+	assert_int_equal(how.operand_count, 2);
+	assert_operand(&ops[0], 0, 0, 0, N * 4, LYNX_REPLAY_INPUT);
+	assert_operand(&ops[1], 0, 8, 0, N * 4, LYNX_REPLAY_SCRATCH);
+	assert_non_null(strstr(check.reason, "1 read in place, 1 scratch"));
+	assert_unchanged(f->stream, &t); /* the workspace holds the later GEMM's bytes */
+
+	lynx_replay_segment_destroy(segment);
+	free_allocations(&t);
+}
+
+static void test_examine_refuses_outputs_that_depend_on_memory_the_replay_updates(void **state)
+{
+	struct fixture *f = *state;
+	struct allocations t = {0};
+	CUdeviceptr x = tracked_alloc(&t, N * 4), meta = tracked_alloc(&t, 16),
+	            y = tracked_alloc(&t, N * 4);
+	float host_x[N], host_meta[4] = {0.75f, 0.0f, 0.0f, 0.0f};
+	int n = N;
+	struct recording rec;
+	struct lynx_replay_kernel kernel;
+	struct lynx_replay_operand ops[4];
+	struct lynx_replay_check check;
+	struct lynx_replay_examination how = examination(&t, ops, 4, 1 << 20);
+
+	inputs(host_x);
+	upload(f->stream, x, host_x, sizeof(host_x));
+	upload(f->stream, meta, host_meta, sizeof(host_meta));
+	launch_recorded(f->stream, scale_amax_kernel, (void *[]){&x, &meta, &y, &n}, &rec, &kernel);
+	struct lynx_replay_segment *segment = segment_of(&kernel, 1);
+
+	/* Replayed in place, the output is the same (the scale did not change)... */
+	remember(f->stream, &t);
+	assert_int_equal(lynx_replay_examine(segment, f->stream,
+	                                     &(struct lynx_replay_range){y, N * 4}, 1, NULL, 0,
+	                                     &how, &check),
+	                 LYNX_REPLAY_UPDATES_OPERAND);
+	/* ...but meta is written (its sum), and the output depends on what it held. */
+	assert_int_equal(check.kernel, 0);
+	assert_int_equal(check.word, 8);
+	assert_int_equal(check.output, 0);
+	assert_false(check.restore_failed);
+	assert_non_null(strstr(check.reason, "kernel 0's parameter word at byte 8"));
+	assert_non_null(strstr(check.reason, "outputs depend on what it held"));
+	/* Every replay's sum was taken back: meta[1] holds the first run's alone. */
+	assert_unchanged(f->stream, &t);
+
+	lynx_replay_segment_destroy(segment);
+	free_allocations(&t);
+}
+
+/* tokens, a table, a device word holding the table's address, an output. */
+struct gather_segment {
+	struct allocations t;
+	CUdeviceptr tokens, table, ref, out;
+};
+
+static void prepare_gather(CUstream stream, struct gather_segment *s)
+{
+	int host_tokens[N];
+	float host_table[16];
+
+	memset(&s->t, 0, sizeof(s->t));
+	s->tokens = tracked_alloc(&s->t, sizeof(host_tokens));
+	s->table = tracked_alloc(&s->t, sizeof(host_table));
+	s->ref = tracked_alloc(&s->t, sizeof(CUdeviceptr));
+	s->out = tracked_alloc(&s->t, N * 4);
+	for (int i = 0; i < N; i++)
+		host_tokens[i] = (i * 7) % 16;
+	for (int i = 0; i < 16; i++)
+		host_table[i] = (float)i * 0.3713f + 1.0f / 3.0f;
+	upload(stream, s->tokens, host_tokens, sizeof(host_tokens));
+	upload(stream, s->table, host_table, sizeof(host_table));
+	upload(stream, s->ref, &s->table, sizeof(s->table));
+}
+
+static void test_examine_catches_a_kernel_reading_through_a_pointer_in_device_memory(void **state)
+{
+	struct fixture *f = *state;
+	struct gather_segment s;
+	int n = N;
+	struct recording rec;
+	struct lynx_replay_kernel kernel;
+	struct lynx_replay_operand ops[4];
+	struct lynx_replay_check check;
+
+	prepare_gather(f->stream, &s);
+	launch_recorded(f->stream, gather_kernel, (void *[]){&s.tokens, &s.ref, &s.out, &n}, &rec,
+	                &kernel);
+	struct lynx_replay_segment *segment = segment_of(&kernel, 1);
+	struct lynx_replay_examination how = examination(&s.t, ops, 4, 1 << 20);
+	struct lynx_replay_range output = {s.out, N * 4};
+
+	/* Verification reads everything but the output in place: it sees nothing wrong. */
+	remember(f->stream, &s.t);
+	assert_int_equal(lynx_replay_verify(segment, f->stream, &output, NULL, 1, NULL, 0, &check),
+	                 LYNX_REPLAY_REPRODUCES);
+	/* With tokens and the table's word moved, and the table (which only the word names)
+	 * poisoned, the output changes. */
+	assert_int_equal(lynx_replay_examine(segment, f->stream, &output, 1, NULL, 0, &how, &check),
+	                 LYNX_REPLAY_READS_HIDDEN_MEMORY);
+	assert_int_equal(check.output, 0);
+	assert_int_equal(check.offset, 0);
+	assert_int_equal(check.kernel, 0);
+	assert_int_equal(check.word, 8);
+	assert_false(check.restore_failed);
+	assert_non_null(strstr(check.reason, "reads a pointer from device memory"));
+	assert_non_null(strstr(check.reason, "kernel 0's parameter word at byte 8 names"));
+	assert_int_equal(how.operand_count, 2);
+	assert_unchanged(f->stream, &s.t);
+	lynx_replay_segment_destroy(segment);
+
+	/* The same lookup with the table named by its parameters: an input like any other. */
+	launch_recorded(f->stream, gather_direct_kernel,
+	                (void *[]){&s.tokens, &s.table, &s.out, &n}, &rec, &kernel);
+	segment = segment_of(&kernel, 1);
+	remember(f->stream, &s.t);
+	assert_int_equal(lynx_replay_examine(segment, f->stream, &output, 1, NULL, 0, &how, &check),
+	                 LYNX_REPLAY_REPRODUCES);
+	assert_int_equal(how.operand_count, 2);
+	assert_operand(&ops[0], 0, 0, 0, N * sizeof(int), LYNX_REPLAY_INPUT);
+	assert_operand(&ops[1], 0, 8, 0, 16 * sizeof(float), LYNX_REPLAY_INPUT);
+	assert_unchanged(f->stream, &s.t);
+
+	lynx_replay_segment_destroy(segment);
+	free_allocations(&s.t);
+}
+
+static void test_examine_catches_a_write_through_a_pointer_in_device_memory(void **state)
+{
+	struct fixture *f = *state;
+	struct allocations t = {0};
+	CUdeviceptr x = tracked_alloc(&t, N * 4), y = tracked_alloc(&t, N * 4),
+	            mirror = tracked_alloc(&t, N * 4), ref = tracked_alloc(&t, sizeof(mirror));
+	float host_x[N], since[N];
+	int n = N;
+	struct recording rec;
+	struct lynx_replay_kernel kernel;
+	struct lynx_replay_operand ops[4];
+	struct lynx_replay_check check;
+	struct lynx_replay_examination how = examination(&t, ops, 4, 1 << 20);
+
+	inputs(host_x);
+	upload(f->stream, x, host_x, sizeof(host_x));
+	upload(f->stream, ref, &mirror, sizeof(mirror));
+	launch_recorded(f->stream, mirror_kernel, (void *[]){&x, &ref, &y, &n}, &rec, &kernel);
+	for (int i = 0; i < N; i++)
+		since[i] = -1.0f;
+	upload(f->stream, mirror, since, sizeof(since)); /* reused since */
+	struct lynx_replay_segment *segment = segment_of(&kernel, 1);
+
+	remember(f->stream, &t);
+	assert_int_equal(lynx_replay_examine(segment, f->stream,
+	                                     &(struct lynx_replay_range){y, N * 4}, 1, NULL, 0,
+	                                     &how, &check),
+	                 LYNX_REPLAY_WRITES_THROUGH_DEVICE_POINTER);
+	assert_true(check.operand_memory);
+	assert_int_equal(check.offset, 0);
+	assert_int_equal(check.kernel, 0);
+	assert_int_equal(check.word, 8);
+	assert_non_null(strstr(check.reason, "memory its parameters do not name"));
+	assert_non_null(strstr(check.reason, "kernel 0's parameter word at byte 8 names"));
+	/* The first replay wrote the mirror in place, and that was undone too. */
+	assert_unchanged(f->stream, &t);
+
+	lynx_replay_segment_destroy(segment);
+	free_allocations(&t);
+}
+
+static void test_examine_undoes_what_the_first_replay_wrote_in_place(void **state)
+{
+	struct fixture *f = *state;
+	struct allocations t = {0};
+	CUdeviceptr counter = tracked_alloc(&t, 4), out = tracked_alloc(&t, N * 4);
+	unsigned int zero = 0;
+	int n = N;
+	struct recording rec;
+	struct lynx_replay_kernel kernel;
+	struct lynx_replay_operand ops[4];
+	struct lynx_replay_check check;
+	struct lynx_replay_examination how = examination(&t, ops, 4, 1 << 20);
+
+	upload(f->stream, counter, &zero, sizeof(zero));
+	launch_recorded(f->stream, stamp_kernel, (void *[]){&counter, &out, &n}, &rec, &kernel);
+	struct lynx_replay_segment *segment = segment_of(&kernel, 1);
+
+	/* The first pass is verification's, which increments the counter in place (see
+	 * test_a_nondeterministic_kernel_differs) and ends the examination: the counter is put
+	 * back all the same. */
+	remember(f->stream, &t);
+	assert_int_equal(lynx_replay_examine(segment, f->stream,
+	                                     &(struct lynx_replay_range){out, N * 4}, 1, NULL, 0,
+	                                     &how, &check),
+	                 LYNX_REPLAY_DIFFERS);
+	assert_int_equal(check.offset, 2);
+	assert_non_null(strstr(check.reason, "output 0 differs"));
+	assert_int_equal(how.operand_count, 1);
+	assert_operand(&ops[0], 0, 0, 0, 4, LYNX_REPLAY_INPUT);
+	assert_unchanged(f->stream, &t);
+
+	lynx_replay_segment_destroy(segment);
+	free_allocations(&t);
+}
+
+static void test_examine_refuses_memory_beyond_its_limits(void **state)
+{
+	struct fixture *f = *state;
+	struct biased_segment s;
+	struct gather_segment g;
+	struct lynx_replay_operand ops[4];
+	struct lynx_replay_check check;
+	struct recording rec;
+	struct lynx_replay_kernel kernel;
+	int n = N;
+
+	run_biased(f->stream, &s);
+	struct lynx_replay_segment *segment = segment_of(s.kernels, 2);
+	struct lynx_replay_range outputs[] = {{s.tmp, N * 4}, {s.out, N * 4}};
+	struct lynx_replay_examination how = examination(&s.t, ops, 4, N * 4);
+	uint64_t launches = call_count("cuLaunchKernel");
+
+	/* w is N * 4 + 16 bytes. */
+	remember(f->stream, &s.t);
+	assert_int_equal(lynx_replay_examine(segment, f->stream, outputs, 2, NULL, 0, &how, &check),
+	                 LYNX_REPLAY_TOO_LARGE);
+	assert_int_equal(check.kernel, 0);
+	assert_int_equal(check.word, 0);
+	assert_non_null(strstr(check.reason, "too large or too scattered"));
+	assert_non_null(strstr(check.reason, "kernel 0's parameter word at byte 0"));
+	assert_non_null(strstr(check.reason, "at most 256"));
+	/* Room for one word of the two. */
+	how = examination(&s.t, ops, 1, 1 << 20);
+	assert_int_equal(lynx_replay_examine(segment, f->stream, outputs, 2, NULL, 0, &how, &check),
+	                 LYNX_REPLAY_TOO_LARGE);
+	assert_int_equal(how.operand_count, 2);
+	assert_int_equal(check.kernel, 1);
+	assert_int_equal(check.word, 16);
+	assert_operand(&ops[0], 0, 0, 16, (N + 4) * 4, LYNX_REPLAY_INPUT);
+	/* No room at all. */
+	how = examination(&s.t, NULL, 0, 0);
+	assert_int_equal(lynx_replay_examine(segment, f->stream, outputs, 2, NULL, 0, &how, &check),
+	                 LYNX_REPLAY_TOO_LARGE);
+	assert_int_equal(how.operand_count, 2);
+	assert_int_equal(call_count("cuLaunchKernel"), launches); /* refused before replaying */
+	assert_unchanged(f->stream, &s.t);
+	lynx_replay_segment_destroy(segment);
+	free_allocations(&s.t);
+
+	/* What a pointer stored in the operands leads to counts too: the table's 64 bytes. */
+	prepare_gather(f->stream, &g);
+	launch_recorded(f->stream, gather_kernel, (void *[]){&g.tokens, &g.ref, &g.out, &n}, &rec,
+	                &kernel);
+	segment = segment_of(&kernel, 1);
+	how = examination(&g.t, ops, 4, N * sizeof(int) + sizeof(CUdeviceptr));
+	remember(f->stream, &g.t);
+	assert_int_equal(lynx_replay_examine(segment, f->stream,
+	                                     &(struct lynx_replay_range){g.out, N * 4}, 1, NULL, 0,
+	                                     &how, &check),
+	                 LYNX_REPLAY_TOO_LARGE);
+	assert_int_equal(check.kernel, 0);
+	assert_int_equal(check.word, 8);
+	assert_non_null(strstr(check.reason, "what pointers stored in it lead to"));
+	assert_unchanged(f->stream, &g.t);
+	lynx_replay_segment_destroy(segment);
+	free_allocations(&g.t);
+}
+
+static void test_refresh_takes_a_later_launch_of_the_same_kernel_only(void **state)
+{
+	struct fixture *f = *state;
+	CUdeviceptr x = device_alloc(N * 4), x2 = device_alloc(N * 4), y = device_alloc(N * 4),
+	            z = device_alloc(N * 4);
+	float a = 1.7f, a2 = -0.625f, host_x[N], expected[N], host_z[N];
+	int n = N;
+	uint64_t tail = 0;
+	struct recording rec, later_rec;
+	struct lynx_replay_kernel kernel, later, other;
+
+	inputs(host_x);
+	upload(f->stream, x, host_x, sizeof(host_x));
+	for (int i = 0; i < N; i++)
+		host_x[i] = 2.0f - host_x[i];
+	upload(f->stream, x2, host_x, sizeof(host_x));
+	launch_recorded(f->stream, scale_kernel, (void *[]){&x, &y, &a, &n}, &rec, &kernel);
+	struct lynx_replay_segment *segment = segment_of(&kernel, 1);
+	/* The next iteration's launch: other pointers, another scale. */
+	launch_recorded(f->stream, scale_kernel, (void *[]){&x2, &y, &a2, &n}, &later_rec, &later);
+	download(f->stream, expected, y, sizeof(expected));
+
+	other = later;
+	other.function = (CUfunction)(uintptr_t)add_one_kernel;
+	assert_int_equal(lynx_replay_segment_refresh(segment, 0, &other), -EINVAL);
+	other = later;
+	other.param_bytes = 16;
+	assert_int_equal(lynx_replay_segment_refresh(segment, 0, &other), -EINVAL);
+	other = later;
+	other.grid[0] = 2;
+	assert_int_equal(lynx_replay_segment_refresh(segment, 0, &other), -EINVAL);
+	other = later;
+	other.shared_mem = 128;
+	assert_int_equal(lynx_replay_segment_refresh(segment, 0, &other), -EINVAL);
+	assert_int_equal(lynx_replay_segment_refresh(segment, 1, &later), -EINVAL);
+	assert_int_equal(lynx_replay_segment_word(segment, 0, 0), x);
+
+	assert_int_equal(lynx_replay_segment_refresh(segment, 0, &later), 0);
+	memset(later_rec.payload, 0, sizeof(later_rec.payload)); /* copied, not referenced */
+	assert_int_equal(lynx_replay_segment_word(segment, 0, 0), x2);
+	assert_int_equal(lynx_replay_segment_word(segment, 0, 8), y);
+	memcpy(&tail, &a2, 4);
+	memcpy((unsigned char *)&tail + 4, &n, 4);
+	assert_int_equal(lynx_replay_segment_word(segment, 0, 16), tail);
+	assert_int_equal(lynx_replay_segment_word(segment, 0, 20), 0); /* past the end */
+	assert_int_equal(lynx_replay_segment_word(segment, 1, 0), 0);
+
+	/* A replay reads the new pointers and scale. */
+	assert_int_equal(lynx_replay_launch(segment, f->stream,
+	                                    &(struct lynx_replay_redirect){y, N * 4, z}, 1, NULL),
+	                 0);
+	download(f->stream, host_z, z, sizeof(host_z));
+	assert_memory_equal(host_z, expected, sizeof(host_z));
+
+	lynx_replay_segment_destroy(segment);
+	driver.mem_free(x);
+	driver.mem_free(x2);
+	driver.mem_free(y);
+	driver.mem_free(z);
+}
+
 static int run_suite(const char *name, const struct CMUnitTest *tests, size_t count)
 {
 	if (simgpu_load()) {
@@ -815,6 +1438,25 @@ int main(int argc, char **argv)
 	        cmocka_unit_test_setup_teardown(test_records_that_cannot_be_replayed_launch_nothing,
 	                                        setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_bad_arguments_are_refused, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_examine_finds_inputs_read_in_place, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(
+	                test_examine_finds_a_workspace_written_before_it_is_read, setup, teardown),
+	        cmocka_unit_test_setup_teardown(
+	                test_examine_refuses_outputs_that_depend_on_memory_the_replay_updates,
+	                setup, teardown),
+	        cmocka_unit_test_setup_teardown(
+	                test_examine_catches_a_kernel_reading_through_a_pointer_in_device_memory,
+	                setup, teardown),
+	        cmocka_unit_test_setup_teardown(
+	                test_examine_catches_a_write_through_a_pointer_in_device_memory, setup,
+	                teardown),
+	        cmocka_unit_test_setup_teardown(
+	                test_examine_undoes_what_the_first_replay_wrote_in_place, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_examine_refuses_memory_beyond_its_limits,
+	                                        setup, teardown),
+	        cmocka_unit_test_setup_teardown(
+	                test_refresh_takes_a_later_launch_of_the_same_kernel_only, setup, teardown),
 	};
 	const struct CMUnitTest faulty[] = {
 	        cmocka_unit_test_setup_teardown(
