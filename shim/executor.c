@@ -18,6 +18,7 @@
 #include "log.h"
 #include "period.h"
 #include "profiling.h"
+#include "replay.h"
 #include "summary.h"
 
 /* Actions kept for the executor's trace: the first ones of a run (about 3 MB). */
@@ -25,6 +26,17 @@
 
 /* Tries of a restore that ran out of memory before it gives up (executor.h). */
 #define RESTORE_ATTEMPTS 8
+
+/* Replay's limits: activations whose producer is awaited at once, kernels of a producer,
+ * pointer words of a kernel, parameter words that name other memory in one producer, the
+ * memory an examination may copy, and how deep restoring a replay's evicted inputs may
+ * nest. Beyond them an activation is offloaded instead. */
+#define MAX_AWAITING 64
+#define MAX_PRODUCER_KERNELS 8
+#define MAX_POINTER_WORDS 32
+#define MAX_OPERANDS 64
+#define MAX_EXAMINED_BYTES (256ull << 20)
+#define MAX_REPLAY_DEPTH 8
 
 atomic_bool lynx_exec_armed;
 /* Arena allocations not plainly resident: LYNX_SLOW_GUARD is set while it is not 0. */
@@ -46,8 +58,14 @@ static _Atomic uint32_t attention;
 	LYNX_EXEC_DRIVER_CALL(memcpy_dtoh_async, cuMemcpyDtoHAsync, 3020)  \
 	LYNX_EXEC_DRIVER_CALL(memcpy_htod_async, cuMemcpyHtoDAsync, 3020)  \
 	LYNX_EXEC_DRIVER_CALL(mem_alloc_host, cuMemAllocHost, 3020)        \
+	LYNX_EXEC_DRIVER_CALL(mem_alloc_async, cuMemAllocAsync, 11020)     \
+	LYNX_EXEC_DRIVER_CALL(mem_free_async, cuMemFreeAsync, 11020)       \
 	LYNX_EXEC_DRIVER_CALL(mem_get_info, cuMemGetInfo, 3020)            \
 	LYNX_EXEC_DRIVER_CALL(event_elapsed, cuEventElapsedTime, 2000)
+
+/* Replay's examination asks this for memory outside the arena; optional (without it,
+ * RECOMPUTE decisions are offloaded). */
+typedef PFN_cuMemGetAddressRange_v3020 address_range_fn;
 
 struct exec_driver {
 #define LYNX_EXEC_DRIVER_CALL(field, symbol, version) PFN_##symbol##_v##version field;
@@ -63,6 +81,28 @@ enum buf_state {
 	BUF_EVICTED,    /* unmapped, address kept; the bytes are in host memory */
 };
 
+/* A launch of a producer, as captured before its examination: the parameters, and the
+ * allocation each pointer word named as it ran (so that the examination can refuse a
+ * producer whose inputs were freed since: replaying it would read unmapped memory). */
+struct captured_launch {
+	struct lynx_replay_kernel kernel;
+	uint32_t n_pointers;
+	bool too_many_pointers;
+	struct pointer_word {
+		uint32_t offset;
+		CUdeviceptr base;
+		size_t size;
+	} pointers[MAX_POINTER_WORDS];
+	unsigned char params[]; /* kernel.param_bytes */
+};
+
+/* What is known of a RECOMPUTE activation's producer (executor.h). */
+enum producer_state {
+	PRODUCER_UNEXAMINED, /* offloaded until its producer is captured and examined */
+	PRODUCER_REPLAYED,   /* reproduces: evicted without a copy, restored by replay */
+	PRODUCER_REFUSED,    /* offloaded for good; the reason was logged */
+};
+
 /* One script buffer: its instance in the current iteration, and what it owns across
  * iterations (pinned host memory and events, made once). */
 struct exec_buf {
@@ -76,6 +116,20 @@ struct exec_buf {
 	bool counted;       /* in `attention` */
 	bool listed;        /* in the poll list */
 	void *host;         /* pinned, sb->bytes; NULL until the first offload */
+	/* RECOMPUTE only. awaiting: allocated in this iteration, its producer not all seen
+	 * yet; captured: this instance's producer was seen (and, once replayed, the segment
+	 * holds its parameters; misfit: a launch did not fit the segment); by_replay: this
+	 * instance was evicted without a copy; examine: it was restored by copy, and its
+	 * producer is examined at its next use. */
+	enum producer_state producer;
+	bool awaiting, captured, misfit, by_replay, examine;
+	uint32_t n_launches;          /* of its producer, seen in this iteration */
+	uint64_t producer_serial;     /* the launch that started it: siblings share it */
+	CUfunction producer_function; /* the first one's */
+	struct captured_launch *launch[MAX_PRODUCER_KERNELS]; /* kept until examined */
+	struct lynx_replay_segment *segment;                  /* once examined and replayed */
+	struct lynx_replay_operand *operands;
+	uint32_t n_operands;
 	CUevent used, copied, ready, freed;
 	UT_hash_handle hh; /* by addr */
 	struct exec_buf *prev, *next;
@@ -116,6 +170,17 @@ static struct {
 	bool frees[LYNX_HOOK_COUNT];  /* frees of such allocations; async_free: stream-ordered */
 	bool async_free[LYNX_HOOK_COUNT];
 	bool async_alloc[LYNX_HOOK_COUNT];
+	/* Replay: its driver table, the activations whose producer is awaited, and what
+	 * examinations concluded (the first reason of each verdict, for the summary). */
+	bool can_replay;
+	struct lynx_replay_driver replay_drv;
+	address_range_fn address_range;
+	struct exec_buf *awaiting[MAX_AWAITING];
+	uint32_t n_awaiting;
+	uint64_t launch_serial; /* launches captured from */
+	int replay_depth;
+	uint64_t verdicts[LYNX_REPLAY_VERDICT_COUNT];
+	char verdict_reason[LYNX_REPLAY_VERDICT_COUNT][320];
 } ex = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 const char *lynx_exec_action_name(enum lynx_exec_action a)
@@ -207,7 +272,7 @@ static bool in_flight(const struct exec_buf *b)
 /* Keeps `attention` (and so the guard's switch) and the poll list in step with b's state. */
 static void update(struct exec_buf *b)
 {
-	bool needs_guard = b->addr && (b->state != BUF_RESIDENT || b->ready_pending);
+	bool needs_guard = b->addr && (b->state != BUF_RESIDENT || b->ready_pending || b->examine);
 	bool polled = b->addr && in_flight(b);
 
 	if (needs_guard != b->counted) {
@@ -344,8 +409,26 @@ static void start_offload(struct exec_buf *b, CUstream stream)
 		return;
 	}
 	b->state = BUF_OFFLOADING;
+	b->by_replay = false;
 	ex.stats.offloads++;
 	trace(TRACE_OFFLOAD, b, 0);
+	update(b);
+}
+
+/* The same for an activation whose producer is replayed: no copy, only the point after
+ * which its memory may go. */
+static void start_discard(struct exec_buf *b, CUstream stream)
+{
+	CUresult r = ex.drv.event_record(b->copied, stream);
+
+	if (r != CUDA_SUCCESS) {
+		driver_failed("the event of an eviction", r);
+		return;
+	}
+	b->state = BUF_OFFLOADING;
+	b->by_replay = true;
+	ex.stats.discards++;
+	trace(TRACE_DISCARD, b, 0);
 	update(b);
 }
 
@@ -421,11 +504,413 @@ static struct exec_buf *take_spare(size_t bytes, CUstream stream, struct exec_bu
 	return NULL;
 }
 
+/* ---- Replay ---------------------------------------------------------------------------- */
+
+static bool make_resident(struct exec_buf *b, CUstream stream);
+static bool range_of(CUdeviceptr addr, CUdeviceptr *base, size_t *size, void *arg);
+
+/* The executor's buffer based at addr (locked), or NULL. */
+static struct exec_buf *find_buf(CUdeviceptr addr)
+{
+	struct exec_buf *b = NULL;
+
+	HASH_FIND(hh, ex.by_addr, &addr, sizeof(addr), b);
+	return b;
+}
+
+/* Whether a launch names b: an aligned word of its parameter bytes lies inside it. */
+static bool launch_names(const struct lynx_replay_kernel *k, const struct exec_buf *b)
+{
+	const unsigned char *p = k->params;
+	uint64_t word;
+
+	for (uint32_t at = 0; p && at + 8 <= k->param_bytes; at += 8) {
+		__builtin_memcpy(&word, p + at, 8);
+		if (word >= b->addr && word - b->addr < b->sb->bytes)
+			return true;
+	}
+	return false;
+}
+
+/* The end of b's producer: the launches that named it, one after another, are all seen
+ * (or it is evicted, or the iteration ends). */
+static void end_capture(struct exec_buf *b)
+{
+	for (uint32_t i = 0; b->awaiting && i < ex.n_awaiting; i++) {
+		if (ex.awaiting[i] == b) {
+			ex.awaiting[i] = ex.awaiting[--ex.n_awaiting];
+			break;
+		}
+	}
+	if (b->awaiting && b->producer == PRODUCER_REPLAYED)
+		b->captured =
+		        !b->misfit && b->n_launches == lynx_replay_segment_kernels(b->segment);
+	else if (b->awaiting)
+		b->captured = b->n_launches > 0;
+	ex.stats.producers += b->awaiting && b->captured;
+	b->awaiting = false;
+}
+
+/* A freshly allocated RECOMPUTE activation: the next launch that names it starts its
+ * producer. */
+static void await_producer(struct exec_buf *b)
+{
+	b->captured = b->misfit = false;
+	b->n_launches = 0;
+	if (b->action != LYNX_EXEC_RECOMPUTE || !ex.can_replay || b->producer == PRODUCER_REFUSED ||
+	    ex.n_awaiting >= MAX_AWAITING)
+		return;
+	b->awaiting = true;
+	ex.awaiting[ex.n_awaiting++] = b;
+}
+
+/* Launch k of b's producer, seen in this iteration: kept for the examination, or put into
+ * the examined segment (the same functions and geometry, this iteration's pointers). */
+static void keep_launch(struct exec_buf *b, const struct lynx_replay_kernel *k)
+{
+	uint32_t i = b->n_launches++;
+
+	if (!i) {
+		b->producer_function = k->function;
+		b->producer_serial = ex.launch_serial;
+	}
+	if (b->producer == PRODUCER_REPLAYED) {
+		if (i >= lynx_replay_segment_kernels(b->segment) ||
+		    lynx_replay_segment_refresh(b->segment, i, k)) {
+			b->misfit = true;
+			lynx_warn_once("recompute mode: an activation's producer was launched "
+			               "differently than when it was examined; that instance is "
+			               "offloaded");
+		}
+		return;
+	}
+	struct captured_launch *c = realloc(b->launch[i], sizeof(*c) + k->param_bytes);
+	if (!c) {
+		b->n_launches = i; /* the producer as seen so far; examination will tell */
+		return;
+	}
+	b->launch[i] = c;
+	memcpy(c->params, k->params, k->param_bytes);
+	c->kernel = *k;
+	c->kernel.params = c->params;
+	c->n_pointers = 0;
+	c->too_many_pointers = false;
+	for (uint32_t at = 0; at + 8 <= k->param_bytes; at += 8) {
+		struct pointer_word p = {.offset = at};
+		uint64_t word;
+		__builtin_memcpy(&word, c->params + at, 8);
+		if (!range_of((CUdeviceptr)word, &p.base, &p.size, NULL))
+			continue;
+		if (c->n_pointers == MAX_POINTER_WORDS)
+			c->too_many_pointers = true;
+		else
+			c->pointers[c->n_pointers++] = p;
+	}
+}
+
+/* Whether the memory b's captured producer named as it ran is still allocated, as it was;
+ * if not, the reason in check. */
+static bool operands_still_allocated(const struct exec_buf *b, struct lynx_replay_check *check)
+{
+	for (uint32_t i = 0; i < b->n_launches; i++) {
+		const struct captured_launch *c = b->launch[i];
+		if (c->too_many_pointers) {
+			check->verdict = LYNX_REPLAY_TOO_LARGE;
+			snprintf(check->reason, sizeof(check->reason),
+			         "kernel %u names more than %d allocations", i, MAX_POINTER_WORDS);
+			return false;
+		}
+		for (uint32_t j = 0; j < c->n_pointers; j++) {
+			const struct pointer_word *p = &c->pointers[j];
+			CUdeviceptr base;
+			size_t size;
+			uint64_t word;
+			__builtin_memcpy(&word, c->params + p->offset, 8);
+			if (range_of((CUdeviceptr)word, &base, &size, NULL) && base == p->base &&
+			    size == p->size)
+				continue;
+			check->verdict = LYNX_REPLAY_FREED_OPERAND;
+			snprintf(
+			        check->reason, sizeof(check->reason),
+			        "kernel %u's parameter word at byte %u names memory freed since it "
+			        "ran (a temporary)",
+			        i, p->offset);
+			return false;
+		}
+	}
+	return true;
+}
+
 /*
- * Maps memory at b's address again, copies its bytes back on stream and records `ready`
- * there. The memory is a spare's if there is one, else new. Out of memory: first the
- * frees already done, then waiting for the pending ones. Returns 0 or the arena's error
- * (b then stays evicted).
+ * A successful launch of the program's (locked). For each awaited activation: the first
+ * launch that names it starts its producer, and the launches right after it that name it
+ * with the same function continue it (one per sequence of a batch, say); any other launch
+ * ends it. A consumer that happens to follow with the same function joins it harmlessly:
+ * what it writes goes to scratch, which the examination shows.
+ */
+static void capture(const struct lynx_event *ev)
+{
+	struct lynx_replay_kernel k;
+
+	if (!ex.n_awaiting || ev->result != CUDA_SUCCESS ||
+	    !lynx_replay_kernel_from_event(ev, &k) || !k.params)
+		return;
+	ex.launch_serial++;
+	for (uint32_t i = 0; i < ex.n_awaiting;) {
+		struct exec_buf *b = ex.awaiting[i];
+		bool names = b->addr && launch_names(&k, b);
+		size_t most = b->producer == PRODUCER_REPLAYED
+		                      ? lynx_replay_segment_kernels(b->segment)
+		                      : MAX_PRODUCER_KERNELS;
+		if (names && b->n_launches < most &&
+		    (!b->n_launches || k.function == b->producer_function)) {
+			keep_launch(b, &k);
+			i++;
+		} else if (!b->n_launches && b->addr) {
+			i++; /* its producer has not started yet */
+		} else {
+			end_capture(b); /* moves the last one to i */
+		}
+	}
+}
+
+/*
+ * Scratch for memory a replay writes besides its activation (a workspace), stream-ordered
+ * on the replay's stream so that it is held only while the replay runs, not at the peak
+ * the plan counted. Out of memory: as a restore (RESTORE_ATTEMPTS). 0 when there is none.
+ */
+static CUdeviceptr scratch_alloc(size_t size, CUstream stream)
+{
+	CUdeviceptr p = 0;
+
+	reclaim_for(size);
+	for (int attempt = 0; attempt < RESTORE_ATTEMPTS; attempt++) {
+		if (ex.drv.mem_alloc_async(&p, size, stream) == CUDA_SUCCESS)
+			return p;
+		complete_frees(attempt > 0);
+		if (attempt > 1)
+			ex.drv.ctx_synchronize();
+	}
+	return 0;
+}
+
+/* The replay's parameter word that names other memory: an evicted activation it reads
+ * comes back first, on the same stream. */
+static void bring_back(uint64_t word, CUstream stream, const struct exec_buf *owner)
+{
+	struct lynx_arena_range range;
+	struct exec_buf *c;
+
+	if (lynx_arena_find(ex.arena, (CUdeviceptr)word, &range) && (c = find_buf(range.base)) &&
+	    c != owner)
+		make_resident(c, stream);
+}
+
+/*
+ * Relaunches b's producer, captured in this iteration, on stream, into b's memory (mapped
+ * again by the caller): inputs read in place (evicted ones restored first), memory it
+ * writes besides b redirected to scratch. A failed launch is tried once more with the
+ * device idle. Returns false when b could not be refilled: its bytes are lost.
+ */
+static bool replay_into(struct exec_buf *b, CUstream stream)
+{
+	struct lynx_replay_redirect redirects[MAX_OPERANDS];
+	struct lynx_replay_stats stats;
+	uint64_t start = now_ns(), scratch_bytes = 0;
+	size_t n = 0;
+	int err = -EIO;
+
+	if (ex.replay_depth >= MAX_REPLAY_DEPTH)
+		goto lost;
+	ex.replay_depth++;
+	for (uint32_t i = 0; i < b->n_operands; i++) {
+		const struct lynx_replay_operand *op = &b->operands[i];
+		uint64_t word = lynx_replay_segment_word(b->segment, op->kernel, op->offset);
+		CUdeviceptr from = (CUdeviceptr)(word - op->displacement);
+		size_t j = 0;
+
+		if (op->role == LYNX_REPLAY_INPUT) {
+			bring_back(word, stream, b);
+			continue;
+		}
+		while (j < n && redirects[j].from != from)
+			j++;
+		if (j < n)
+			continue; /* another word into the same memory: the same scratch */
+		CUdeviceptr to = scratch_alloc(op->size, stream);
+		if (!to)
+			goto out;
+		redirects[n++] = (struct lynx_replay_redirect){from, op->size, to};
+		scratch_bytes += op->size;
+	}
+	for (int attempt = 0; attempt < 2 && err; attempt++) {
+		if (attempt) {
+			ex.stats.replay_failures++;
+			ex.drv.ctx_synchronize();
+		}
+		err = ex.fault == LYNX_EXEC_FAULT_FAIL_REPLAY && !attempt
+		              ? -EIO
+		              : lynx_replay_launch(b->segment, stream, redirects, n, &stats);
+	}
+out:
+	ex.replay_depth--;
+	for (size_t i = 0; i < n; i++)
+		ex.drv.mem_free_async(redirects[i].to, stream);
+	if (err)
+		goto lost;
+	if (scratch_bytes > ex.stats.replay_scratch_bytes)
+		ex.stats.replay_scratch_bytes = scratch_bytes;
+	ex.stats.replays++;
+	trace(TRACE_REPLAY, b, start);
+	return true;
+lost:
+	ex.stats.failures++;
+	b->producer = PRODUCER_REFUSED; /* later instances are offloaded */
+	lynx_error("recompute mode: the producer of layer %u's activation %u (micro-batch %u) "
+	           "could not be replayed; its bytes are lost and training results will differ",
+	           b->sb->layer, b->sb->index, b->sb->microbatch);
+	return false;
+}
+
+/* Which allocation holds addr, for the examination: an activation of the arena, else what
+ * the driver says. */
+static bool range_of(CUdeviceptr addr, CUdeviceptr *base, size_t *size, void *arg)
+{
+	struct lynx_arena_range range;
+	struct exec_buf *b;
+
+	(void)arg;
+	if (lynx_arena_find(ex.arena, addr, &range)) {
+		b = find_buf(range.base);
+		*base = range.base;
+		*size = b ? b->sb->bytes : range.size;
+		return range.state == LYNX_ARENA_RESIDENT && addr - *base < *size;
+	}
+	return ex.address_range(base, size, addr) == CUDA_SUCCESS;
+}
+
+/*
+ * b's siblings: other activations whose producer started at the same launch (a dropout's
+ * output and its mask). A replay for b writes them too, and the examination cannot tell
+ * that write from a read, since it writes the same bytes; restoring them first would hold
+ * their memory early. So each is redirected to scratch, in the examination (redirects,
+ * scratch it allocates: b must not depend on what they held) and in every replay (one
+ * SCRATCH operand per word that names one, in operands). Returns how many redirects, or
+ * -1 when there is no memory (what was allocated is in redirects[0..]).
+ */
+static int sibling_redirects(const struct exec_buf *b, struct lynx_replay_redirect *redirects,
+                             size_t *n_redirects, struct lynx_replay_operand *operands,
+                             size_t *n_operands)
+{
+	struct lynx_arena_range range;
+	struct exec_buf *c;
+	uint64_t word;
+
+	*n_redirects = *n_operands = 0;
+	for (uint32_t i = 0; i < b->n_launches; i++) {
+		for (uint32_t at = 0; at + 8 <= b->launch[i]->kernel.param_bytes; at += 8) {
+			__builtin_memcpy(&word, b->launch[i]->params + at, 8);
+			if (!lynx_arena_find(ex.arena, (CUdeviceptr)word, &range) ||
+			    !(c = find_buf(range.base)) || c == b || !c->n_launches ||
+			    c->producer_serial != b->producer_serial ||
+			    word - c->addr >= c->sb->bytes || *n_operands == MAX_OPERANDS)
+				continue;
+			operands[(*n_operands)++] = (struct lynx_replay_operand){
+			        i, at, word - c->addr, c->sb->bytes, LYNX_REPLAY_SCRATCH};
+			size_t j = 0;
+			while (j < *n_redirects && redirects[j].from != c->addr)
+				j++;
+			if (j < *n_redirects || j == MAX_OPERANDS)
+				continue;
+			CUdeviceptr to = 0;
+			if (ex.replay_drv.mem_alloc(&to, c->sb->bytes) != CUDA_SUCCESS)
+				return -1;
+			redirects[(*n_redirects)++] =
+			        (struct lynx_replay_redirect){c->addr, c->sb->bytes, to};
+		}
+	}
+	return 0;
+}
+
+/*
+ * The first instance of b restored by copy, at its first use in the backward on stream:
+ * replay its producer beside it and examine the result (replay.h), with every activation
+ * the producer names resident and the device idle. The verdict holds for b from then on.
+ */
+static void examine(struct exec_buf *b, CUstream stream)
+{
+	struct lynx_replay_operand operands[2 * MAX_OPERANDS], *found = operands + MAX_OPERANDS;
+	struct lynx_replay_redirect siblings[MAX_OPERANDS];
+	size_t n_siblings = 0, n_sibling_words = 0;
+	struct lynx_replay_examination how = {.range_of = range_of,
+	                                      .max_operand_bytes = MAX_EXAMINED_BYTES,
+	                                      .operands = found,
+	                                      .operand_capacity = MAX_OPERANDS};
+	struct lynx_replay_range output = {b->addr, b->sb->bytes};
+	struct lynx_replay_kernel kernels[MAX_PRODUCER_KERNELS];
+	struct lynx_replay_check check = {.verdict = LYNX_REPLAY_NO_MEMORY};
+	uint64_t start = now_ns();
+	uint64_t word;
+
+	b->examine = false;
+	update(b);
+	for (uint32_t i = 0; i < b->n_launches; i++) {
+		for (uint32_t at = 0; at + 8 <= b->launch[i]->kernel.param_bytes; at += 8) {
+			__builtin_memcpy(&word, b->launch[i]->params + at, 8);
+			bring_back(word, stream, b);
+		}
+	}
+	ex.drv.ctx_synchronize();
+	for (uint32_t i = 0; i < b->n_launches; i++)
+		kernels[i] = b->launch[i]->kernel;
+	if (!operands_still_allocated(b, &check))
+		; /* check says why */
+	else if (sibling_redirects(b, siblings, &n_siblings, operands, &n_sibling_words))
+		snprintf(check.reason, sizeof(check.reason), "no memory for its siblings' scratch");
+	else if (!lynx_replay_segment_create(&ex.replay_drv, kernels, b->n_launches, &b->segment))
+		lynx_replay_examine(b->segment, stream, &output, 1, siblings, n_siblings, &how,
+		                    &check);
+	else
+		snprintf(check.reason, sizeof(check.reason), "no memory for the segment");
+	for (size_t i = 0; i < n_siblings; i++)
+		ex.replay_drv.mem_free(siblings[i].to);
+	size_t n_operands = n_sibling_words + how.operand_count;
+	if (check.verdict == LYNX_REPLAY_REPRODUCES &&
+	    !(b->operands = malloc((n_operands ? n_operands : 1) * sizeof(*operands)))) {
+		check.verdict = LYNX_REPLAY_NO_MEMORY;
+		snprintf(check.reason, sizeof(check.reason), "no host memory");
+	}
+	if (!ex.verdicts[check.verdict]++)
+		snprintf(ex.verdict_reason[check.verdict], sizeof(ex.verdict_reason[0]),
+		         "layer %u activation %u: %s", b->sb->layer, b->sb->index, check.reason);
+	if (check.verdict == LYNX_REPLAY_REPRODUCES) {
+		memmove(operands + n_sibling_words, found, how.operand_count * sizeof(*operands));
+		memcpy(b->operands, operands, n_operands * sizeof(*operands));
+		b->n_operands = (uint32_t)n_operands;
+		b->producer = PRODUCER_REPLAYED;
+	} else {
+		b->producer = PRODUCER_REFUSED;
+		lynx_replay_segment_destroy(b->segment);
+		b->segment = NULL;
+	}
+	if (!b->sb->microbatch)
+		lynx_info("recompute mode: layer %u activation %u: %s: %s", b->sb->layer,
+		          b->sb->index,
+		          b->producer == PRODUCER_REPLAYED ? "recomputed by replay from now on"
+		                                           : "offloaded instead",
+		          check.reason);
+	for (uint32_t i = 0; i < MAX_PRODUCER_KERNELS; i++) {
+		free(b->launch[i]);
+		b->launch[i] = NULL;
+	}
+	trace(TRACE_EXAMINE, b, start);
+}
+
+/*
+ * Maps memory at b's address again, refills it on stream (a copy back, or a replay of its
+ * producer) and records `ready` there. The memory is a spare's if there is one, else new.
+ * Out of memory: first the frees already done, then waiting for the pending ones. Returns
+ * 0 or the arena's error (b then stays evicted).
  */
 static int restore(struct exec_buf *b, CUstream stream)
 {
@@ -451,6 +936,14 @@ static int restore(struct exec_buf *b, CUstream stream)
 	}
 	if (err)
 		return err;
+	b->state = BUF_RESIDENT;
+	evicted_add(-(int64_t)b->sb->bytes);
+	if (b->by_replay) {
+		if (replay_into(b, stream) && ex.drv.event_record(b->ready, stream) == CUDA_SUCCESS)
+			b->ready_pending = true;
+		update(b);
+		return 0;
+	}
 	if ((r = ex.drv.memcpy_htod_async(b->addr, b->host, b->sb->bytes, stream)) ||
 	    (r = ex.drv.event_record(b->ready, stream))) {
 		/* Mapped but not filled: the trainer would read garbage. Synchronise and copy
@@ -462,8 +955,8 @@ static int restore(struct exec_buf *b, CUstream stream)
 	} else {
 		b->ready_pending = true;
 	}
-	b->state = BUF_RESIDENT;
-	evicted_add(-(int64_t)b->sb->bytes);
+	/* The first instance restored by copy: its producer is examined at its next use. */
+	b->examine = b->captured && b->producer == PRODUCER_UNEXAMINED && b->n_launches;
 	update(b);
 	return 0;
 }
@@ -477,6 +970,10 @@ static void prefetch(struct exec_buf *b)
 		update(b);
 		return;
 	}
+	/* Replayed by the guard, on the consumer's stream: a replay ahead of it, on another
+	 * stream, could read inputs the consumer's stream is still changing. */
+	if (b->by_replay)
+		return;
 	if (b->state == BUF_OFFLOADING)
 		settle(b);
 	if (b->state != BUF_EVICTED)
@@ -532,6 +1029,8 @@ static void reset_cursors(void)
 {
 	ex.alloc_cursor = ex.evict_cursor = ex.restore_cursor = 0;
 	ex.ordinal = 0;
+	while (ex.n_awaiting)
+		end_capture(ex.awaiting[ex.n_awaiting - 1]);
 }
 
 /* Token t's call, on stream, has been issued: start what the script places after it. */
@@ -543,8 +1042,13 @@ static void act(uint32_t t, CUstream stream)
 	while (ex.evict_cursor < n &&
 	       ex.bufs[ex.evict_order[ex.evict_cursor]].sb->last_forward_token <= t) {
 		struct exec_buf *b = &ex.bufs[ex.evict_order[ex.evict_cursor++]];
-		if (b->sb->last_forward_token == t && b->addr && b->state == BUF_RESIDENT &&
-		    b->action != LYNX_EXEC_KEEP && !lynx_capture_active())
+		end_capture(b); /* what names it from here on is not its producer */
+		if (b->sb->last_forward_token != t || !b->addr || b->state != BUF_RESIDENT ||
+		    b->action == LYNX_EXEC_KEEP || lynx_capture_active())
+			continue;
+		if (b->producer == PRODUCER_REPLAYED && b->captured)
+			start_discard(b, stream);
+		else
 			start_offload(b, stream);
 	}
 	while (ex.restore_cursor < n &&
@@ -570,6 +1074,8 @@ void lynx_exec_after(const struct lynx_event *ev)
 	pthread_mutex_lock(&ex.lock);
 	if (ex.polled && !lynx_capture_active())
 		poll();
+	if (ev->kind == LYNX_EV_LAUNCH && ex.tracking)
+		capture(ev); /* a driver launch called by the program itself */
 	if (lynx_prof_script_counts_alloc(&pe)) {
 		ex.ordinal += ex.tracking;
 		goto out;
@@ -589,6 +1095,7 @@ void lynx_exec_after(const struct lynx_event *ev)
 		ex.started = 0; /* a lost stretch is not an iteration's time */
 	} else if (sig != ex.script.sig[ex.pos]) {
 		ex.tracking = false;
+		reset_cursors();
 		ex.stats.lost++;
 		lynx_info("recompute mode: call %u of the iteration is not the learned one; "
 		          "evicting nothing until the next iteration starts",
@@ -607,6 +1114,19 @@ void lynx_exec_after(const struct lynx_event *ev)
 		reset_cursors();
 	}
 out:
+	pthread_mutex_unlock(&ex.lock);
+	lynx_nested_end();
+}
+
+void lynx_exec_launched(const struct lynx_event *ev)
+{
+	if (!ev || !atomic_load_explicit(&lynx_exec_armed, memory_order_acquire) ||
+	    lynx_capture_active())
+		return;
+	lynx_nested_begin();
+	pthread_mutex_lock(&ex.lock);
+	if (ex.tracking)
+		capture(ev);
 	pthread_mutex_unlock(&ex.lock);
 	lynx_nested_end();
 }
@@ -667,6 +1187,7 @@ bool lynx_exec_alloc_slow(enum lynx_hook_id id, void *out, uint64_t bytes, uint6
 	b->addr = addr;
 	b->state = BUF_RESIDENT;
 	HASH_ADD(hh, ex.by_addr, addr, sizeof(b->addr), b);
+	await_producer(b);
 	memcpy(out, &addr, sizeof(addr)); /* void ** and CUdeviceptr * alike: 8 bytes */
 	ex.stats.routed++;
 	served = true;
@@ -674,15 +1195,6 @@ out:
 	pthread_mutex_unlock(&ex.lock);
 	lynx_nested_end();
 	return served;
-}
-
-/* The executor's buffer based at addr (locked), or NULL. */
-static struct exec_buf *find_buf(CUdeviceptr addr)
-{
-	struct exec_buf *b = NULL;
-
-	HASH_FIND(hh, ex.by_addr, &addr, sizeof(addr), b);
-	return b;
 }
 
 bool lynx_exec_free_slow(enum lynx_hook_id id, uint64_t ptr, uint64_t stream)
@@ -717,20 +1229,13 @@ out:
 	return served;
 }
 
-void lynx_exec_guard_slow(enum lynx_hook_id id, uint64_t addr, uint64_t stream)
+/*
+ * Before b is touched on stream: a copy or a discard in flight is cancelled, an evicted
+ * activation is restored, the stream waits for a restore in flight, and a first restored
+ * instance has its producer examined. Returns false if b could not be made resident.
+ */
+static bool make_resident(struct exec_buf *b, CUstream stream)
 {
-	struct lynx_arena_range range;
-	struct exec_buf *b;
-	CUstream s;
-
-	if (!addr || lynx_call_own() || !lynx_arena_find(ex.arena, (CUdeviceptr)addr, &range) ||
-	    (range.state == LYNX_ARENA_RESIDENT && !atomic_load(&attention)))
-		return;
-	s = stream_of(id, stream);
-	lynx_nested_begin();
-	pthread_mutex_lock(&ex.lock);
-	if (!(b = find_buf(range.base)))
-		goto out;
 	if (b->state == BUF_OFFLOADING && b->donated)
 		settle(b); /* its memory is another's now: it comes back like an evicted one */
 	switch (b->state) {
@@ -741,18 +1246,18 @@ void lynx_exec_guard_slow(enum lynx_hook_id id, uint64_t addr, uint64_t stream)
 		update(b);
 		break;
 	case BUF_EVICTED:
-		if (restore(b, s)) {
+		if (restore(b, stream)) {
 			lynx_error("recompute mode: cannot restore an evicted activation (out of "
 			           "device memory even after waiting for frees); the next kernel "
 			           "that reads it will fault");
-			goto out;
+			return false;
 		}
 		ex.stats.on_demand++;
 		trace(TRACE_RESTORE_ON_DEMAND, b, 0);
 		break;
 	case BUF_RESIDENT:
 		if (b->ready_pending) {
-			CUresult r = wait_for(s, b->ready);
+			CUresult r = wait_for(stream, b->ready);
 			if (r != CUDA_SUCCESS) {
 				driver_failed("a wait for a restore", r);
 				ex.drv.event_synchronize(b->ready);
@@ -760,11 +1265,27 @@ void lynx_exec_guard_slow(enum lynx_hook_id id, uint64_t addr, uint64_t stream)
 			ex.stats.waits++;
 			trace(TRACE_CONSUMER_WAIT, b, 0);
 		}
+		if (b->examine)
+			examine(b, stream);
 		break;
 	case BUF_NONE:
 		break;
 	}
-out:
+	return true;
+}
+
+void lynx_exec_guard_slow(enum lynx_hook_id id, uint64_t addr, uint64_t stream)
+{
+	struct lynx_arena_range range;
+	struct exec_buf *b;
+
+	if (!addr || lynx_call_own() || !lynx_arena_find(ex.arena, (CUdeviceptr)addr, &range) ||
+	    (range.state == LYNX_ARENA_RESIDENT && !atomic_load(&attention)))
+		return;
+	lynx_nested_begin();
+	pthread_mutex_lock(&ex.lock);
+	if ((b = find_buf(range.base)))
+		make_resident(b, stream_of(id, stream));
 	pthread_mutex_unlock(&ex.lock);
 	lynx_nested_end();
 }
@@ -828,6 +1349,13 @@ static int copy_script(const struct lynx_prof_script *s)
 
 static void free_script(void)
 {
+	for (size_t i = 0; ex.bufs && i < ex.script.n_buffers; i++) {
+		for (uint32_t k = 0; k < MAX_PRODUCER_KERNELS; k++)
+			free(ex.bufs[i].launch[k]);
+		free(ex.bufs[i].operands);
+		lynx_replay_segment_destroy(ex.bufs[i].segment); /* host memory only */
+	}
+	ex.n_awaiting = 0;
 	free(ex.script.sig);
 	free(ex.script.buffers);
 	free(ex.bufs);
@@ -899,6 +1427,10 @@ int lynx_exec_arm(const struct lynx_prof_script *script, const enum lynx_exec_ac
 	}
 	LYNX_EXEC_DRIVER_CALLS
 #undef LYNX_EXEC_DRIVER_CALL
+	/* Without these, RECOMPUTE decisions are offloaded (the summary says so). */
+	ex.address_range = (address_range_fn)lookup("cuMemGetAddressRange", 3020, NULL);
+	ex.can_replay =
+	        !lynx_replay_driver_resolve(&ex.replay_drv, lookup, NULL) && ex.address_range;
 	if ((r = ex.drv.ctx_get_device(&device))) {
 		lynx_warn("recompute mode: no current CUDA device (CUDA error %d); training goes "
 		          "on unchanged",
@@ -996,6 +1528,38 @@ static void print_achieved(FILE *f, const char *tag, const struct lynx_exec_stat
 	        s->timed_iterations);
 }
 
+/* What became of the RECOMPUTE decisions: examinations by verdict, replays, failures. */
+static void print_replay(FILE *f, const char *tag, const struct lynx_exec_stats *s)
+{
+	if (!ex.planned[LYNX_EXEC_RECOMPUTE])
+		return;
+	if (!ex.can_replay) {
+		fprintf(f,
+		        "%s: executor: replay: the driver lacks what kernel replay needs; "
+		        "activations planned for recompute were offloaded\n",
+		        tag);
+		return;
+	}
+	uint64_t refused = 0;
+
+	for (int v = 0; v < LYNX_REPLAY_VERDICT_COUNT; v++)
+		refused += v != LYNX_REPLAY_REPRODUCES ? ex.verdicts[v] : 0;
+	fprintf(f,
+	        "%s: executor: replay: %" PRIu64 " producers captured; %" PRIu64
+	        " examined and replayed from then on, %" PRIu64 " refused (offloaded instead); "
+	        "%" PRIu64 " evicted without a copy, %" PRIu64 " restored by replay (%" PRIu64
+	        " launches failed and were tried again); at most %.2f MiB of scratch for one "
+	        "replay\n",
+	        tag, s->producers, ex.verdicts[LYNX_REPLAY_REPRODUCES], refused, s->discards,
+	        s->replays, s->replay_failures, lynx_prof_mib(s->replay_scratch_bytes));
+	for (int v = 0; v < LYNX_REPLAY_VERDICT_COUNT; v++)
+		if (v != LYNX_REPLAY_REPRODUCES && ex.verdicts[v])
+			fprintf(f,
+			        "%s: executor: replay refused %" PRIu64 " times: %s (first: %s)\n",
+			        tag, ex.verdicts[v], lynx_replay_verdict_name(v),
+			        ex.verdict_reason[v]);
+}
+
 void lynx_exec_print_summary(FILE *f, const char *tag)
 {
 	struct lynx_arena_stats arena;
@@ -1008,10 +1572,11 @@ void lynx_exec_print_summary(FILE *f, const char *tag)
 	fprintf(f,
 	        "%s: executor: %" PRIu64 " iterations followed (%" PRIu64 " times lost); of %zu "
 	        "scripted activations %u kept (%u of them below a %zu KiB granule), %u offloaded, "
-	        "%u planned for recompute (restored by copy: replay is not wired yet)\n",
+	        "%u planned for recompute\n",
 	        tag, s.iterations, s.lost, ex.script.n_buffers, ex.planned[LYNX_EXEC_KEEP],
 	        ex.too_small, lynx_arena_granularity(ex.arena) / 1024,
 	        ex.planned[LYNX_EXEC_OFFLOAD], ex.planned[LYNX_EXEC_RECOMPUTE]);
+	print_replay(f, tag, &s);
 	fprintf(f,
 	        "%s: executor: %" PRIu64 " allocations served by the arena (%" PRIu64
 	        " of them with reused memory, %" PRIu64 " left to the trainer's allocator), "

@@ -22,9 +22,21 @@
  * alloc_from and restore_from), its stream waiting for that point. To keep the plan's
  * budget, it may instead wait for such a point on the host (lynx_exec_arm).
  *
- * What the plan says and what is done: OFFLOAD is done as above. RECOMPUTE_* decisions
- * (kernel replay, replay.h) are not executed yet: such activations are evicted and brought
- * back by copy, so that memory follows the plan while time does not (the summary says so).
+ * What the plan says and what is done: OFFLOAD is done as above. RECOMPUTE decisions are
+ * done by kernel replay (replay.h), on demand. The tracker captures each such activation's
+ * producer: the first launch after its allocation whose parameters name it. The first
+ * instance is still evicted by copy; when the guard restores it, the producer is replayed
+ * into scratch beside it and examined (lynx_replay_examine, the device idle): only a
+ * producer that reproduces it bit for bit, reading nothing its parameters do not name, is
+ * replayed from then on. Later instances are then evicted without a copy (unmapped once
+ * the call that last used them is done) and, when the guard finds one evicted, the
+ * producer captured in that iteration is relaunched on the consumer's own stream, in
+ * stream order: its inputs hold what they held when it was examined, at the same point of
+ * the same iteration. Memory it writes besides the activation (a workspace) goes to
+ * scratch; evicted activations it reads are restored first. A refused producer, or an
+ * instance whose producer was not seen, is offloaded as before; the reason is logged.
+ * Replays in communication windows, on a side stream, are not done yet: their inputs
+ * would have to be proven untouched until the consumer.
  *
  * Limits: the guard sees pointers in kernel parameters (also inside by-value structs),
  * copies, memsets and NCCL buffers; a kernel that reads an activation's address from device
@@ -57,7 +69,7 @@
 #define LYNX_EXEC_ACTIONS(X)                                                         \
 	X(KEEP, "keep")           /* served by the trainer's allocator, untouched */ \
 	X(OFFLOAD, "offload")     /* evicted, restored by copy from host */          \
-	X(RECOMPUTE, "recompute") /* planned for replay; restored by copy for now */
+	X(RECOMPUTE, "recompute") /* evicted, restored by replaying its producer */
 
 enum lynx_exec_action {
 #define LYNX_EXEC_ACTION_ENUM(id, name) LYNX_EXEC_##id,
@@ -67,10 +79,11 @@ enum lynx_exec_action {
 };
 
 /* Faults a test injects to show that a safety check matters: X(ID, name). */
-#define LYNX_EXEC_FAULTS(X)                                                                 \
-	X(NONE, "none")                                                                     \
-	X(SKIP_STREAM_WAITS, "skip-stream-waits") /* no stream waits for another's event */ \
-	X(FAIL_PREFETCH, "fail-prefetch")         /* every restore on the restore stream fails */
+#define LYNX_EXEC_FAULTS(X)                                                                       \
+	X(NONE, "none")                                                                           \
+	X(SKIP_STREAM_WAITS, "skip-stream-waits") /* no stream waits for another's event */       \
+	X(FAIL_PREFETCH, "fail-prefetch")         /* every restore on the restore stream fails */ \
+	X(FAIL_REPLAY, "fail-replay")             /* each replay's first launch fails */
 
 enum lynx_exec_fault {
 #define LYNX_EXEC_FAULT_ENUM(id, name) LYNX_EXEC_FAULT_##id,
@@ -97,6 +110,11 @@ enum lynx_exec_fault {
 	LYNX_EXEC_STAT(budget_stalls, "host waits for memory, to keep the budget")              \
 	LYNX_EXEC_STAT(oom_waits, "restores that first had to wait for frees")                  \
 	LYNX_EXEC_STAT(failures, "driver failures (the activation stayed as it was)")           \
+	LYNX_EXEC_STAT(producers, "producers captured for activations planned for recompute")   \
+	LYNX_EXEC_STAT(discards, "evictions without a copy (restored by replay)")               \
+	LYNX_EXEC_STAT(replays, "restores by replaying the producer")                           \
+	LYNX_EXEC_STAT(replay_failures, "replays whose launch failed (then tried again)")       \
+	LYNX_EXEC_STAT(replay_scratch_bytes, "most scratch one replay took (freed after it)")   \
 	LYNX_EXEC_STAT(evicted_bytes, "bytes evicted, summed")                                  \
 	LYNX_EXEC_STAT(peak_evicted_bytes, "most bytes evicted at once")                        \
 	LYNX_EXEC_STAT(peak_used_bytes,                                                         \
@@ -183,6 +201,11 @@ static inline void lynx_exec_guard(enum lynx_hook_id id, uint64_t addr, uint64_t
 /* After a top-level call of the program returned, with its event (the tracker). */
 void lynx_exec_after(const struct lynx_event *ev);
 
+/* After a driver launch nested in the program's call (the runtime's cudaLaunchKernel
+ * calling cuLaunchKernel), with its event and parameter bytes: producers are captured from
+ * these. */
+void lynx_exec_launched(const struct lynx_event *ev);
+
 /* The counters so far. */
 void lynx_exec_stats(struct lynx_exec_stats *out);
 
@@ -190,13 +213,16 @@ void lynx_exec_stats(struct lynx_exec_stats *out);
 void lynx_exec_print_summary(FILE *f, const char *tag);
 
 /* What the executor's trace shows, one slice per action: X(ID, name). */
-#define LYNX_EXEC_EVENTS(X)                                                    \
-	X(OFFLOAD, "offload")                     /* copy to host queued */    \
-	X(EVICT, "evict")                         /* unmapped after it */      \
-	X(RESTORE_AHEAD, "restore ahead")         /* at the restore token */   \
-	X(RESTORE_ON_DEMAND, "restore on demand") /* by the guard */           \
-	X(CONSUMER_WAIT, "consumer waits")        /* a stream waits for one */ \
-	X(STALL, "host stall")                    /* for a reused copy */      \
+#define LYNX_EXEC_EVENTS(X)                                                      \
+	X(OFFLOAD, "offload")                     /* copy to host queued */      \
+	X(EVICT, "evict")                         /* unmapped after it */        \
+	X(RESTORE_AHEAD, "restore ahead")         /* at the restore token */     \
+	X(RESTORE_ON_DEMAND, "restore on demand") /* by the guard */             \
+	X(DISCARD, "discard")                     /* evicted without a copy */   \
+	X(REPLAY, "replay")                       /* restored by its producer */ \
+	X(EXAMINE, "examine")                     /* its producer, once */       \
+	X(CONSUMER_WAIT, "consumer waits")        /* a stream waits for one */   \
+	X(STALL, "host stall")                    /* for a reused copy */        \
 	X(BUDGET_STALL, "budget stall")           /* for memory */
 
 /*

@@ -490,12 +490,15 @@ struct lynx_event *lynx_call_reserve(struct lynx_call *call, size_t payload_byte
 
 /*
  * Recompute mode: the executor follows the program's own calls (an event exists only for
- * calls that are not the shim's); the stand-in event is not the recorder's to commit.
+ * calls that are not the shim's), and the driver launches directly beneath them, which
+ * carry the parameters; the stand-in event is not the recorder's to commit.
  */
 static __attribute__((noinline)) void follow(struct lynx_call *call)
 {
 	if (hook_depth == 1)
 		lynx_exec_after(call->event);
+	else if (hook_depth == 2 && call->event->kind == LYNX_EV_LAUNCH)
+		lynx_exec_launched(call->event); /* the runtime's launch, with its parameters */
 	if (call->event != &scratch.event)
 		lynx_recorder_commit(call->event);
 }

@@ -182,6 +182,9 @@ int lynx_replay_launch(struct lynx_replay_segment *segment, CUstream stream,
 	LYNX_REPLAY_VERDICT(TOO_LARGE,                                                       \
 	                    "the memory its parameters name is too large or too scattered "  \
 	                    "to check")                                                      \
+	LYNX_REPLAY_VERDICT(FREED_OPERAND,                                                   \
+	                    "a parameter names memory freed since the segment ran (the "     \
+	                    "caller's check, made before any replay)")                       \
 	LYNX_REPLAY_VERDICT(LAUNCH_FAILED, "a replayed launch failed")                       \
 	LYNX_REPLAY_VERDICT(UNSUPPORTED, "a launch cannot be replayed from its record")      \
 	LYNX_REPLAY_VERDICT(DRIVER_FAILED, "a copy, synchronisation or allocation failed")   \

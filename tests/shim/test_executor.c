@@ -5,7 +5,11 @@
  * tinytrain's small activations can be evicted. The executor follows the iterations,
  * evicts what the plan says and brings it back, and:
  *  - loss and gradient hash are those of the run without Lynx at every step and rank
- *    (pp2 tp2, pp4 and dp4), while activations are evicted and restored;
+ *    (pp2 tp2, pp4 and dp4), while activations are evicted and restored: by copy, and by
+ *    replaying their producers once an examination showed that these reproduce them (the
+ *    ones that read a freed temporary, or that are followed by an all-reduce, do not);
+ *  - a replay whose launch fails (LYNX_FAULT=fail-replay) is tried again: same results,
+ *    and the summary counts it;
  *  - the steady state's peak memory on the first stage is below the run without Lynx, and
  *    the step time within 5% of it;
  *  - dropping the stream waits the executor relies on (LYNX_FAULT=skip-stream-waits)
@@ -157,6 +161,15 @@ static void test_recompute_mode_is_bit_identical_and_saves_memory(void **state)
 		assert_int_equal(stat_of(o.err, rank, "driver failures"), 0);
 		/* Planned beside achieved, timed over the followed iterations. */
 		assert_true(stat_of(o.err, rank, "followed iterations, device time") >= 1);
+		/* Planned for recompute on the first stage, where the budget binds: producers
+		 * examined, most replayed, some refused. */
+		if (rank >= 2)
+			continue;
+		assert_true(stat_of(o.err, rank, "examined and replayed") > 0);
+		assert_true(stat_of(o.err, rank, "refused (offloaded instead)") > 0);
+		assert_true(stat_of(o.err, rank, "evicted without a copy") > 0);
+		assert_true(stat_of(o.err, rank, "restored by replay") > 0);
+		assert_int_equal(stat_of(o.err, rank, "launches failed"), 0);
 	}
 	assert_non_null(strstr(o.err, "lynx[rank 0]: executor: memory: warm-up peak "));
 	/* Each rank's executor trace: its actions as slices, host time. */
@@ -169,6 +182,11 @@ static void test_recompute_mode_is_bit_identical_and_saves_memory(void **state)
 		assert_non_null(strstr(text, "{\"name\": \"offload\""));
 		assert_non_null(strstr(text, "{\"name\": \"evict\""));
 		assert_non_null(strstr(text, "{\"name\": \"restore ahead\""));
+		if (rank < 2) { /* recompute planned */
+			assert_non_null(strstr(text, "{\"name\": \"examine\""));
+			assert_non_null(strstr(text, "{\"name\": \"discard\""));
+			assert_non_null(strstr(text, "{\"name\": \"replay\""));
+		}
 		assert_non_null(strstr(text, "\"actions_left_out\": 0}"));
 		free(text);
 	}
@@ -238,6 +256,24 @@ static void test_restores_that_cannot_start_ahead_are_made_on_demand(void **stat
 		assert_int_equal(stat_of(o.err, rank, "ahead of use"), 0);
 		assert_true(stat_of(o.err, rank, "could not start ahead") > 0);
 		assert_true(stat_of(o.err, rank, "on demand (") > 0);
+	}
+	release(&o);
+}
+
+/* The first launch of every replay fails: each is tried again with the device idle, and
+ * nothing is lost. */
+static void test_a_failing_replay_launch_is_tried_again(void **state)
+{
+	struct step_line a[MAX_LINES], b[MAX_LINES];
+	struct output plain = plain_pp2_tp2;
+	struct output o =
+	        run_trainer(PP2_TP2, "LYNX_BUDGET=2150K LYNX_FAULT=fail-replay", "failreplay");
+
+	assert_identical(&plain, &o, a, b);
+	for (int rank = 0; rank < 2; rank++) { /* the first stage: recompute planned */
+		long long replays = stat_of(o.err, rank, "restored by replay");
+		assert_true(replays > 0);
+		assert_int_equal(stat_of(o.err, rank, "launches failed"), replays);
 	}
 	release(&o);
 }
@@ -337,9 +373,11 @@ static void test_long_sequences_meet_the_memory_and_time_targets(void **state)
 		if (i % 4 < 2) { /* the first stage, which holds the most */
 			assert_true((double)b[i].peak_bytes <= 0.60 * (double)none[i].peak_bytes);
 			/* Within 5% of the plan, and of the budget up to simgpu's 4 KiB pages
-			 * (a 1 KiB tensor takes 4; the plan counts bytes). */
+			 * (a 1 KiB tensor takes 4; the plan counts bytes) and what restoring
+			 * on demand, in the consumer's stream order, adds (docs/recompute.md:
+			 * 2.2% over by copy, 3.1% with replays). */
 			assert_true((double)b[i].peak_bytes <= 1.05 * predicted);
-			assert_true((double)b[i].peak_bytes <= 1.03 * 6.0 * 1024 * 1024);
+			assert_true((double)b[i].peak_bytes <= 1.04 * 6.0 * 1024 * 1024);
 		}
 		assert_true((double)b[i].step_time_ns <= 1.05 * (double)none[i].step_time_ns);
 		assert_true((double)b[i].step_time_ns <=
@@ -369,6 +407,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_other_layouts_stay_bit_identical),
 	        cmocka_unit_test(test_dropping_the_stream_waits_breaks_training),
 	        cmocka_unit_test(test_restores_that_cannot_start_ahead_are_made_on_demand),
+	        cmocka_unit_test(test_a_failing_replay_launch_is_tried_again),
 	        cmocka_unit_test(test_a_failing_cuMemCreate_during_restores_loses_nothing),
 	        cmocka_unit_test(test_long_sequences_meet_the_memory_and_time_targets),
 	        cmocka_unit_test(test_a_budget_out_of_reach_warns_and_changes_nothing),
