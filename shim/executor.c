@@ -36,7 +36,9 @@
 #define MAX_POINTER_WORDS 32
 #define MAX_OPERANDS 64
 #define MAX_EXAMINED_BYTES (256ull << 20)
-#define MAX_REPLAY_DEPTH 8
+#define MAX_REPLAY_DEPTH 32
+/* Trainer streams a replay is ordered against. */
+#define MAX_STREAMS 8
 
 atomic_bool lynx_exec_armed;
 /* Arena allocations not plainly resident: LYNX_SLOW_GUARD is set while it is not 0. */
@@ -123,9 +125,10 @@ struct exec_buf {
 	 * producer is examined at its next use. */
 	enum producer_state producer;
 	bool awaiting, captured, misfit, by_replay, examine;
-	uint32_t n_launches;          /* of its producer, seen in this iteration */
-	uint64_t producer_serial;     /* the launch that started it: siblings share it */
-	CUfunction producer_function; /* the first one's */
+	uint32_t n_launches;      /* of its producer, seen in this iteration */
+	uint32_t chain;           /* replays that a replay of it makes, itself included (examine) */
+	uint64_t producer_serial; /* the launch that started it: siblings share it */
+	CUfunction producer_function;                         /* the first one's */
 	struct captured_launch *launch[MAX_PRODUCER_KERNELS]; /* kept until examined */
 	struct lynx_replay_segment *segment;                  /* once examined and replayed */
 	struct lynx_replay_operand *operands;
@@ -170,6 +173,9 @@ static struct {
 	bool frees[LYNX_HOOK_COUNT];  /* frees of such allocations; async_free: stream-ordered */
 	bool async_free[LYNX_HOOK_COUNT];
 	bool async_alloc[LYNX_HOOK_COUNT];
+	/* Launches a producer may be captured from: cuLaunchKernel and its per-thread form
+	 * (cuLaunchKernelEx's attributes are not recorded, so it cannot be replayed). */
+	bool replayable[LYNX_HOOK_COUNT];
 	/* Replay: its driver table, the activations whose producer is awaited, and what
 	 * examinations concluded (the first reason of each verdict, for the summary). */
 	bool can_replay;
@@ -178,6 +184,10 @@ static struct {
 	struct exec_buf *awaiting[MAX_AWAITING];
 	uint32_t n_awaiting;
 	uint64_t launch_serial; /* launches captured from */
+	/* The trainer's streams seen, each with an event marking how far it got. */
+	CUstream streams[MAX_STREAMS];
+	CUevent stream_marks[MAX_STREAMS];
+	uint32_t n_streams;
 	int replay_depth;
 	uint64_t verdicts[LYNX_REPLAY_VERDICT_COUNT];
 	char verdict_reason[LYNX_REPLAY_VERDICT_COUNT][320];
@@ -326,6 +336,7 @@ static void finish_free(struct exec_buf *b)
 	HASH_DEL(ex.by_addr, b);
 	b->state = BUF_NONE;
 	b->ready_pending = b->free_pending = b->donated = false;
+	b->examine = false; /* an examination belongs to the instance that was restored */
 	b->addr = 0;
 	update(b);
 }
@@ -555,7 +566,7 @@ static void end_capture(struct exec_buf *b)
  * producer. */
 static void await_producer(struct exec_buf *b)
 {
-	b->captured = b->misfit = false;
+	b->captured = b->misfit = b->examine = false;
 	b->n_launches = 0;
 	if (b->action != LYNX_EXEC_RECOMPUTE || !ex.can_replay || b->producer == PRODUCER_REFUSED ||
 	    ex.n_awaiting >= MAX_AWAITING)
@@ -674,6 +685,40 @@ static void capture(const struct lynx_event *ev)
 	}
 }
 
+/* A stream the trainer issued work to (locked). */
+static void note_stream(CUstream stream)
+{
+	for (uint32_t i = 0; i < ex.n_streams; i++)
+		if (ex.streams[i] == stream)
+			return;
+	if (ex.n_streams == MAX_STREAMS ||
+	    ex.drv.event_create(&ex.stream_marks[ex.n_streams], CU_EVENT_DISABLE_TIMING))
+		return;
+	ex.streams[ex.n_streams++] = stream;
+}
+
+/*
+ * A replay on stream is fenced against the trainer's other streams, as the examination was
+ * by the idle device: it waits for the work they have queued (after == NULL, before the
+ * replay), and they wait for it (after: its event, recorded on stream after the replay).
+ * With one stream, nothing.
+ */
+static CUresult fence_replay(CUstream stream, CUevent after)
+{
+	CUresult r = CUDA_SUCCESS;
+
+	for (uint32_t i = 0; i < ex.n_streams && r == CUDA_SUCCESS; i++) {
+		if (ex.streams[i] == stream)
+			continue;
+		if (after)
+			r = wait_for(ex.streams[i], after);
+		else if ((r = ex.drv.event_record(ex.stream_marks[i], ex.streams[i])) ==
+		         CUDA_SUCCESS)
+			r = wait_for(stream, ex.stream_marks[i]);
+	}
+	return r;
+}
+
 /*
  * Scratch for memory a replay writes besides its activation (a workspace), stream-ordered
  * on the replay's stream so that it is held only while the replay runs, not at the peak
@@ -714,7 +759,7 @@ static void bring_back(uint64_t word, CUstream stream, const struct exec_buf *ow
  */
 static bool replay_into(struct exec_buf *b, CUstream stream)
 {
-	struct lynx_replay_redirect redirects[MAX_OPERANDS];
+	struct lynx_replay_redirect redirects[2 * MAX_OPERANDS]; /* siblings', examined */
 	struct lynx_replay_stats stats;
 	uint64_t start = now_ns(), scratch_bytes = 0;
 	size_t n = 0;
@@ -723,6 +768,8 @@ static bool replay_into(struct exec_buf *b, CUstream stream)
 	if (ex.replay_depth >= MAX_REPLAY_DEPTH)
 		goto lost;
 	ex.replay_depth++;
+	if (fence_replay(stream, NULL) != CUDA_SUCCESS)
+		goto out;
 	for (uint32_t i = 0; i < b->n_operands; i++) {
 		const struct lynx_replay_operand *op = &b->operands[i];
 		uint64_t word = lynx_replay_segment_word(b->segment, op->kernel, op->offset);
@@ -784,7 +831,9 @@ static bool range_of(CUdeviceptr addr, CUdeviceptr *base, size_t *size, void *ar
 		b = find_buf(range.base);
 		*base = range.base;
 		*size = b ? b->sb->bytes : range.size;
-		return range.state == LYNX_ARENA_RESIDENT && addr - *base < *size;
+		/* Freed by the trainer (its free queued), or its memory given away: gone. */
+		return range.state == LYNX_ARENA_RESIDENT && addr - *base < *size &&
+		       !(b && (b->free_pending || b->donated));
 	}
 	return ex.address_range(base, size, addr) == CUDA_SUCCESS;
 }
@@ -875,11 +924,34 @@ static void examine(struct exec_buf *b, CUstream stream)
 	for (size_t i = 0; i < n_siblings; i++)
 		ex.replay_drv.mem_free(siblings[i].to);
 	size_t n_operands = n_sibling_words + how.operand_count;
+	/* Replays nest through evicted inputs that are replayed too: bound the chain. */
+	b->chain = 1;
+	for (size_t i = 0; check.verdict == LYNX_REPLAY_REPRODUCES && i < how.operand_count; i++) {
+		struct lynx_arena_range range;
+		struct exec_buf *c;
+		word = lynx_replay_segment_word(b->segment, found[i].kernel, found[i].offset);
+		if (found[i].role == LYNX_REPLAY_INPUT &&
+		    lynx_arena_find(ex.arena, (CUdeviceptr)word, &range) &&
+		    (c = find_buf(range.base)) && c->producer == PRODUCER_REPLAYED &&
+		    c->chain + 1 > b->chain)
+			b->chain = c->chain + 1;
+	}
+	if (check.verdict == LYNX_REPLAY_REPRODUCES && b->chain > MAX_REPLAY_DEPTH / 2) {
+		check.verdict = LYNX_REPLAY_TOO_LARGE;
+		snprintf(check.reason, sizeof(check.reason),
+		         "its replay would replay %u evicted inputs in a chain (at most %d)",
+		         b->chain - 1, MAX_REPLAY_DEPTH / 2 - 1);
+	}
 	if (check.verdict == LYNX_REPLAY_REPRODUCES &&
 	    !(b->operands = malloc((n_operands ? n_operands : 1) * sizeof(*operands)))) {
 		check.verdict = LYNX_REPLAY_NO_MEMORY;
 		snprintf(check.reason, sizeof(check.reason), "no host memory");
 	}
+	if (check.restore_failed)
+		lynx_error(
+		        "recompute mode: examining layer %u's activation %u left memory it names "
+		        "poisoned: %s; training results will differ",
+		        b->sb->layer, b->sb->index, check.reason);
 	if (!ex.verdicts[check.verdict]++)
 		snprintf(ex.verdict_reason[check.verdict], sizeof(ex.verdict_reason[0]),
 		         "layer %u activation %u: %s", b->sb->layer, b->sb->index, check.reason);
@@ -939,7 +1011,9 @@ static int restore(struct exec_buf *b, CUstream stream)
 	b->state = BUF_RESIDENT;
 	evicted_add(-(int64_t)b->sb->bytes);
 	if (b->by_replay) {
-		if (replay_into(b, stream) && ex.drv.event_record(b->ready, stream) == CUDA_SUCCESS)
+		if (replay_into(b, stream) &&
+		    ex.drv.event_record(b->ready, stream) == CUDA_SUCCESS &&
+		    fence_replay(stream, b->ready) == CUDA_SUCCESS)
 			b->ready_pending = true;
 		update(b);
 		return 0;
@@ -1062,11 +1136,20 @@ static void act(uint32_t t, CUstream stream)
 		sample_memory();
 }
 
+/* The driver launch nested in this thread's current top-level call, for capture(). */
+static __thread struct {
+	struct lynx_event event;
+	unsigned char payload[4096]; /* hooks_launch.c's MAX_PARAM_BYTES */
+	bool waiting;
+} nested_launch __attribute__((tls_model("initial-exec")));
+
 void lynx_exec_after(const struct lynx_event *ev)
 {
 	struct lynx_prof_event pe;
 	uint64_t sig;
+	bool nested = nested_launch.waiting; /* this call's, or nothing */
 
+	nested_launch.waiting = false;
 	if (!ev || !atomic_load_explicit(&lynx_exec_armed, memory_order_acquire))
 		return;
 	lynx_profiling_event_view(ev, &pe);
@@ -1074,8 +1157,15 @@ void lynx_exec_after(const struct lynx_event *ev)
 	pthread_mutex_lock(&ex.lock);
 	if (ex.polled && !lynx_capture_active())
 		poll();
-	if (ev->kind == LYNX_EV_LAUNCH && ex.tracking)
+	if (ex.can_replay &&
+	    (ev->kind == LYNX_EV_LAUNCH || ev->kind == LYNX_EV_COPY || ev->kind == LYNX_EV_MEMSET ||
+	     ev->kind == LYNX_EV_COLL || ev->kind == LYNX_EV_P2P))
+		note_stream(stream_of((enum lynx_hook_id)ev->hook, ev->stream));
+	if (ev->kind == LYNX_EV_LAUNCH && ex.tracking && ex.replayable[ev->hook])
 		capture(ev); /* a driver launch called by the program itself */
+	else if (ev->kind == LYNX_EV_LAUNCH && ex.tracking && nested &&
+	         lynx_hooks[ev->hook].layer == LYNX_LAYER_RUNTIME)
+		capture(&nested_launch.event); /* the runtime's launch, made by the driver's */
 	if (lynx_prof_script_counts_alloc(&pe)) {
 		ex.ordinal += ex.tracking;
 		goto out;
@@ -1120,15 +1210,13 @@ out:
 
 void lynx_exec_launched(const struct lynx_event *ev)
 {
-	if (!ev || !atomic_load_explicit(&lynx_exec_armed, memory_order_acquire) ||
-	    lynx_capture_active())
-		return;
-	lynx_nested_begin();
-	pthread_mutex_lock(&ex.lock);
-	if (ex.tracking)
-		capture(ev);
-	pthread_mutex_unlock(&ex.lock);
-	lynx_nested_end();
+	/* Kept until the call above it ends: a producer only if that is the runtime's kernel
+	 * launch (not, say, a kernel NCCL launches inside a collective). */
+	nested_launch.waiting =
+	        ev && ex.replayable[ev->hook] && !lynx_capture_active() &&
+	        ev->size <= sizeof(nested_launch.event) + sizeof(nested_launch.payload);
+	if (nested_launch.waiting)
+		memcpy(&nested_launch.event, ev, ev->size);
 }
 
 /* ---- The hooks' side ----------------------------------------------------------------------- */
@@ -1254,6 +1342,8 @@ static bool make_resident(struct exec_buf *b, CUstream stream)
 		}
 		ex.stats.on_demand++;
 		trace(TRACE_RESTORE_ON_DEMAND, b, 0);
+		if (b->examine) /* restored by copy here, where a replay would be made */
+			examine(b, stream);
 		break;
 	case BUF_RESIDENT:
 		if (b->ready_pending) {
@@ -1310,6 +1400,8 @@ static void classify_hooks(void)
 			ex.frees[id] |= !strcmp(s, frees[i]);
 		ex.async_free[id] = ex.frees[id] && strstr(s, "Async");
 		ex.async_alloc[id] = ex.serves[id] && strstr(s, "Async");
+		ex.replayable[id] =
+		        !strcmp(s, "cuLaunchKernel") || !strcmp(s, "cuLaunchKernel_ptsz");
 	}
 }
 
