@@ -157,6 +157,7 @@ static struct {
 	enum lynx_exec_fault fault;
 	struct lynx_exec_expectation expect;
 	CUevent iteration_start[3]; /* recorded at each iteration's first token, in turn */
+	bool examined_in[3];        /* an examination ran in that iteration: not timed */
 	uint64_t started;           /* iterations whose start was recorded */
 	struct lynx_exec_stats stats;
 	struct traced {
@@ -903,6 +904,8 @@ static void examine(struct exec_buf *b, CUstream stream)
 
 	b->examine = false;
 	update(b);
+	if (ex.started)
+		ex.examined_in[(ex.started - 1) % 3] = true;
 	for (uint32_t i = 0; i < b->n_launches; i++) {
 		for (uint32_t at = 0; at + 8 <= b->launch[i]->kernel.param_bytes; at += 8) {
 			__builtin_memcpy(&word, b->launch[i]->params + at, 8);
@@ -1085,11 +1088,15 @@ static void iteration_started(CUstream stream)
 	if (ex.started >= 2) {
 		CUevent a = ex.iteration_start[(ex.started - 2) % 3];
 		CUevent b = ex.iteration_start[(ex.started - 1) % 3];
-		if (done(b) && ex.drv.event_elapsed(&ms, a, b) == CUDA_SUCCESS && ms > 0) {
+		/* An iteration with examinations (the device idled for each) is not the steady
+		 * state the plan predicts. */
+		if (!ex.examined_in[(ex.started - 2) % 3] && done(b) &&
+		    ex.drv.event_elapsed(&ms, a, b) == CUDA_SUCCESS && ms > 0) {
 			ex.stats.timed_iterations++;
 			ex.stats.iteration_ns += (uint64_t)((double)ms * 1e6);
 		}
 	}
+	ex.examined_in[ex.started % 3] = false;
 	if (ex.drv.event_record(now, stream) == CUDA_SUCCESS)
 		ex.started++;
 	else

@@ -24,7 +24,8 @@
  *
  * What the plan says and what is done: OFFLOAD is done as above. RECOMPUTE decisions are
  * done by kernel replay (replay.h), on demand. The tracker captures each such activation's
- * producer: the first launch after its allocation whose parameters name it. The first
+ * producer: the first cuLaunchKernel after its allocation whose parameters name it, and
+ * the launches of the same function right after it that name it too. The first
  * instance is still evicted by copy; when the guard restores it, the producer is replayed
  * into scratch beside it and examined (lynx_replay_examine, the device idle): only a
  * producer that reproduces it bit for bit, reading nothing its parameters do not name, is
@@ -33,8 +34,9 @@
  * producer captured in that iteration is relaunched on the consumer's own stream, in
  * stream order: its inputs hold what they held when it was examined, at the same point of
  * the same iteration. Memory it writes besides the activation (a workspace) goes to
- * scratch; evicted activations it reads are restored first. A refused producer, or an
- * instance whose producer was not seen, is offloaded as before; the reason is logged.
+ * scratch; evicted activations it reads are restored first; with several trainer streams
+ * it is fenced against the others both ways. A refused producer, or an instance whose
+ * producer was not seen, is offloaded as before; the reason is logged.
  * Replays in communication windows, on a side stream, are not done yet: their inputs
  * would have to be proven untouched until the consumer.
  *
