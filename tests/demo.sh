@@ -58,8 +58,8 @@ for mode in none selective full; do
 done
 last_step "lynx recompute $BUDGET" 13 <"$rec.steps.jsonl"
 echo "(the same grad_hash everywhere: recompute changes memory and time, never results;"
-echo " Lynx restores what its plan recomputes by copy until kernel replay is wired, so its"
-echo " time is that of offloading)"
+echo " Lynx replays the producers of what its plan recomputes, on demand in the consumer's"
+echo " stream, and offloads those whose examination refused them; see its summary above)"
 echo
 echo "Open $out/trace.0.json in ui.perfetto.dev for rank 0's warm-up timeline;"
 echo "$out/report.svg plots memory and stream use per rank."
