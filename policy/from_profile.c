@@ -893,6 +893,29 @@ static int fill_stage(const struct ctx *c, const struct layer_src *ls, const str
 	return 0;
 }
 
+/*
+ * The host link, when every profile measured one: the slowest rate each way and the longest
+ * latency, since an offloading stage runs at its own rank's link and a plan must hold on the
+ * worst. One profile without a measurement leaves both links 0 (no OFFLOAD): its rank's link
+ * is unknown, and assuming another's would promise copies it may not make in time.
+ */
+static void fill_host_link(const struct ctx *c, struct lynx_problem *p)
+{
+	struct lynx_link d2h = {INFINITY, 0}, h2d = {INFINITY, 0};
+
+	for (size_t i = 0; i < c->n; i++) {
+		const struct lynx_profile_host_link *h = &c->ranks[i]->host_link;
+
+		if (!lynx_profile_host_link_measured(h))
+			return;
+		d2h.busbw = fmin(d2h.busbw, h->d2h_bytes_per_s);
+		h2d.busbw = fmin(h2d.busbw, h->h2d_bytes_per_s);
+		d2h.latency_s = h2d.latency_s = fmax(d2h.latency_s, h->latency_s);
+	}
+	p->d2h = d2h;
+	p->h2d = h2d;
+}
+
 /* The layer description from the chosen profile layer. */
 static int fill_layer(const struct ctx *c, struct layer_src *ls, struct lynx_problem_layer *L)
 {
@@ -956,6 +979,7 @@ int lynx_problem_from_profile(const struct lynx_profile *const *ranks, size_t n_
 	}
 	if (c.opt->budget_bytes)
 		p->budget_bytes = c.opt->budget_bytes;
+	fill_host_link(&c, p);
 	p->n_stages = n_stages;
 	p->stages = calloc(n_stages, sizeof(*p->stages));
 	if (!p->stages) {

@@ -42,7 +42,7 @@
  * Host link: OFFLOAD decisions copy a group to pinned host memory after its producer and
  * back before its consumer, on the copy engines (one per direction), over `d2h` and `h2d`:
  * a copy of B bytes takes latency_s + B / busbw. busbw 0: no host link (a problem built
- * from a profile that measured none); the checker then refuses OFFLOAD.
+ * from profiles of which one or more measured none); the checker then refuses OFFLOAD.
  *
  * Ownership: lynx_problem_from_model() and lynx_problem_from_profile() allocate the stages
  * and their windows; lynx_problem_free() releases them. A built problem is read-only: any
@@ -251,10 +251,15 @@ int lynx_problem_from_model(const struct lynx_model_desc *m, const struct lynx_c
  *   activations (weights, workspace, temporaries and other): the plan cannot change it. The
  *   budget is opt->budget_bytes, or 0: the largest profile peak, where keeping everything fits;
  *   pass what the job may use, e.g. the GPU's memory less a few GiB for the CUDA context,
- *   NCCL and allocator fragmentation, or the peak minus what should be freed. No host link is
- *   measured: d2h and h2d have busbw 0, so OFFLOAD is refused by the checker and the offload
- *   planner offloads nothing. cluster is NULL; model has pp and layers only; gpus is the
- *   profiles' world (0 when unknown); peak_flops and model_flops are 0.
+ *   NCCL and allocator fragmentation, or the peak minus what should be freed.
+ * - Host link. When every profile carries a measured host_link, d2h and h2d are the least
+ *   d2h and h2d rates over all the profiles given (not only each stage's representative:
+ *   every rank offloads over its own link, and the slowest paces the plan), each with the
+ *   largest latency. When any profile has none, both are 0 (busbw 0), so the checker
+ *   refuses OFFLOAD and the offload planner offloads nothing. The rates were measured on an
+ *   idle link: an upper bound of what copies get while NCCL traffic shares it.
+ * - The rest. cluster is NULL; model has pp and layers only; gpus is the profiles' world (0
+ *   when unknown); peak_flops and model_flops are 0.
  *
  * opt may be NULL; its stage_layers must be NULL (a profile's split is the one it ran) and
  * distributed_optimizer is ignored (static memory is measured). Returns 0; -EINVAL with one

@@ -3,8 +3,8 @@
  * The what-if of profiling-only mode: from the job's profiles (one per rank), what Lynx's
  * HEU planner predicts it would save in memory and cost in time, against keeping every
  * activation. Numbers are the independent checker's replay of each plan on the problem that
- * lynx_problem_from_profile() builds, so they carry its approximations (no host link, the
- * optimizer step left out).
+ * lynx_problem_from_profile() builds, so they carry its approximations (the optimizer step
+ * left out; profiling-only mode measures no host link, and HEU does not offload anyway).
  *
  * Without a budget, a ladder: the stage peaks' activation share (the peak above the static
  * memory) cut to 75%, 50% and 25%; with one, that budget alone.

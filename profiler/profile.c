@@ -19,24 +19,32 @@
  *    "memory": {"source": "host", "peak_bytes": 123456, "buffers": 1206,
  *               "at_peak": {"weight": ..., "saved_activation": ..., "workspace": ...,
  *                           "temporary": ..., "other": ...},
- *               "non_saved_peak_bytes": 45678}}
+ *               "non_saved_peak_bytes": 45678},
+ *    "host_link": {"d2h_bytes_per_s": 50000000000, "h2d_bytes_per_s": 48000000000,
+ *                  "latency_s": 1.2e-05}}
  *
  *   TIME = {"source": "host" | "device", "ns": median, "min_ns": ..., "max_ns": ...,
  *           "samples": n} or {"source": "unknown"}.
  *
  * Integers are below 2^53 (exact in any JSON reader); -1 means "none" for indices. The
  * writer prints keys in this order with cJSON's formatting, so write -> read -> write gives
- * the same bytes.
+ * the same bytes. The host link's numbers are the only fractional ones; the writer prints
+ * each with the fewest digits (15 to 17) that read back as the same double, where cJSON
+ * would keep 15 whenever they come "close enough", so they too survive a round trip exactly.
  *
- * Three keys came after the first version-1 readers, as optional additions they ignore:
+ * Four keys came after the first version-1 readers, as optional additions they ignore:
  * "warmup_forwards" (0 when absent; at most "microbatches"); a layer's "forward_ns" and
  * "backward_ns", each kernel's device time in launch order, present only when the shim timed
- * the kernels and then exactly as long as the names beside them; and memory's
+ * the kernels and then exactly as long as the names beside them; memory's
  * "non_saved_peak_bytes" (when absent: the at_peak sum of the classes other than
- * saved_activation). The writer always writes "warmup_forwards" and "non_saved_peak_bytes",
- * and writes the *_ns arrays exactly when the in-memory ns is not NULL.
+ * saved_activation); and "host_link", the copy rates to and from pinned host memory
+ * (bytes/s, finite and > 0) and a small copy's latency (s, finite, in [0, 1)) that the shim
+ * measures in warm-up (all 0 when absent: not measured). The writer always writes
+ * "warmup_forwards" and "non_saved_peak_bytes", writes the *_ns arrays exactly when the
+ * in-memory ns is not NULL, and "host_link" exactly when lynx_profile_host_link_measured().
  */
 #include <errno.h>
+#include <locale.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -85,6 +93,13 @@ const char *lynx_profile_memory_class_name(enum lynx_profile_memory_class c)
 	return (unsigned)c < LYNX_PROFILE_MEMORY_CLASS_COUNT ? names[c] : NULL;
 }
 
+bool lynx_profile_host_link_measured(const struct lynx_profile_host_link *link)
+{
+	return isfinite(link->d2h_bytes_per_s) && link->d2h_bytes_per_s > 0 &&
+	       isfinite(link->h2d_bytes_per_s) && link->h2d_bytes_per_s > 0 &&
+	       isfinite(link->latency_s) && link->latency_s >= 0 && link->latency_s < 1;
+}
+
 void lynx_profile_free(struct lynx_profile *p)
 {
 	if (!p)
@@ -115,6 +130,26 @@ void lynx_profile_free(struct lynx_profile *p)
 static bool add_num(cJSON *o, const char *key, double v)
 {
 	return cJSON_AddNumberToObject(o, key, v) != NULL;
+}
+
+/*
+ * A finite double, printed here rather than by cJSON (which keeps 15 significant digits when
+ * they read back "close enough", losing the last bits): the shortest of 15, 16 and 17 digits
+ * that strtod reads back as v (17 always does), with the locale's decimal point made '.'.
+ */
+static bool add_double(cJSON *o, const char *key, double v)
+{
+	const char *point = localeconv()->decimal_point;
+	char buf[40], *c;
+
+	for (int digits = 15; digits <= 17; digits++) {
+		snprintf(buf, sizeof(buf), "%.*g", digits, v);
+		if (strtod(buf, NULL) == v)
+			break;
+	}
+	if (point[0] && point[0] != '.' && (c = strchr(buf, point[0])))
+		*c = '.';
+	return cJSON_AddRawToObject(o, key, buf) != NULL;
 }
 
 /* An int32 that is -1 for unknown, written as null. */
@@ -228,6 +263,19 @@ static bool add_memory(cJSON *root, const struct lynx_profile_memory *m)
 	return ok && add_num(o, "non_saved_peak_bytes", (double)m->non_saved_peak_bytes);
 }
 
+/* The host link, or nothing when it was not measured. */
+static bool add_host_link(cJSON *root, const struct lynx_profile_host_link *h)
+{
+	cJSON *o;
+
+	if (!lynx_profile_host_link_measured(h))
+		return true;
+	o = cJSON_AddObjectToObject(root, "host_link");
+	return o && add_double(o, "d2h_bytes_per_s", h->d2h_bytes_per_s) &&
+	       add_double(o, "h2d_bytes_per_s", h->h2d_bytes_per_s) &&
+	       add_double(o, "latency_s", h->latency_s);
+}
+
 static cJSON *profile_json(const struct lynx_profile *p)
 {
 	cJSON *root = cJSON_CreateObject(), *o, *arr;
@@ -262,7 +310,7 @@ static cJSON *profile_json(const struct lynx_profile *p)
 	ok = arr != NULL;
 	for (size_t i = 0; ok && i < p->window_count; i++)
 		ok = add_window(arr, &p->windows[i]);
-	ok = ok && add_memory(root, &p->memory);
+	ok = ok && add_memory(root, &p->memory) && add_host_link(root, &p->host_link);
 	if (!ok) {
 		cJSON_Delete(root);
 		return NULL;
@@ -407,6 +455,25 @@ static int get_u32(struct reader *r, const cJSON *obj, const char *where, const 
 	if (!err)
 		*out = (uint32_t)v;
 	return err;
+}
+
+/* A finite number in [min, max) (or (min, max) when min_open), as what. */
+static int get_real(struct reader *r, const cJSON *obj, const char *where, const char *key,
+                    double min, bool min_open, double max, const char *what, double *out)
+{
+	const cJSON *it;
+	int err = get(r, obj, where, key, &it);
+	double v;
+
+	if (err)
+		return err;
+	if (!cJSON_IsNumber(it))
+		return refuse(r, "%s%s%s: expected a number", where, dot(where), key);
+	v = it->valuedouble;
+	if (!isfinite(v) || (min_open ? !(v > min) : !(v >= min)) || !(v < max))
+		return refuse(r, "%s%s%s: expected %s, got %.17g", where, dot(where), key, what, v);
+	*out = v;
+	return 0;
 }
 
 /* An index: -1 (none) up to max. */
@@ -690,6 +757,27 @@ static int read_memory(struct reader *r, const cJSON *root, struct lynx_profile_
 	return 0;
 }
 
+/* The optional host link: absent, not measured (all 0). */
+static int read_host_link(struct reader *r, const cJSON *root, struct lynx_profile_host_link *h)
+{
+	static const char rate[] = "a finite rate in bytes/s above 0";
+	const cJSON *o;
+	int err;
+
+	memset(h, 0, sizeof(*h));
+	if (!cJSON_GetObjectItemCaseSensitive(root, "host_link"))
+		return 0;
+	if ((err = get_object(r, root, "", "host_link", &o)) ||
+	    (err = get_real(r, o, "host_link", "d2h_bytes_per_s", 0, true, INFINITY, rate,
+	                    &h->d2h_bytes_per_s)) ||
+	    (err = get_real(r, o, "host_link", "h2d_bytes_per_s", 0, true, INFINITY, rate,
+	                    &h->h2d_bytes_per_s)) ||
+	    (err = get_real(r, o, "host_link", "latency_s", 0, false, 1,
+	                    "a finite time in seconds in [0, 1)", &h->latency_s)))
+		return err;
+	return 0;
+}
+
 /* The array at key: its size, and a calloc'ed array of n elements of size bytes. */
 static int alloc_array(struct reader *r, const cJSON *root, const char *key, size_t size,
                        const cJSON **arr, void **out, size_t *n)
@@ -788,7 +876,9 @@ static int read_profile(struct reader *r, const cJSON *root, struct lynx_profile
 			return err;
 		i++;
 	}
-	return read_memory(r, root, &p->memory);
+	if ((err = read_memory(r, root, &p->memory)))
+		return err;
+	return read_host_link(r, root, &p->host_link);
 }
 
 /* Where cJSON stopped, as "byte N (line L, column C)", and whether the text ends early. */

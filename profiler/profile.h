@@ -134,6 +134,13 @@ struct lynx_profile_memory {
 	uint64_t buffers; /* allocations counted */
 };
 
+/* The link to pinned host memory as warm-up measured it (one timed copy each way on an idle
+ * stream); all 0: not measured. */
+struct lynx_profile_host_link {
+	double d2h_bytes_per_s, h2d_bytes_per_s; /* > 0 when measured */
+	double latency_s;                        /* a small copy's time beyond bytes / rate */
+};
+
 struct lynx_profile {
 	int32_t rank, world; /* -1: unknown (written as null) */
 	struct {
@@ -159,6 +166,7 @@ struct lynx_profile {
 	struct lynx_profile_window *windows; /* one iteration's NCCL calls, in call order */
 	size_t window_count;
 	struct lynx_profile_memory memory;
+	struct lynx_profile_host_link host_link;
 };
 
 /* The profile as JSON text (malloc'ed, ends in a newline), or NULL when out of memory. */
@@ -184,6 +192,13 @@ int lynx_profile_from_json(const char *text, size_t len, struct lynx_profile *ou
 int lynx_profile_read(const char *path, struct lynx_profile *out, char *why, size_t why_len);
 
 void lynx_profile_free(struct lynx_profile *p);
+
+/*
+ * Whether link holds a measurement: both rates finite and > 0, the latency finite and in
+ * [0, 1) s, what the reader accepts. The writer writes "host_link" exactly then; anything
+ * else (all 0 included) counts as not measured.
+ */
+bool lynx_profile_host_link_measured(const struct lynx_profile_host_link *link);
 
 /* Names of the enums above; NULL when out of range. */
 const char *lynx_profile_source_name(enum lynx_profile_source s);

@@ -331,8 +331,9 @@ static int plan_profiles(const struct plan_args *a, const char *const *paths, si
 	}
 	if (!(p.d2h.busbw > 0 && p.h2d.busbw > 0) && !strcmp(pl->name, "offload")) {
 		fprintf(stderr,
-		        "lynx plan: the offload planner needs the host link's bandwidth, which a "
-		        "profile does not measure; choose another planner\n");
+		        "lynx plan: the offload planner needs the host link's bandwidth, and not "
+		        "every profile carries one (\"host_link\", measured in warm-up); choose "
+		        "another planner\n");
 		rc = LYNX_EXIT_USAGE;
 	} else {
 		rc = plan_problem(&p, pl, a, NULL, n);

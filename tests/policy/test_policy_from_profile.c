@@ -686,6 +686,121 @@ static void test_planners_and_checker_run_on_it(void **state)
 	drop(pr);
 }
 
+/* Stage s of a p = 3 pipeline of tp_stage()s, m = 4, with the host link given. */
+static struct lynx_profile *linked_stage(uint32_t s, struct lynx_profile_host_link link)
+{
+	struct lynx_profile *p = tp_stage();
+
+	p->microbatches = 4;
+	p->warmup_forwards = 2 - s;
+	p->host_link = link;
+	return p;
+}
+
+/* Every profile's host link measured: the problem's links are the slowest rates with the
+ * longest latency; one profile without (or measured one way only): no link. */
+static void test_host_link_is_the_slowest_profiles(void **state)
+{
+	static const struct lynx_profile_host_link links[4] = {
+	        {3e10, 2.5e10, 1e-6}, {2e10, 2.8e10, 3e-6}, {4e10, 2.2e10, 2e-6}, {1e10, 1e10, 0}};
+	struct lynx_profile *pr[4];
+	const struct lynx_profile *ranks[4];
+	struct lynx_problem p;
+
+	for (uint32_t i = 0; i < 4; i++) {
+		/* Stages 0, 1 and 2, and a second, faster rank of stage 2. */
+		pr[i] = linked_stage(i < 3 ? i : 2, links[i]);
+		ranks[i] = pr[i];
+	}
+	for (size_t l = 0; l < 3; l++)
+		pr[3]->layers[l].forward = host(3 * US);
+	build(ranks, 3, NULL, &p);
+	assert_int_equal(p.n_stages, 3);
+	assert_true(p.d2h.busbw == 2e10 && p.d2h.latency_s == 3e-6);
+	assert_true(p.h2d.busbw == 2.2e10 && p.h2d.latency_s == 3e-6);
+	lynx_problem_free(&p);
+	/* Every rank counts, not only the stage's representative (the slower rank 2). */
+	build(ranks, 4, NULL, &p);
+	assert_true(p.d2h.busbw == 1e10 && p.d2h.latency_s == 3e-6);
+	assert_true(p.h2d.busbw == 1e10 && p.h2d.latency_s == 3e-6);
+	lynx_problem_free(&p);
+	/* One rank not measured, or one way only: no link at all. */
+	pr[3]->host_link = (struct lynx_profile_host_link){0};
+	build(ranks, 4, NULL, &p);
+	assert_true(p.d2h.busbw == 0 && p.h2d.busbw == 0);
+	assert_true(p.d2h.latency_s == 0 && p.h2d.latency_s == 0);
+	lynx_problem_free(&p);
+	pr[3]->host_link = (struct lynx_profile_host_link){1e10, 0, 0};
+	build(ranks, 4, NULL, &p);
+	assert_true(p.d2h.busbw == 0 && p.h2d.busbw == 0);
+	lynx_problem_free(&p);
+	for (int i = 0; i < 4; i++)
+		drop(pr[i]);
+}
+
+/*
+ * The offload planner on a three-stage pipeline of tp_stage()s (stage s holds 3 - s
+ * micro-batches' activations), at a budget halfway between the first two stages' peaks
+ * keeping everything: the last stage, which Kuaishou's rules never let offload, and the
+ * middle one fit as they are, the first does not. Without a host link the planner offloads
+ * nothing and does not fit; with the profiles' it offloads, fits, and the checker agrees.
+ */
+static void test_offload_planner_offloads_with_the_profiles_host_link(void **state)
+{
+	static const struct lynx_profile_host_link link = {2.5e10, 2.0e10, 1e-7};
+	struct lynx_profile *pr[3];
+	const struct lynx_profile *ranks[3];
+	const struct lynx_planner *none = lynx_planner_find("none"),
+	                          *offload = lynx_planner_find("offload");
+	struct lynx_problem_options opt = {0};
+	struct lynx_checker_result r;
+	struct lynx_problem p;
+	struct lynx_plan plan;
+	char why[256];
+
+	assert_non_null(none);
+	assert_non_null(offload);
+	for (uint32_t s = 0; s < 3; s++) {
+		pr[s] = linked_stage(s, (struct lynx_profile_host_link){0});
+		ranks[s] = pr[s];
+	}
+	/* The budget, from the peaks keeping everything. */
+	build(ranks, 3, NULL, &p);
+	if (lynx_planner_run(none, &p, &plan, why, sizeof(why)) ||
+	    lynx_checker_replay(&p, &plan, &r, why, sizeof(why)))
+		fail_msg("%s", why);
+	assert_true(r.peak_bytes[0] > r.peak_bytes[1] && r.peak_bytes[1] > r.peak_bytes[2]);
+	opt.budget_bytes = (r.peak_bytes[0] + r.peak_bytes[1]) / 2;
+	lynx_checker_free(&r);
+	lynx_plan_free(&plan);
+	lynx_problem_free(&p);
+
+	for (int linked = 0; linked < 2; linked++) {
+		for (uint32_t s = 0; s < 3; s++)
+			pr[s]->host_link = linked ? link : (struct lynx_profile_host_link){0};
+		build(ranks, 3, &opt, &p);
+		assert_true((p.d2h.busbw > 0) == linked);
+		if (lynx_planner_run(offload, &p, &plan, why, sizeof(why)))
+			fail_msg("offload planner: %s", why);
+		if (lynx_checker_replay(&p, &plan, &r, why, sizeof(why)))
+			fail_msg("checker: %s", why);
+		if (linked) {
+			assert_true(r.offload_bytes > 0);
+			assert_true(plan.fits && r.fits);
+			for (uint32_t s = 0; s < 3; s++)
+				assert_true(r.peak_bytes[s] <= p.budget_bytes);
+		} else {
+			assert_int_equal(r.offload_bytes, 0);
+			assert_false(plan.fits || r.fits);
+		}
+		lynx_checker_free(&r);
+		lynx_plan_free(&plan);
+		lynx_problem_free(&p);
+	}
+	for (int s = 0; s < 3; s++)
+		drop(pr[s]);
+}
+
 /* The what-if of profiling-only mode (policy/whatif.h) on the same profile: each rung of the
  * ladder saves memory against keeping everything and costs no less time, and says whether it
  * fits; a budget below the static memory gives no row. */
@@ -732,6 +847,8 @@ int main(void)
 	        cmocka_unit_test(test_stage_layers_in_the_profile),
 	        cmocka_unit_test(test_refuses_bad_input_with_a_reason),
 	        cmocka_unit_test(test_planners_and_checker_run_on_it),
+	        cmocka_unit_test(test_host_link_is_the_slowest_profiles),
+	        cmocka_unit_test(test_offload_planner_offloads_with_the_profiles_host_link),
 	        cmocka_unit_test(test_whatif_ladder_saves_memory_at_a_cost),
 	};
 

@@ -43,6 +43,10 @@ static void check_round_trip(const struct lynx_profile *p)
 	assert_int_equal(back.group_count, p->group_count);
 	assert_int_equal(back.memory.peak_bytes, p->memory.peak_bytes);
 	assert_int_equal(back.rank, p->rank);
+	/* Exactly: the host link's doubles are printed with digits enough to come back. */
+	assert_true(back.host_link.d2h_bytes_per_s == p->host_link.d2h_bytes_per_s);
+	assert_true(back.host_link.h2d_bytes_per_s == p->host_link.h2d_bytes_per_s);
+	assert_true(back.host_link.latency_s == p->host_link.latency_s);
 	free(text);
 	free(again);
 	lynx_profile_free(&back);
@@ -300,6 +304,76 @@ static void test_profile_round_trip_keeps_every_field(void **state)
 	free(text);
 }
 
+/* The host link as the shim measures it: the example of profile.c's header. */
+static const struct lynx_profile_host_link example_link = {5.0e10, 4.8e10, 1.2e-05};
+
+/* A measured host link comes back exactly, also doubles that cJSON's own 15 digits would
+ * round (0.1 + 0.2 needs 17); a link not measured, or measured one way only, is not written
+ * and reads as all 0. */
+static void test_profile_round_trip_keeps_the_host_link(void **state)
+{
+	static const struct lynx_profile_host_link odd[] = {
+	        {1e11 / 3, 2.0 / 3 * 1e10, 0.1 + 0.2 - 0.29},
+	        {0x1.fffffffffffffp+40, 1.0000000000000002, 0x1.0000000000001p-20},
+	        {4.9e-324, 1.7976931348623157e308, 0}};
+	struct lynx_profile p, back;
+	char why[256];
+	char *text;
+
+	(void)state;
+	small_profile(&p);
+	p.host_link = example_link;
+	text = lynx_profile_to_json(&p);
+	assert_non_null(text);
+	assert_non_null(strstr(text,
+	                       "\n\t\"host_link\":\t{\n\t\t\"d2h_bytes_per_s\":\t50000000000,\n"
+	                       "\t\t\"h2d_bytes_per_s\":\t48000000000,\n"
+	                       "\t\t\"latency_s\":\t1.2e-05\n\t}\n}\n"));
+	if (lynx_profile_from_json(text, strlen(text), &back, why, sizeof(why)))
+		fail_msg("%s", why);
+	assert_true(back.host_link.d2h_bytes_per_s == 5.0e10);
+	assert_true(back.host_link.h2d_bytes_per_s == 4.8e10);
+	assert_true(back.host_link.latency_s == 1.2e-05);
+	check_round_trip(&back);
+	lynx_profile_free(&back);
+	free(text);
+
+	for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {
+		p.host_link = odd[i];
+		check_round_trip(&p);
+	}
+	p.host_link = (struct lynx_profile_host_link){0.1 + 0.2, 1, 0};
+	text = lynx_profile_to_json(&p);
+	assert_non_null(strstr(text, "\"d2h_bytes_per_s\":\t0.30000000000000004,"));
+	free(text);
+
+	/* Not measured (the default), or one way only: no key, zeros back. */
+	for (int i = 0; i < 3; i++) {
+		small_profile(&p);
+		if (i == 1)
+			p.host_link = (struct lynx_profile_host_link){5.0e10, 0, 1e-5};
+		if (i == 2)
+			p.host_link = (struct lynx_profile_host_link){0, 4.8e10, 0};
+		text = lynx_profile_to_json(&p);
+		assert_non_null(text);
+		assert_null(strstr(text, "host_link"));
+		if (lynx_profile_from_json(text, strlen(text), &back, why, sizeof(why)))
+			fail_msg("%s", why);
+		assert_true(back.host_link.d2h_bytes_per_s == 0 &&
+		            back.host_link.h2d_bytes_per_s == 0 && back.host_link.latency_s == 0);
+		assert_false(lynx_profile_host_link_measured(&back.host_link));
+		lynx_profile_free(&back);
+		free(text);
+	}
+	/* Without the key the text is what it was before host links existed: it ends with
+	 * memory. */
+	small_profile(&p);
+	text = lynx_profile_to_json(&p);
+	assert_non_null(strstr(text, "\"non_saved_peak_bytes\":\t700\n\t}\n}\n"));
+	free(text);
+	assert_true(lynx_profile_host_link_measured(&example_link));
+}
+
 /* text with the first occurrence of from replaced by to (malloc'ed). */
 static char *replace(const char *text, const char *from, const char *to)
 {
@@ -455,6 +529,73 @@ static void test_profile_refuses_bad_fields_with_their_path(void **state)
 	free(text);
 }
 
+/* Each host link field out of its range, of the wrong type or missing: refused, naming it. */
+static void test_profile_refuses_bad_host_link_values(void **state)
+{
+	static const char d2h[] = "\"d2h_bytes_per_s\":\t50000000000",
+	                  h2d[] = "\"h2d_bytes_per_s\":\t48000000000",
+	                  lat[] = "\"latency_s\":\t1.2e-05";
+	static const char rate[] = "expected a finite rate in bytes/s above 0, got ";
+	static const char span[] = "expected a finite time in seconds in [0, 1), got ";
+	static const struct {
+		const char *from, *to, *want, *want2;
+	} cases[] = {
+	        {d2h, "\"d2h_bytes_per_s\":\t0", "host_link.d2h_bytes_per_s: ", "0"},
+	        {d2h, "\"d2h_bytes_per_s\":\t-5e10", "host_link.d2h_bytes_per_s: ", "-50000000000"},
+	        {d2h, "\"d2h_bytes_per_s\":\t1e999", "host_link.d2h_bytes_per_s: ", "inf"},
+	        {d2h, "\"d2h_bytes_per_s\":\t\"fast\"",
+	         "host_link.d2h_bytes_per_s: expected a number", NULL},
+	        {d2h, "\"d2h\":\t5e10", "host_link.d2h_bytes_per_s: missing", NULL},
+	        {h2d, "\"h2d_bytes_per_s\":\t0", "host_link.h2d_bytes_per_s: ", "0"},
+	        {h2d, "\"h2d_bytes_per_s\":\t-1e999", "host_link.h2d_bytes_per_s: ", "-inf"},
+	        {h2d, "\"h2d_bytes_per_s\":\tnull", "host_link.h2d_bytes_per_s: expected a number",
+	         NULL},
+	        {h2d, "\"h2d\":\t4.8e10", "host_link.h2d_bytes_per_s: missing", NULL},
+	        {lat, "\"latency_s\":\t-1e-06", "host_link.latency_s: ", "-9.9999999999999995e-07"},
+	        {lat, "\"latency_s\":\t1", "host_link.latency_s: ", "1"},
+	        {lat, "\"latency_s\":\t1e999", "host_link.latency_s: ", "inf"},
+	        {lat, "\"latency_s\":\ttrue", "host_link.latency_s: expected a number", NULL},
+	        {lat, "\"latency\":\t0", "host_link.latency_s: missing", NULL},
+	        {"\"host_link\":\t{", "\"host_link\":\t[],\n\t\"x\":\t{",
+	         "host_link: expected an object", NULL},
+	};
+	struct lynx_profile p, back;
+	char why[256], want[160];
+	char *text, *ok;
+
+	(void)state;
+	small_profile(&p);
+	p.host_link = example_link;
+	text = lynx_profile_to_json(&p);
+	assert_non_null(text);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *bad = replace(text, cases[i].from, cases[i].to);
+
+		if (cases[i].want2)
+			snprintf(want, sizeof(want), "%s%s%s", cases[i].want,
+			         strstr(cases[i].from, "latency") ? span : rate, cases[i].want2);
+		else
+			snprintf(want, sizeof(want), "%s", cases[i].want);
+		refused(bad, want);
+		free(bad);
+	}
+	/* The edges that are fine: no latency, the smallest rate above 0. */
+	ok = replace(text, lat, "\"latency_s\":\t0");
+	if (lynx_profile_from_json(ok, strlen(ok), &back, why, sizeof(why)))
+		fail_msg("%s", why);
+	assert_true(back.host_link.latency_s == 0);
+	assert_true(lynx_profile_host_link_measured(&back.host_link));
+	lynx_profile_free(&back);
+	free(ok);
+	ok = replace(text, d2h, "\"d2h_bytes_per_s\":\t4.9e-324");
+	if (lynx_profile_from_json(ok, strlen(ok), &back, why, sizeof(why)))
+		fail_msg("%s", why);
+	assert_true(back.host_link.d2h_bytes_per_s > 0);
+	lynx_profile_free(&back);
+	free(ok);
+	free(text);
+}
+
 static void test_profile_refuses_truncated_and_corrupted_text_with_offset(void **state)
 {
 	struct lynx_profile p, back;
@@ -567,9 +708,11 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_profile_pp2_tp2_layers_and_windows),
 	        cmocka_unit_test(test_profile_dp2_gradient_reductions),
 	        cmocka_unit_test(test_profile_round_trip_keeps_every_field),
+	        cmocka_unit_test(test_profile_round_trip_keeps_the_host_link),
 	        cmocka_unit_test(test_profile_reads_a_profile_without_the_optional_keys),
 	        cmocka_unit_test(test_profile_write_is_atomic_and_reads_back),
 	        cmocka_unit_test(test_profile_refuses_bad_fields_with_their_path),
+	        cmocka_unit_test(test_profile_refuses_bad_host_link_values),
 	        cmocka_unit_test(test_profile_refuses_truncated_and_corrupted_text_with_offset),
 	        cmocka_unit_test(test_profile_command_writes_reads_and_refuses),
 	};
