@@ -16,6 +16,7 @@
 #include "event.h"
 #include "executor.h"
 #include "hooks.h"
+#include "host_link.h"
 #include "log.h"
 #include "period.h"
 #include "profile.h"
@@ -134,6 +135,49 @@ static const struct lynx_timing_driver timing_driver = {
         drv_event_elapsed,
         drv_event_destroy,
 };
+
+/* The shim's own driver functions, for the host link's measurement (made inside
+ * lynx_nested_begin/end: counted like the trainer's calls, not recorded). */
+static const struct lynx_host_link_driver host_link_driver = {
+        .mem_alloc = cuMemAlloc_v2,
+        .mem_free = cuMemFree_v2,
+        .mem_alloc_host = cuMemAllocHost_v2,
+        .mem_free_host = cuMemFreeHost,
+        .stream_create = cuStreamCreate,
+        .stream_destroy = cuStreamDestroy_v2,
+        .stream_synchronize = cuStreamSynchronize,
+        .event_create = cuEventCreate,
+        .event_destroy = cuEventDestroy_v2,
+        .event_record = cuEventRecord,
+        .event_elapsed = drv_event_elapsed,
+        .memcpy_dtoh_async = cuMemcpyDtoHAsync_v2,
+        .memcpy_htod_async = cuMemcpyHtoDAsync_v2,
+};
+
+/*
+ * The link to pinned host memory, for the planners' OFFLOAD decisions: measured once, as
+ * the profile is built from a host synchronisation (never at exit, where Lynx makes no CUDA
+ * call), with device timing on, in recompute mode only: it holds 4 MiB of device memory
+ * for a moment, and profiling-only mode changes nothing, not even the peak.
+ */
+static void measure_host_link(struct lynx_profile *p)
+{
+	struct lynx_host_link link;
+	int err;
+
+	lynx_nested_begin();
+	err = lynx_host_link_measure(&host_link_driver, LYNX_HOST_LINK_BYTES, &link);
+	lynx_nested_end();
+	if (err) {
+		lynx_info("host link not measured (%s): the planners will not offload",
+		          strerror(-err));
+		return;
+	}
+	p->host_link = (struct lynx_profile_host_link){link.d2h_bytes_per_s, link.h2d_bytes_per_s,
+	                                               link.latency_s};
+	lynx_info("host link: %.1f GB/s to host, %.1f GB/s to the device, %.1f us latency",
+	          link.d2h_bytes_per_s / 1e9, link.h2d_bytes_per_s / 1e9, link.latency_s * 1e6);
+}
 
 /* ---- Collecting ------------------------------------------------------------------------------ */
 
@@ -344,6 +388,8 @@ static void write_profile(struct lynx_prof_trace *view, bool at_exit)
 		          err == -ENOMEM ? "out of memory" : why);
 	} else {
 		prof.have_profile = true;
+		if (!at_exit && prof.timing && prof.recompute)
+			measure_host_link(&prof.profile);
 		profile_path(path, sizeof(path), "profile", "json");
 		if (!prof.output_ok)
 			lynx_info("profile built; LYNX_OUT is not writable, not written");
