@@ -8,8 +8,10 @@
  *    (pp2 tp2, pp4 and dp4), while activations are evicted and restored: by copy, and by
  *    replaying their producers once an examination showed that these reproduce them (the
  *    ones that read a freed temporary, or that are followed by an all-reduce, do not);
- *  - a replay whose launch fails (LYNX_FAULT=fail-replay) is tried again: same results,
- *    and the summary counts it;
+ *  - so do an offload-only plan (the offload planner on pp4, with the host link warm-up
+ *    measured) and a recompute-only one (Megatron's full recompute on pp2 tp2), the
+ *    latter with every replay's first launch failing (LYNX_FAULT=fail-replay): each is
+ *    tried again, and the summary counts it;
  *  - the steady state's peak memory on the first stage is below the run without Lynx, and
  *    the step time within 5% of it;
  *  - dropping the stream waits the executor relies on (LYNX_FAULT=skip-stream-waits)
@@ -208,7 +210,7 @@ static void test_other_layouts_stay_bit_identical(void **state)
 	const struct {
 		const char *layout, *budget;
 	} runs[] = {
-	        {"--nproc 4 --pp 4 --tp 1 --dp 1", "LYNX_BUDGET=2600K"},
+	        {"--nproc 4 --pp 4 --tp 1 --dp 1", "LYNX_BUDGET=2600K LYNX_PLANNER=offload"},
 	        {"--nproc 4 --pp 1 --tp 1 --dp 4", "LYNX_BUDGET=7300K"},
 	};
 	struct step_line a[MAX_LINES], b[MAX_LINES];
@@ -220,6 +222,10 @@ static void test_other_layouts_stay_bit_identical(void **state)
 		struct output o = run_trainer(runs[l].layout, runs[l].budget, dir);
 		assert_identical(&plain_l, &o, a, b);
 		assert_true(stat_of(o.err, 0, "evicted (") > 0);
+		if (strstr(runs[l].budget, "offload")) { /* an offload-only plan */
+			assert_true(stat_of(o.err, 0, "offloaded,") > 0);
+			assert_int_equal(stat_of(o.err, 0, "planned for recompute"), 0);
+		}
 		release(&plain_l);
 		release(&o);
 	}
@@ -262,18 +268,20 @@ static void test_restores_that_cannot_start_ahead_are_made_on_demand(void **stat
 	release(&o);
 }
 
-/* The first launch of every replay fails: each is tried again with the device idle, and
- * nothing is lost. */
-static void test_a_failing_replay_launch_is_tried_again(void **state)
+/* A recompute-only plan (Megatron's full recompute), and the first launch of every
+ * replay fails: each is tried again with the device idle, and nothing is lost. */
+static void test_a_recompute_only_plan_survives_failing_replays(void **state)
 {
 	struct step_line a[MAX_LINES], b[MAX_LINES];
 	struct output plain = plain_pp2_tp2;
 	struct output o =
-	        run_trainer(PP2_TP2, "LYNX_BUDGET=2150K LYNX_FAULT=fail-replay", "failreplay");
+	        run_trainer(PP2_TP2, "LYNX_PLANNER=full LYNX_FAULT=fail-replay", "failreplay");
 
 	assert_identical(&plain, &o, a, b);
-	for (int rank = 0; rank < 2; rank++) { /* the first stage: recompute planned */
+	for (int rank = 0; rank < 4; rank++) {
 		long long replays = stat_of(o.err, rank, "restored by replay");
+		assert_int_equal(stat_of(o.err, rank, "offloaded,"), 0);
+		assert_true(stat_of(o.err, rank, "planned for recompute") > 0);
 		assert_true(replays > 0);
 		assert_int_equal(stat_of(o.err, rank, "launches failed"), replays);
 	}
@@ -409,7 +417,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_other_layouts_stay_bit_identical),
 	        cmocka_unit_test(test_dropping_the_stream_waits_breaks_training),
 	        cmocka_unit_test(test_restores_that_cannot_start_ahead_are_made_on_demand),
-	        cmocka_unit_test(test_a_failing_replay_launch_is_tried_again),
+	        cmocka_unit_test(test_a_recompute_only_plan_survives_failing_replays),
 	        cmocka_unit_test(test_a_failing_cuMemCreate_during_restores_loses_nothing),
 	        cmocka_unit_test(test_long_sequences_meet_the_memory_and_time_targets),
 	        cmocka_unit_test(test_a_budget_out_of_reach_warns_and_changes_nothing),
