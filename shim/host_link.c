@@ -56,9 +56,9 @@ static void release(struct measurement *m)
 static bool complete(const struct lynx_host_link_driver *d)
 {
 	return d && d->mem_alloc && d->mem_free && d->mem_alloc_host && d->mem_free_host &&
-	       d->stream_create && d->stream_destroy && d->stream_synchronize &&
-	       d->event_create && d->event_destroy && d->event_record && d->event_elapsed &&
-	       d->memcpy_dtoh_async && d->memcpy_htod_async;
+	       d->stream_create && d->stream_destroy && d->stream_synchronize && d->event_create &&
+	       d->event_destroy && d->event_record && d->event_elapsed && d->memcpy_dtoh_async &&
+	       d->memcpy_htod_async;
 }
 
 int lynx_host_link_measure(const struct lynx_host_link_driver *driver, size_t bytes,

@@ -56,7 +56,8 @@ struct lynx_host_link {
  * Measures the link with copies of `bytes` (more than LYNX_HOST_LINK_SMALL_BYTES) on the
  * calling thread's current context. Returns 0 and *out; -EINVAL (a NULL entry, too few
  * bytes), -ENOMEM (no device or pinned memory) or -EIO (another driver failure, or a large
- * copy timed no longer than the small one); on failure *out is all 0. Everything it made is released either way.
+ * copy timed no longer than the small one); on failure *out is all 0. Everything it made is
+ * released either way.
  */
 int lynx_host_link_measure(const struct lynx_host_link_driver *driver, size_t bytes,
                            struct lynx_host_link *out);

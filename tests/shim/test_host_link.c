@@ -117,9 +117,8 @@ static int setup(void **state)
 	return real_mem_alloc && real_mem_free && real_dtoh && driver.mem_alloc_host &&
 	                       driver.mem_free_host && driver.stream_create &&
 	                       driver.stream_destroy && driver.stream_synchronize &&
-	                       driver.event_create && driver.event_destroy &&
-	                       driver.event_record && driver.event_elapsed &&
-	                       driver.memcpy_htod_async
+	                       driver.event_create && driver.event_destroy && driver.event_record &&
+	                       driver.event_elapsed && driver.memcpy_htod_async
 	               ? 0
 	               : -1;
 }
