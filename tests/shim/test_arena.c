@@ -26,6 +26,7 @@
 #include <dlfcn.h>
 
 #include "../harness.h"
+#include "simgpu_driver.h"
 #include "../simgpu/simgpu.h"
 #include "arena.h"
 #include "log.h"
@@ -42,48 +43,23 @@ static size_t expected_granularity;
 
 /* ---- simgpu ---------------------------------------------------------------------------- */
 
-typedef CUresult (*get_proc_address_fn)(const char *symbol, void **pfn, int version,
-                                        cuuint64_t flags, CUdriverProcAddressQueryResult *status);
-
-static void *proc_address(const char *symbol, int version, void *arg)
-{
-	get_proc_address_fn get_proc_address = (get_proc_address_fn)arg;
-	CUdriverProcAddressQueryResult status;
-	void *fn = NULL;
-
-	if (get_proc_address(symbol, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) !=
-	            CUDA_SUCCESS ||
-	    status != CU_GET_PROC_ADDRESS_SUCCESS)
-		return NULL;
-	return fn;
-}
-
 /* Loads simgpu's libcuda.so.1 with the given granularity and initialises it (simgpu's VMM
  * needs only cuInit; on a GPU the calling thread also has a current context). */
 static int simgpu_load(const char *granularity, size_t granularity_bytes)
 {
-	char path[1200];
 	void *libcuda;
-	CUresult (*init)(unsigned int);
-	get_proc_address_fn get_proc_address;
 
 	setenv("SIMGPU_VMM_GRANULARITY", granularity, 1);
 	setenv("SIMGPU_MEM_CAPACITY", "64M", 1);
-	snprintf(path, sizeof(path), "%s/simgpu/libcuda.so.1", build_dir);
-	libcuda = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (!libcuda) {
-		fprintf(stderr, "cannot load %s: %s\n", path, dlerror());
+	if (!(libcuda = simgpu_driver_load()))
 		return -1;
-	}
-	init = (CUresult(*)(unsigned int))dlsym(libcuda, "cuInit");
-	get_proc_address = (get_proc_address_fn)dlsym(libcuda, "cuGetProcAddress_v2");
 	memory_stats =
 	        (void (*)(struct simgpu_memory_stats *))dlsym(libcuda, "simgpu_memory_stats");
 	call_count = (uint64_t(*)(const char *))dlsym(libcuda, "simgpu_counter");
-	if (!init || !get_proc_address || !memory_stats || !call_count || init(0) != CUDA_SUCCESS)
+	if (!memory_stats || !call_count)
 		return -1;
 	expected_granularity = granularity_bytes;
-	return lynx_arena_driver_resolve(&simgpu_driver, proc_address, (void *)get_proc_address);
+	return lynx_arena_driver_resolve(&simgpu_driver, simgpu_proc, NULL);
 }
 
 static size_t physical_bytes(void)

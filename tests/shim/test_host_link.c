@@ -23,14 +23,11 @@
 
 #include "../harness.h"
 #include "host_link.h"
+#include "simgpu_driver.h"
 
 #define D2H_RATE 20e9
 #define H2D_RATE 10e9
 
-typedef CUresult (*get_proc_address_fn)(const char *, void **, int, cuuint64_t,
-                                        CUdriverProcAddressQueryResult *);
-
-static get_proc_address_fn get_proc_address;
 static struct lynx_host_link_driver driver;
 static PFN_cuMemAlloc_v3020 real_mem_alloc;
 static PFN_cuMemFree_v3020 real_mem_free;
@@ -39,17 +36,6 @@ static int live_allocations; /* device allocations made through the wrappers, no
 static int fail_alloc_at;    /* the n-th allocation (from 1) fails out of memory; 0: none */
 static int allocations;
 static bool fail_copies;
-
-static void *proc(const char *symbol, int version)
-{
-	void *fn = NULL;
-	CUdriverProcAddressQueryResult found;
-
-	if (get_proc_address(symbol, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &found) !=
-	    CUDA_SUCCESS)
-		return NULL;
-	return fn;
-}
 
 static CUresult counted_alloc(CUdeviceptr *ptr, size_t bytes)
 {
@@ -75,44 +61,36 @@ static CUresult dtoh_or_fail(void *dst, CUdeviceptr src, size_t bytes, CUstream 
 
 static int setup(void **state)
 {
-	char path[1200];
-	void *libcuda;
-	CUresult (*init)(unsigned int);
 	CUcontext ctx;
 
 	(void)state;
 	/* simgpu reads its settings when it starts. */
 	setenv("SIMGPU_D2H_BW", "20G", 1);
 	setenv("SIMGPU_H2D_BW", "10G", 1);
-	snprintf(path, sizeof(path), "%s/simgpu/libcuda.so.1", build_dir);
-	libcuda = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (!libcuda)
+	if (!simgpu_driver_load())
 		return -1;
-	init = (CUresult(*)(unsigned int))dlsym(libcuda, "cuInit");
-	get_proc_address = (get_proc_address_fn)dlsym(libcuda, "cuGetProcAddress_v2");
-	if (!init || !get_proc_address || init(0) != CUDA_SUCCESS)
-		return -1;
-	PFN_cuDevicePrimaryCtxRetain_v7000 retain = proc("cuDevicePrimaryCtxRetain", 7000);
-	PFN_cuCtxSetCurrent_v4000 set_current = proc("cuCtxSetCurrent", 4000);
+	PFN_cuDevicePrimaryCtxRetain_v7000 retain =
+	        simgpu_proc("cuDevicePrimaryCtxRetain", 7000, NULL);
+	PFN_cuCtxSetCurrent_v4000 set_current = simgpu_proc("cuCtxSetCurrent", 4000, NULL);
 	if (retain && set_current && retain(&ctx, 0) == CUDA_SUCCESS)
 		set_current(ctx);
-	real_mem_alloc = proc("cuMemAlloc", 3020);
-	real_mem_free = proc("cuMemFree", 3020);
-	real_dtoh = proc("cuMemcpyDtoHAsync", 3020);
+	real_mem_alloc = simgpu_proc("cuMemAlloc", 3020, NULL);
+	real_mem_free = simgpu_proc("cuMemFree", 3020, NULL);
+	real_dtoh = simgpu_proc("cuMemcpyDtoHAsync", 3020, NULL);
 	driver = (struct lynx_host_link_driver){
 	        .mem_alloc = counted_alloc,
 	        .mem_free = counted_free,
-	        .mem_alloc_host = proc("cuMemAllocHost", 3020),
-	        .mem_free_host = proc("cuMemFreeHost", 2000),
-	        .stream_create = proc("cuStreamCreate", 2000),
-	        .stream_destroy = proc("cuStreamDestroy", 4000),
-	        .stream_synchronize = proc("cuStreamSynchronize", 2000),
-	        .event_create = proc("cuEventCreate", 2000),
-	        .event_destroy = proc("cuEventDestroy", 4000),
-	        .event_record = proc("cuEventRecord", 2000),
-	        .event_elapsed = proc("cuEventElapsedTime", 2000),
+	        .mem_alloc_host = simgpu_proc("cuMemAllocHost", 3020, NULL),
+	        .mem_free_host = simgpu_proc("cuMemFreeHost", 2000, NULL),
+	        .stream_create = simgpu_proc("cuStreamCreate", 2000, NULL),
+	        .stream_destroy = simgpu_proc("cuStreamDestroy", 4000, NULL),
+	        .stream_synchronize = simgpu_proc("cuStreamSynchronize", 2000, NULL),
+	        .event_create = simgpu_proc("cuEventCreate", 2000, NULL),
+	        .event_destroy = simgpu_proc("cuEventDestroy", 4000, NULL),
+	        .event_record = simgpu_proc("cuEventRecord", 2000, NULL),
+	        .event_elapsed = simgpu_proc("cuEventElapsedTime", 2000, NULL),
 	        .memcpy_dtoh_async = dtoh_or_fail,
-	        .memcpy_htod_async = proc("cuMemcpyHtoDAsync", 3020),
+	        .memcpy_htod_async = simgpu_proc("cuMemcpyHtoDAsync", 3020, NULL),
 	};
 	return real_mem_alloc && real_mem_free && real_dtoh && driver.mem_alloc_host &&
 	                       driver.mem_free_host && driver.stream_create &&

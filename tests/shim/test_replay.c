@@ -26,6 +26,7 @@
 #include <dlfcn.h>
 
 #include "../harness.h"
+#include "simgpu_driver.h"
 #include "../simgpu/simgpu.h"
 #include "log.h"
 #include "recorder.h"
@@ -287,54 +288,26 @@ static int register_kernels(const void *(*kernel_register)(const struct simgpu_k
 
 /* ---- simgpu ------------------------------------------------------------------------------ */
 
-typedef CUresult (*get_proc_address_fn)(const char *symbol, void **pfn, int version,
-                                        cuuint64_t flags, CUdriverProcAddressQueryResult *status);
-
-static void *proc_address(const char *symbol, int version, void *arg)
-{
-	get_proc_address_fn get_proc_address = (get_proc_address_fn)arg;
-	CUdriverProcAddressQueryResult status;
-	void *fn = NULL;
-
-	if (get_proc_address(symbol, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) !=
-	            CUDA_SUCCESS ||
-	    status != CU_GET_PROC_ADDRESS_SUCCESS)
-		return NULL;
-	return fn;
-}
-
 /* Loads simgpu's libcuda.so.1, initialises it, fills the replay table and registers the
  * kernels. Returns 0 or -1. */
 static int simgpu_load(void)
 {
-	char path[1200];
 	void *libcuda;
-	CUresult (*init)(unsigned int);
-	get_proc_address_fn get_proc_address;
 	const void *(*kernel_register)(const struct simgpu_kernel_desc *);
 
-	snprintf(path, sizeof(path), "%s/simgpu/libcuda.so.1", build_dir);
-	libcuda = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (!libcuda) {
-		fprintf(stderr, "cannot load %s: %s\n", path, dlerror());
+	if (!(libcuda = simgpu_driver_load()))
 		return -1;
-	}
-	init = (CUresult(*)(unsigned int))dlsym(libcuda, "cuInit");
-	get_proc_address = (get_proc_address_fn)dlsym(libcuda, "cuGetProcAddress_v2");
 	kernel_register = (const void *(*)(const struct simgpu_kernel_desc *))dlsym(
 	        libcuda, "simgpu_kernel_register");
 	call_count = (uint64_t(*)(const char *))dlsym(libcuda, "simgpu_counter");
 	memory_stats =
 	        (void (*)(struct simgpu_memory_stats *))dlsym(libcuda, "simgpu_memory_stats");
-	if (!init || !get_proc_address || !kernel_register || !call_count || !memory_stats ||
-	    init(0) != CUDA_SUCCESS)
+	if (!kernel_register || !call_count || !memory_stats)
 		return -1;
-	stream_create = (PFN_cuStreamCreate_v2000)proc_address("cuStreamCreate", 2000,
-	                                                       (void *)get_proc_address);
-	stream_destroy = (PFN_cuStreamDestroy_v4000)proc_address("cuStreamDestroy", 4000,
-	                                                         (void *)get_proc_address);
+	stream_create = (PFN_cuStreamCreate_v2000)simgpu_proc("cuStreamCreate", 2000, NULL);
+	stream_destroy = (PFN_cuStreamDestroy_v4000)simgpu_proc("cuStreamDestroy", 4000, NULL);
 	if (!stream_create || !stream_destroy ||
-	    lynx_replay_driver_resolve(&driver, proc_address, (void *)get_proc_address))
+	    lynx_replay_driver_resolve(&driver, simgpu_proc, NULL))
 		return -1;
 	return register_kernels(kernel_register);
 }

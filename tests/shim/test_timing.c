@@ -22,14 +22,11 @@
 
 #include "../harness.h"
 #include "../simgpu/simgpu.h"
+#include "simgpu_driver.h"
 #include "timing.h"
 
 #define KERNEL_NS 250000 /* the test kernel's virtual duration */
 
-typedef CUresult (*get_proc_address_fn)(const char *, void **, int, cuuint64_t,
-                                        CUdriverProcAddressQueryResult *);
-
-static get_proc_address_fn get_proc_address;
 static struct lynx_timing_driver driver;
 static PFN_cuStreamCreate_v2000 stream_create;
 static PFN_cuStreamSynchronize_v2000 stream_synchronize;
@@ -49,17 +46,6 @@ static uint64_t busy_cost(const struct simgpu_launch_dims *dims, void **params)
 	return KERNEL_NS;
 }
 
-static void *proc(const char *symbol, int version)
-{
-	void *fn = NULL;
-	CUdriverProcAddressQueryResult found;
-
-	if (get_proc_address(symbol, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &found) !=
-	    CUDA_SUCCESS)
-		return NULL;
-	return fn;
-}
-
 static CUresult record_or_fail(CUevent event, CUstream stream)
 {
 	return fail_records ? CUDA_ERROR_LAUNCH_FAILED : event_record(event, stream);
@@ -67,33 +53,29 @@ static CUresult record_or_fail(CUevent event, CUstream stream)
 
 static int simgpu_load(void)
 {
-	char path[1200];
-	void *libcuda;
-	CUresult (*init)(unsigned int);
+	void *libcuda = simgpu_driver_load();
 	const void *(*kernel_register)(const struct simgpu_kernel_desc *);
 
-	snprintf(path, sizeof(path), "%s/simgpu/libcuda.so.1", build_dir);
-	libcuda = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!libcuda)
 		return -1;
-	init = (CUresult(*)(unsigned int))dlsym(libcuda, "cuInit");
-	get_proc_address = (get_proc_address_fn)dlsym(libcuda, "cuGetProcAddress_v2");
 	kernel_register = (const void *(*)(const struct simgpu_kernel_desc *))dlsym(
 	        libcuda, "simgpu_kernel_register");
-	if (!init || !get_proc_address || !kernel_register || init(0) != CUDA_SUCCESS)
+	if (!kernel_register)
 		return -1;
-	stream_create = (PFN_cuStreamCreate_v2000)proc("cuStreamCreate", 2000);
-	stream_synchronize = (PFN_cuStreamSynchronize_v2000)proc("cuStreamSynchronize", 2000);
-	stream_wait_event = (PFN_cuStreamWaitEvent_v3020)proc("cuStreamWaitEvent", 3020);
-	event_create = (PFN_cuEventCreate_v2000)proc("cuEventCreate", 2000);
-	event_record = (PFN_cuEventRecord_v2000)proc("cuEventRecord", 2000);
-	launch_kernel = (PFN_cuLaunchKernel_v4000)proc("cuLaunchKernel", 4000);
+	stream_create = (PFN_cuStreamCreate_v2000)simgpu_proc("cuStreamCreate", 2000, NULL);
+	stream_synchronize =
+	        (PFN_cuStreamSynchronize_v2000)simgpu_proc("cuStreamSynchronize", 2000, NULL);
+	stream_wait_event =
+	        (PFN_cuStreamWaitEvent_v3020)simgpu_proc("cuStreamWaitEvent", 3020, NULL);
+	event_create = (PFN_cuEventCreate_v2000)simgpu_proc("cuEventCreate", 2000, NULL);
+	event_record = (PFN_cuEventRecord_v2000)simgpu_proc("cuEventRecord", 2000, NULL);
+	launch_kernel = (PFN_cuLaunchKernel_v4000)simgpu_proc("cuLaunchKernel", 4000, NULL);
 	driver = (struct lynx_timing_driver){
 	        .event_create = event_create,
 	        .event_record = record_or_fail,
-	        .event_elapsed =
-	                (CUresult(*)(float *, CUevent, CUevent))proc("cuEventElapsedTime", 2000),
-	        .event_destroy = (CUresult(*)(CUevent))proc("cuEventDestroy", 4000),
+	        .event_elapsed = (CUresult(*)(float *, CUevent, CUevent))simgpu_proc(
+	                "cuEventElapsedTime", 2000, NULL),
+	        .event_destroy = (CUresult(*)(CUevent))simgpu_proc("cuEventDestroy", 4000, NULL),
 	};
 	busy_kernel = kernel_register(&(struct simgpu_kernel_desc){
 	        .name = "busy", .num_params = 0, .body = busy_body, .cost_ns = busy_cost});
