@@ -18,6 +18,7 @@ failures=()
 run() {
 	local name=$1
 	shift
+	local started=$SECONDS
 	echo "=== $name"
 	if "$@"; then
 		passed=$((passed + 1))
@@ -25,6 +26,8 @@ run() {
 		failed=$((failed + 1))
 		failures+=("$name")
 	fi
+	# Where CI's time goes (it must stay under 20 minutes for all three passes).
+	echo "--- $name: $((SECONDS - started)) s"
 }
 
 for t in "$@"; do
