@@ -508,15 +508,33 @@ static double mean_idle(const struct lynx_profile *pr, enum lynx_profile_window_
 	return n ? sum / (double)n : 0;
 }
 
+/* Records that the layer's collective win (its ordinal in its segment) is op's window. */
+static void map_collective(struct lynx_problem_layer *L, const struct lynx_profile_window *win,
+                           uint32_t op)
+{
+	bool fwd = win->kind == LYNX_PROFILE_WINDOW_TP_FWD;
+	uint32_t *n = fwd ? &L->n_tp_fwd : &L->n_tp_bwd;
+
+	if (win->ordinal < 0 || win->ordinal >= LYNX_PROBLEM_MAX_COLLECTIVES)
+		return;
+	(fwd ? L->tp_fwd_op : L->tp_bwd_op)[win->ordinal] = (int8_t)op;
+	if ((uint32_t)win->ordinal >= *n)
+		*n = (uint32_t)win->ordinal + 1;
+}
+
 /*
  * The TP waits of the layer's ops: the collectives of the chosen layer on its first
- * micro-batch that has any, each with its kind's and ordinal's mean idle.
+ * micro-batch that has any, each with its kind's and ordinal's mean idle; and the map from
+ * those collectives to their ops.
  */
 static void place_collectives(struct layer_src *ls, struct lynx_problem_layer *L)
 {
 	const struct lynx_profile *pr = ls->pr;
 	int32_t mb = INT32_MAX;
 
+	for (uint32_t k = 0; k < LYNX_PROBLEM_MAX_COLLECTIVES; k++)
+		L->tp_fwd_op[k] = L->tp_bwd_op[k] = -1;
+	L->n_tp_fwd = L->n_tp_bwd = 0;
 	for (size_t w = 0; w < pr->window_count; w++)
 		if (is_tp(pr->windows[w].kind) && pr->windows[w].layer == (int32_t)ls->index &&
 		    pr->windows[w].microbatch < mb)
@@ -539,6 +557,7 @@ static void place_collectives(struct layer_src *ls, struct lynx_problem_layer *L
 			ls->tp_bwd[op] = true;
 			L->ops[op].wait_bwd_s += idle;
 		}
+		map_collective(L, win, op);
 	}
 }
 

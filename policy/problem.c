@@ -46,6 +46,9 @@ static void fill_layer(const struct lynx_layer_cost *lc, struct lynx_problem_lay
 {
 	l->n_ops = LYNX_OP_COUNT;
 	l->n_groups = LYNX_GROUP_COUNT;
+	/* A model has no recorded collectives to map (problem.h). */
+	for (int k = 0; k < LYNX_PROBLEM_MAX_COLLECTIVES; k++)
+		l->tp_fwd_op[k] = l->tp_bwd_op[k] = -1;
 	for (int op = 0; op < LYNX_OP_COUNT; op++) {
 		struct lynx_problem_op *o = &l->ops[op];
 

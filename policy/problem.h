@@ -109,6 +109,9 @@ struct lynx_problem_group {
 
 /* Saved buffers of one layer that a problem built from profiles maps onto groups. */
 #define LYNX_PROBLEM_MAX_BUFFERS 256
+/* Tensor-parallel collectives of one layer's forward or backward that such a problem maps
+ * onto ops. */
+#define LYNX_PROBLEM_MAX_COLLECTIVES 64
 
 /* One transformer layer; every stage's layers are this one. */
 struct lynx_problem_layer {
@@ -130,6 +133,21 @@ struct lynx_problem_layer {
 	 */
 	uint32_t n_buffers;
 	int16_t buffer_group[LYNX_PROBLEM_MAX_BUFFERS];
+	/*
+	 * From profiles: which op's TP window each tensor-parallel collective of a layer is, so
+	 * that a runtime finds the calls where a plan's TP window (kind, layer, op) happens.
+	 * Collective k of a layer's forward segment (the profile window's ordinal, counted
+	 * among the segment's collectives) is the TP_FWD window of op tp_fwd_op[k]; collective
+	 * k of its backward segment, the TP_BWD window of op tp_bwd_op[k]. Like the buffers,
+	 * they come from one layer and micro-batch and hold for every stage layer. n_tp_fwd and
+	 * n_tp_bwd are one more than the largest ordinal seen, at most
+	 * LYNX_PROBLEM_MAX_COLLECTIVES (later collectives are not mapped); entries from there
+	 * on, and any ordinal no window had, are -1. Several collectives may share an op. From
+	 * a model: n_tp_fwd and n_tp_bwd 0, every entry -1.
+	 */
+	uint32_t n_tp_fwd, n_tp_bwd;
+	int8_t tp_fwd_op[LYNX_PROBLEM_MAX_COLLECTIVES];
+	int8_t tp_bwd_op[LYNX_PROBLEM_MAX_COLLECTIVES];
 };
 
 /* The embedding or the head: never recomputed; present on the first or the last stage. */
@@ -242,7 +260,8 @@ int lynx_problem_from_model(const struct lynx_model_desc *m, const struct lynx_c
  *   "unknown") over the layers and micro-batches of that profile; unmeasured, 0. TP_FWD
  *   windows are before the op of the tp_fwd window's kernel (a collective after the last
  *   kernel: before the last op); TP_BWD windows follow the op of the backward kernel before
- *   the collective (before the first one: the op it maps to). Every stage layer gets the
+ *   the collective (before the first one: the op it maps to). The layer's tp_fwd_op and
+ *   tp_bwd_op say which op each collective's window is. Every stage layer gets the
  *   layer's TP windows, listed even at capacity 0, so a plan can name them. PP_RECV_FWD
  *   (s > 0) and PP_RECV_BWD (s < p - 1), when the stage's profile has such calls, take the
  *   least measured idle of their occurrences as the steady-state transfer; DP_GRAD the sum of

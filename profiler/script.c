@@ -79,12 +79,28 @@ static bool place(const struct lynx_prof_script_input *in, const struct lynx_pro
 	return fwd && bwd && b->last_forward_token < b->first_backward_token;
 }
 
+/* The profile's test for a window's call (build.c's is_nccl_call). */
+static bool is_nccl_call(const struct lynx_prof_event *ev)
+{
+	return (ev->kind == LYNX_PROF_COLL || ev->kind == LYNX_PROF_P2P) && !ev->nested;
+}
+
+/* Fills out->nccl_tokens, which has room for every NCCL call of the iteration. */
+static void place_nccl(const struct lynx_prof_script_input *in, const struct lynx_prof_tokens *tok,
+                       struct lynx_prof_script *out)
+{
+	for (size_t i = in->first; i < in->end; i++)
+		if (is_nccl_call(&in->trace->events[i]))
+			out->nccl_tokens[out->n_nccl++] = token_at(tok, (uint32_t)i);
+}
+
 int lynx_prof_script_build(const struct lynx_prof_script_input *in, struct lynx_prof_script *out,
                            char *why, size_t why_len)
 {
 	const struct lynx_prof_lifetimes *lt = in->lifetimes;
 	struct lynx_prof_tokens tok;
 	uint32_t *per_span = NULL;
+	size_t n_nccl = 0;
 	int err;
 
 	memset(out, 0, sizeof(*out));
@@ -99,11 +115,15 @@ int lynx_prof_script_build(const struct lynx_prof_script_input *in, struct lynx_
 	out->sig = malloc(tok.count * sizeof(*out->sig));
 	out->buffers = calloc(lt->count ? lt->count : 1, sizeof(*out->buffers));
 	per_span = calloc(in->span_count ? in->span_count : 1, sizeof(*per_span));
-	if (!out->sig || !out->buffers || !per_span) {
+	for (size_t i = in->first; i < in->end; i++)
+		n_nccl += is_nccl_call(&in->trace->events[i]);
+	out->nccl_tokens = malloc((n_nccl ? n_nccl : 1) * sizeof(*out->nccl_tokens));
+	if (!out->sig || !out->buffers || !per_span || !out->nccl_tokens) {
 		err = -ENOMEM;
 		goto out;
 	}
 	memcpy(out->sig, tok.sig, tok.count * sizeof(*out->sig));
+	place_nccl(in, &tok, out);
 	/* Buffers are in allocation order, which is token order within the iteration. */
 	for (size_t i = 0; i < lt->count; i++) {
 		const struct lynx_prof_buffer *buf = &lt->buffers[i];
@@ -130,5 +150,6 @@ void lynx_prof_script_free(struct lynx_prof_script *script)
 {
 	free(script->sig);
 	free(script->buffers);
+	free(script->nccl_tokens);
 	memset(script, 0, sizeof(*script));
 }

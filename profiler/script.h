@@ -9,7 +9,8 @@
  * each saved activation of every layer and micro-batch of the chosen iteration, where it
  * is allocated, after which token its forward is done with it, at which token its backward
  * first needs it, and from which token a restore may start. The executor (shim/executor.c)
- * follows the live calls along the token sequence and acts at those places.
+ * follows the live calls along the token sequence and acts at those places. The script also
+ * gives the token of each NCCL call, so the executor finds where a profile window is called.
  *
  * Allocations are counted as the executor counts them live: every ALLOC event the program
  * made itself (not nested in another intercepted call, not during a graph capture) of
@@ -52,6 +53,12 @@ struct lynx_prof_script {
 	uint32_t n_tokens;
 	struct lynx_prof_script_buffer *buffers; /* by alloc_token, then alloc_ordinal */
 	size_t n_buffers;
+	/* The token of each NCCL call the program made itself (a COLL or P2P event not nested
+	 * in another call), in call order: the calls of the profile's windows, so window k is
+	 * called at nccl_tokens[k]. A call captured into a graph is no token: the one before
+	 * stands for it. Non-decreasing, each below n_tokens. */
+	uint32_t *nccl_tokens;
+	uint32_t n_nccl;
 };
 
 /* A layer span as the build knows it, for the script. */

@@ -19,6 +19,7 @@
 #include "checker.h"
 #include "plan.h"
 #include "planner.h"
+#include "presets.h"
 #include "problem.h"
 #include "profile.h"
 #include "whatif.h"
@@ -531,6 +532,93 @@ static void test_maps_at_most_max_buffers(void **state)
 	drop(pr);
 }
 
+/*
+ * Several collectives per layer segment: each is mapped to the op of its window, by its
+ * ordinal, and the map agrees with the stage's windows. 8 forward kernels (8 ops) and 10
+ * backward kernels; backward kernel i maps to op 7 - round(7i/9).
+ */
+static void test_maps_each_collective_to_its_op(void **state)
+{
+	struct lynx_profile *pr = stage(2, 8, 10, 2, 0, 1000);
+	const struct lynx_profile *ranks[] = {pr};
+	/* Forward: before kernels 2, 5 and after the last (op 7). Backward: before the first
+	 * kernel (op 7), after kernels 3 (op 5), 3 again and 8 (op 1). */
+	static const int32_t fwd_kernel[] = {2, 5, 8}, fwd_op[] = {2, 5, 7};
+	static const int32_t bwd_kernel[] = {0, 4, 4, 9}, bwd_op[] = {7, 5, 5, 1};
+	struct lynx_problem p, m;
+	struct lynx_model_desc md;
+	const struct lynx_problem_layer *L = &p.layer;
+	char why[256] = "";
+	uint32_t n_fwd = 0, n_bwd = 0;
+
+	add_group(pr, 0, 100, -1, 9);
+	add_group(pr, 1, 100, -1, 9);
+	for (int32_t l = 0; l < 2; l++)
+		for (int32_t mb = 0; mb < 2; mb++) {
+			for (int32_t k = 0; k < 3; k++)
+				add_window(pr, LYNX_PROFILE_WINDOW_TP_FWD, l, mb, k, fwd_kernel[k],
+				           0);
+			for (int32_t k = 0; k < 4; k++)
+				add_window(pr, LYNX_PROFILE_WINDOW_TP_BWD, l, mb, k, bwd_kernel[k],
+				           0);
+		}
+	add_window(pr, LYNX_PROFILE_WINDOW_DP_GRAD, -1, -1, -1, -1, 0); /* not a TP collective */
+	/* The counts per layer segment, from the profile: layer 0, micro-batch 0. */
+	for (size_t w = 0; w < pr->window_count; w++)
+		if (pr->windows[w].layer == 0 && pr->windows[w].microbatch == 0) {
+			n_fwd += pr->windows[w].kind == LYNX_PROFILE_WINDOW_TP_FWD;
+			n_bwd += pr->windows[w].kind == LYNX_PROFILE_WINDOW_TP_BWD;
+		}
+	build(ranks, 1, NULL, &p);
+	assert_int_equal(L->n_ops, 8);
+	assert_int_equal(L->n_tp_fwd, n_fwd);
+	assert_int_equal(L->n_tp_bwd, n_bwd);
+	for (uint32_t k = 0; k < LYNX_PROBLEM_MAX_COLLECTIVES; k++) {
+		if (k >= L->n_tp_fwd) {
+			assert_int_equal(L->tp_fwd_op[k], -1);
+		} else {
+			assert_int_equal(L->tp_fwd_op[k], fwd_op[k]);
+			assert_true(lynx_problem_find_window(&p.stages[0], LYNX_WINDOW_TP_FWD, 0,
+			                                     L->tp_fwd_op[k]) >= 0);
+		}
+		if (k >= L->n_tp_bwd) {
+			assert_int_equal(L->tp_bwd_op[k], -1);
+		} else {
+			assert_int_equal(L->tp_bwd_op[k], bwd_op[k]);
+			assert_true(lynx_problem_find_window(&p.stages[0], LYNX_WINDOW_TP_BWD, 0,
+			                                     L->tp_bwd_op[k]) >= 0);
+		}
+	}
+	/* And every TP window is some collective's. */
+	for (uint32_t w = 0; w < p.stages[0].n_windows; w++) {
+		const struct lynx_window *win = &p.stages[0].windows[w];
+		const int8_t *map = win->kind == LYNX_WINDOW_TP_FWD ? L->tp_fwd_op : L->tp_bwd_op;
+		uint32_t n = win->kind == LYNX_WINDOW_TP_FWD ? L->n_tp_fwd : L->n_tp_bwd;
+		bool found = false;
+
+		if (win->kind != LYNX_WINDOW_TP_FWD && win->kind != LYNX_WINDOW_TP_BWD)
+			continue;
+		for (uint32_t k = 0; k < n; k++)
+			found = found || map[k] == win->op;
+		assert_true(found);
+	}
+	lynx_problem_free(&p);
+	drop(pr);
+
+	/* A model has no recorded collectives. */
+	lynx_preset_fill_model(lynx_preset_find_gpt("gpt-1.3b"), &md);
+	md.pp = 4;
+	md.global_batch = 8;
+	assert_int_equal(lynx_problem_from_model(&md, lynx_preset_find_cluster("a100-nvlink"), NULL,
+	                                         &m, why, sizeof(why)),
+	                 0);
+	assert_int_equal(m.layer.n_tp_fwd, 0);
+	assert_int_equal(m.layer.n_tp_bwd, 0);
+	for (uint32_t k = 0; k < LYNX_PROBLEM_MAX_COLLECTIVES; k++)
+		assert_true(m.layer.tp_fwd_op[k] == -1 && m.layer.tp_bwd_op[k] == -1);
+	lynx_problem_free(&m);
+}
+
 /* p = 2: stage 0's profile starts with the embedding, so its problem layers start at its
  * profile's layer 1; stage 1's at layer 0. */
 static void test_stage_layers_in_the_profile(void **state)
@@ -844,6 +932,7 @@ int main(void)
 	        cmocka_unit_test(test_merges_kernels_and_groups_past_the_limits),
 	        cmocka_unit_test(test_maps_each_buffer_to_its_group),
 	        cmocka_unit_test(test_maps_at_most_max_buffers),
+	        cmocka_unit_test(test_maps_each_collective_to_its_op),
 	        cmocka_unit_test(test_stage_layers_in_the_profile),
 	        cmocka_unit_test(test_refuses_bad_input_with_a_reason),
 	        cmocka_unit_test(test_planners_and_checker_run_on_it),

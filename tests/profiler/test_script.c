@@ -4,13 +4,15 @@
  * the iteration's, its buffers are the profile's groups (same bytes, same numbering) for
  * every micro-batch, and, the point of it all, counting tokens and allocations along every
  * other iteration of the trace finds each scripted buffer at its place with its size, as
- * the executor will do live.
+ * the executor will do live. Its NCCL tokens are where the profile's windows are called,
+ * found the same way along every iteration.
  */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -49,6 +51,37 @@ static size_t follow(const struct lynx_prof_trace *t, size_t first, size_t end,
 	return wrong + (token != s->n_tokens) + (next != s->n_buffers);
 }
 
+/*
+ * Walks events [first, end) for the program's NCCL calls: the number of places where the
+ * trace disagrees with the script's NCCL tokens (the token the call is at, its signature,
+ * the call of the profile's window of the same index, the count at the end).
+ */
+static size_t follow_nccl(const struct lynx_prof_trace *t, size_t first, size_t end,
+                          const struct lynx_prof_script *s, const struct lynx_profile *p)
+{
+	uint32_t token = 0, k = 0;
+	size_t wrong = 0;
+
+	for (size_t i = first; i < end; i++) {
+		const struct lynx_prof_event *e = &t->events[i];
+		uint64_t sig = lynx_prof_signature(e);
+		if ((e->kind == LYNX_PROF_COLL || e->kind == LYNX_PROF_P2P) && !e->nested) {
+			/* A captured call is no token: the one before stands for it. */
+			uint32_t at = sig ? token : token ? token - 1 : 0;
+			if (k >= s->n_nccl || k >= p->window_count) {
+				wrong++;
+			} else {
+				wrong += s->nccl_tokens[k] != at;
+				wrong += sig && s->sig[s->nccl_tokens[k]] != sig;
+				wrong += strcmp(p->windows[k].call, e->hook) != 0;
+			}
+			k++;
+		}
+		token += sig != 0;
+	}
+	return wrong + (k != s->n_nccl);
+}
+
 static void check_rank(const struct lynx_prof_trace *t, int rank)
 {
 	struct lynx_prof_script s;
@@ -82,11 +115,25 @@ static void check_rank(const struct lynx_prof_trace *t, int rank)
 			            (b->alloc_token == s.buffers[i - 1].alloc_token &&
 			             b->alloc_ordinal > s.buffers[i - 1].alloc_ordinal));
 	}
+	/* One NCCL token per window, in call order, each a token of the iteration. */
+	assert_true(s.n_nccl > 0);
+	assert_int_equal(s.n_nccl, p.window_count);
+	for (uint32_t k = 0; k < s.n_nccl; k++) {
+		assert_true(s.nccl_tokens[k] < s.n_tokens);
+		if (k)
+			assert_true(s.nccl_tokens[k] >= s.nccl_tokens[k - 1]);
+	}
 	/* Every identical iteration, not only the one the script came from. */
 	assert_int_equal(lynx_prof_find_iterations(t, &its, why, sizeof(why)), 0);
 	assert_true(its.count >= 2);
-	for (size_t i = 0; i < its.count; i++)
+	for (size_t i = 0; i < its.count; i++) {
 		assert_int_equal(follow(t, its.iter[i].first, its.iter[i].end, &s), 0);
+		assert_int_equal(follow_nccl(t, its.iter[i].first, its.iter[i].end, &s, &p), 0);
+	}
+	/* An NCCL token one off must be seen: the check can fail. */
+	s.nccl_tokens[0]++;
+	assert_true(follow_nccl(t, its.iter[0].first, its.iter[0].end, &s, &p) > 0);
+	s.nccl_tokens[0]--;
 	/* A follower that counted one allocation too many for the first buffer must see it:
 	 * the check can fail. */
 	s.buffers[0].alloc_ordinal++;
