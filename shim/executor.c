@@ -48,21 +48,24 @@ static _Atomic uint32_t attention;
  * The driver calls the executor makes besides the arena's: LYNX_EXEC_DRIVER_CALL(field,
  * symbol, version), as arena.h's table.
  */
-#define LYNX_EXEC_DRIVER_CALLS                                             \
-	LYNX_EXEC_DRIVER_CALL(ctx_get_device, cuCtxGetDevice, 2000)        \
-	LYNX_EXEC_DRIVER_CALL(ctx_synchronize, cuCtxSynchronize, 2000)     \
-	LYNX_EXEC_DRIVER_CALL(stream_create, cuStreamCreate, 2000)         \
-	LYNX_EXEC_DRIVER_CALL(stream_wait_event, cuStreamWaitEvent, 3020)  \
-	LYNX_EXEC_DRIVER_CALL(event_create, cuEventCreate, 2000)           \
-	LYNX_EXEC_DRIVER_CALL(event_record, cuEventRecord, 2000)           \
-	LYNX_EXEC_DRIVER_CALL(event_query, cuEventQuery, 2000)             \
-	LYNX_EXEC_DRIVER_CALL(event_synchronize, cuEventSynchronize, 2000) \
-	LYNX_EXEC_DRIVER_CALL(memcpy_dtoh_async, cuMemcpyDtoHAsync, 3020)  \
-	LYNX_EXEC_DRIVER_CALL(memcpy_htod_async, cuMemcpyHtoDAsync, 3020)  \
-	LYNX_EXEC_DRIVER_CALL(mem_alloc_host, cuMemAllocHost, 3020)        \
-	LYNX_EXEC_DRIVER_CALL(mem_alloc_async, cuMemAllocAsync, 11020)     \
-	LYNX_EXEC_DRIVER_CALL(mem_free_async, cuMemFreeAsync, 11020)       \
-	LYNX_EXEC_DRIVER_CALL(mem_get_info, cuMemGetInfo, 3020)            \
+#define LYNX_EXEC_DRIVER_CALLS                                                               \
+	LYNX_EXEC_DRIVER_CALL(ctx_get_device, cuCtxGetDevice, 2000)                          \
+	LYNX_EXEC_DRIVER_CALL(ctx_synchronize, cuCtxSynchronize, 2000)                       \
+	LYNX_EXEC_DRIVER_CALL(stream_create, cuStreamCreate, 2000)                           \
+	LYNX_EXEC_DRIVER_CALL(stream_create_with_priority, cuStreamCreateWithPriority, 5050) \
+	LYNX_EXEC_DRIVER_CALL(ctx_stream_priorities, cuCtxGetStreamPriorityRange, 5050)      \
+	LYNX_EXEC_DRIVER_CALL(stream_wait_event, cuStreamWaitEvent, 3020)                    \
+	LYNX_EXEC_DRIVER_CALL(event_create, cuEventCreate, 2000)                             \
+	LYNX_EXEC_DRIVER_CALL(event_record, cuEventRecord, 2000)                             \
+	LYNX_EXEC_DRIVER_CALL(event_query, cuEventQuery, 2000)                               \
+	LYNX_EXEC_DRIVER_CALL(event_synchronize, cuEventSynchronize, 2000)                   \
+	LYNX_EXEC_DRIVER_CALL(memcpy_dtoh_async, cuMemcpyDtoHAsync, 3020)                    \
+	LYNX_EXEC_DRIVER_CALL(memcpy_htod_async, cuMemcpyHtoDAsync, 3020)                    \
+	LYNX_EXEC_DRIVER_CALL(mem_alloc_host, cuMemAllocHost, 3020)                          \
+	LYNX_EXEC_DRIVER_CALL(mem_free_host, cuMemFreeHost, 2000)                            \
+	LYNX_EXEC_DRIVER_CALL(mem_alloc_async, cuMemAllocAsync, 11020)                       \
+	LYNX_EXEC_DRIVER_CALL(mem_free_async, cuMemFreeAsync, 11020)                         \
+	LYNX_EXEC_DRIVER_CALL(mem_get_info, cuMemGetInfo, 3020)                              \
 	LYNX_EXEC_DRIVER_CALL(event_elapsed, cuEventElapsedTime, 2000)
 
 /* Replay's examination asks this for memory outside the arena; optional (without it,
@@ -105,6 +108,13 @@ enum producer_state {
 	PRODUCER_REFUSED,    /* offloaded for good; the reason was logged */
 };
 
+/* A RECOMPUTE activation's window (executor.h, "Windows"). */
+enum window_state {
+	WINDOW_NONE,      /* replayed on demand: no window planned, or its check failed */
+	WINDOW_UNCHECKED, /* offloaded once more, and checked at the window */
+	WINDOW_CHECKED,   /* replayed in its window */
+};
+
 /* One script buffer: its instance in the current iteration, and what it owns across
  * iterations (pinned host memory and events, made once). */
 struct exec_buf {
@@ -125,6 +135,13 @@ struct exec_buf {
 	 * producer is examined at its next use. */
 	enum producer_state producer;
 	bool awaiting, captured, misfit, by_replay, examine;
+	bool copied_out; /* this instance was offloaded: `host` holds its bytes */
+	enum window_state window;
+	uint32_t window_token; /* LYNX_EXEC_NO_WINDOW: none */
+	/* The window's check in flight: its replay's bytes are copied to check_host (pinned),
+	 * done at `checked`; compared with `host` once that and the offload are done. */
+	bool check_pending;
+	void *check_host;
 	uint32_t n_launches;      /* of its producer, seen in this iteration */
 	uint32_t chain;           /* replays that a replay of it makes, itself included (examine) */
 	uint64_t producer_serial; /* the launch that started it: siblings share it */
@@ -133,7 +150,7 @@ struct exec_buf {
 	struct lynx_replay_segment *segment;                  /* once examined and replayed */
 	struct lynx_replay_operand *operands;
 	uint32_t n_operands;
-	CUevent used, copied, ready, freed;
+	CUevent used, copied, ready, freed, checked;
 	UT_hash_handle hh; /* by addr */
 	struct exec_buf *prev, *next;
 };
@@ -144,7 +161,8 @@ static struct {
 	struct lynx_prof_script script;
 	struct exec_buf *bufs;
 	uint32_t *evict_order, *restore_order; /* buffer indices by their token */
-	size_t alloc_cursor, evict_cursor, restore_cursor;
+	uint32_t *window_order;                /* those with a window, by its token */
+	size_t alloc_cursor, evict_cursor, restore_cursor, window_cursor, n_windowed;
 	bool tracking;
 	uint32_t pos;     /* tokens matched in this iteration */
 	uint32_t ordinal; /* counted allocations since the last token */
@@ -154,6 +172,7 @@ static struct {
 	struct lynx_arena *arena;
 	struct exec_driver drv;
 	CUstream offload_stream, restore_stream;
+	CUstream replay_stream; /* low priority: replays in windows, window checks */
 	enum lynx_exec_fault fault;
 	struct lynx_exec_expectation expect;
 	CUevent iteration_start[3]; /* recorded at each iteration's first token, in turn */
@@ -192,6 +211,15 @@ static struct {
 	int replay_depth;
 	uint64_t verdicts[LYNX_REPLAY_VERDICT_COUNT];
 	char verdict_reason[LYNX_REPLAY_VERDICT_COUNT][320];
+	/* The window about to be called: each trainer stream's mark before the call, its
+	 * buffers, whether the replay stream waits for the marks yet; marked_at is the token
+	 * plus one (0: none). What window checks concluded. */
+	CUevent window_marks[MAX_STREAMS];
+	uint32_t window_marked_at, window_marked_streams;
+	uint64_t window_send, window_recv;
+	bool window_fenced;
+	uint64_t windows_checked, windows_refused;
+	char window_refusal[320];
 } ex = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 const char *lynx_exec_action_name(enum lynx_exec_action a)
@@ -280,11 +308,13 @@ static bool in_flight(const struct exec_buf *b)
 	return b->state == BUF_OFFLOADING || b->ready_pending || b->free_pending;
 }
 
+static void finish_check(struct exec_buf *b, bool wait);
+
 /* Keeps `attention` (and so the guard's switch) and the poll list in step with b's state. */
 static void update(struct exec_buf *b)
 {
 	bool needs_guard = b->addr && (b->state != BUF_RESIDENT || b->ready_pending || b->examine);
-	bool polled = b->addr && in_flight(b);
+	bool polled = (b->addr && in_flight(b)) || b->check_pending; /* a check outlives it */
 
 	if (needs_guard != b->counted) {
 		/* Under ex.lock: the 0 <-> 1 transitions switch the hooks' guard. */
@@ -388,6 +418,8 @@ static void poll(void)
 	struct exec_buf *b, *tmp;
 
 	DL_FOREACH_SAFE (ex.polled, b, tmp) {
+		if (b->check_pending && done(b->checked) && done(b->copied))
+			finish_check(b, false);
 		if (b->state == BUF_OFFLOADING && done(b->copied))
 			evict(b);
 		if (b->ready_pending && done(b->ready))
@@ -408,6 +440,8 @@ static void start_offload(struct exec_buf *b, CUstream stream)
 	size_t bytes = b->sb->bytes;
 	CUresult r;
 
+	if (b->check_pending)
+		finish_check(b, true); /* it compares with the bytes about to be overwritten */
 	if (!b->host && (r = ex.drv.mem_alloc_host(&b->host, bytes)) != CUDA_SUCCESS) {
 		b->host = NULL;
 		driver_failed("cuMemAllocHost for an offload", r);
@@ -422,6 +456,7 @@ static void start_offload(struct exec_buf *b, CUstream stream)
 	}
 	b->state = BUF_OFFLOADING;
 	b->by_replay = false;
+	b->copied_out = true;
 	ex.stats.offloads++;
 	trace(TRACE_OFFLOAD, b, 0);
 	update(b);
@@ -567,7 +602,7 @@ static void end_capture(struct exec_buf *b)
  * producer. */
 static void await_producer(struct exec_buf *b)
 {
-	b->captured = b->misfit = b->examine = false;
+	b->captured = b->misfit = b->examine = b->copied_out = false;
 	b->n_launches = 0;
 	if (b->action != LYNX_EXEC_RECOMPUTE || !ex.can_replay || b->producer == PRODUCER_REFUSED ||
 	    ex.n_awaiting >= MAX_AWAITING)
@@ -693,7 +728,8 @@ static void note_stream(CUstream stream)
 		if (ex.streams[i] == stream)
 			return;
 	if (ex.n_streams == MAX_STREAMS ||
-	    ex.drv.event_create(&ex.stream_marks[ex.n_streams], CU_EVENT_DISABLE_TIMING))
+	    ex.drv.event_create(&ex.stream_marks[ex.n_streams], CU_EVENT_DISABLE_TIMING) ||
+	    ex.drv.event_create(&ex.window_marks[ex.n_streams], CU_EVENT_DISABLE_TIMING))
 		return;
 	ex.streams[ex.n_streams++] = stream;
 }
@@ -753,24 +789,29 @@ static void bring_back(uint64_t word, CUstream stream, const struct exec_buf *ow
 }
 
 /*
- * Relaunches b's producer, captured in this iteration, on stream, into b's memory (mapped
- * again by the caller): inputs read in place (evicted ones restored first), memory it
- * writes besides b redirected to scratch. A failed launch is tried once more with the
- * device idle. Returns false when b could not be refilled: its bytes are lost.
+ * Relaunches b's producer, captured in this iteration, on stream: into b's memory (mapped
+ * again by the caller), or with into != 0 into that scratch instead. Inputs are read in
+ * place (evicted ones restored first), memory it writes besides b goes to scratch. Fenced
+ * against the trainer's other streams, unless the replay stream already waits for a
+ * window's marks. A failed launch is tried once more with the device idle. Returns 0 or
+ * -EIO.
  */
-static bool replay_into(struct exec_buf *b, CUstream stream)
+static int relaunch(struct exec_buf *b, CUstream stream, CUdeviceptr into)
 {
-	struct lynx_replay_redirect redirects[2 * MAX_OPERANDS]; /* siblings', examined */
+	struct lynx_replay_redirect redirects[2 * MAX_OPERANDS + 1]; /* siblings', examined */
 	struct lynx_replay_stats stats;
-	uint64_t start = now_ns(), scratch_bytes = 0;
+	uint64_t scratch_bytes = 0;
 	size_t n = 0;
 	int err = -EIO;
 
 	if (ex.replay_depth >= MAX_REPLAY_DEPTH)
-		goto lost;
+		return -EIO;
 	ex.replay_depth++;
-	if (fence_replay(stream, NULL) != CUDA_SUCCESS)
+	if (!(ex.window_fenced && stream == ex.replay_stream) &&
+	    fence_replay(stream, NULL) != CUDA_SUCCESS)
 		goto out;
+	if (into)
+		redirects[n++] = (struct lynx_replay_redirect){b->addr, b->sb->bytes, into};
 	for (uint32_t i = 0; i < b->n_operands; i++) {
 		const struct lynx_replay_operand *op = &b->operands[i];
 		uint64_t word = lynx_replay_segment_word(b->segment, op->kernel, op->offset);
@@ -800,18 +841,26 @@ static bool replay_into(struct exec_buf *b, CUstream stream)
 		              ? -EIO
 		              : lynx_replay_launch(b->segment, stream, redirects, n, &stats);
 	}
+	if (!err && scratch_bytes > ex.stats.replay_scratch_bytes)
+		ex.stats.replay_scratch_bytes = scratch_bytes;
 out:
 	ex.replay_depth--;
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = into ? 1 : 0; i < n; i++)
 		ex.drv.mem_free_async(redirects[i].to, stream);
-	if (err)
-		goto lost;
-	if (scratch_bytes > ex.stats.replay_scratch_bytes)
-		ex.stats.replay_scratch_bytes = scratch_bytes;
-	ex.stats.replays++;
-	trace(TRACE_REPLAY, b, start);
-	return true;
-lost:
+	return err ? -EIO : 0;
+}
+
+/* Relaunches b's producer into b's memory (relaunch). Returns false when b could not be
+ * refilled: its bytes are lost. */
+static bool replay_into(struct exec_buf *b, CUstream stream)
+{
+	uint64_t start = now_ns();
+
+	if (!relaunch(b, stream, 0)) {
+		ex.stats.replays++;
+		trace(TRACE_REPLAY, b, start);
+		return true;
+	}
 	ex.stats.failures++;
 	b->producer = PRODUCER_REFUSED; /* later instances are offloaded */
 	lynx_error("recompute mode: the producer of layer %u's activation %u (micro-batch %u) "
@@ -1063,6 +1112,167 @@ static void prefetch(struct exec_buf *b)
 	trace(TRACE_RESTORE_AHEAD, b, 0);
 }
 
+/* ---- Windows ------------------------------------------------------------------------------ */
+
+/* Whether b's replay reads an allocation that the window's collective uses: the two would
+ * run at once. */
+static bool reads_window_buffers(const struct exec_buf *b)
+{
+	for (uint32_t i = 0; i < b->n_operands; i++) {
+		const struct lynx_replay_operand *op = &b->operands[i];
+		struct lynx_arena_range range;
+		CUdeviceptr base;
+		size_t size;
+
+		if (op->role != LYNX_REPLAY_INPUT)
+			continue;
+		uint64_t word = lynx_replay_segment_word(b->segment, op->kernel, op->offset);
+		if (lynx_arena_find(ex.arena, (CUdeviceptr)word, &range)) {
+			base = range.base;
+			size = range.size;
+		} else if (ex.address_range(&base, &size, (CUdeviceptr)word) != CUDA_SUCCESS) {
+			base = (CUdeviceptr)word; /* unknown: the word itself */
+			size = 1;
+		}
+		if ((ex.window_send && ex.window_send - base < size) ||
+		    (ex.window_recv && ex.window_recv - base < size))
+			return true;
+	}
+	return false;
+}
+
+/* The replay stream waits for the trainer's streams as they were before the window's
+ * call: once per window. */
+static bool fence_window(void)
+{
+	for (uint32_t i = 0; !ex.window_fenced && i < ex.window_marked_streams; i++)
+		if (wait_for(ex.replay_stream, ex.window_marks[i]) != CUDA_SUCCESS)
+			return false;
+	ex.window_fenced = true;
+	return true;
+}
+
+/* The window check's verdict (start_check); wait: for its copies first (the host stalls). */
+static void finish_check(struct exec_buf *b, bool wait)
+{
+	const char *why = NULL;
+
+	if (wait) {
+		ex.drv.event_synchronize(b->checked);
+		ex.drv.event_synchronize(b->copied);
+	}
+	b->check_pending = false;
+	if (memcmp(b->check_host, b->host, b->sb->bytes))
+		why = "a replay there differs: what it reads changes between the window and the "
+		      "activation's use";
+	ex.drv.mem_free_host(b->check_host);
+	b->check_host = NULL;
+	ex.windows_checked++;
+	b->window = why ? WINDOW_NONE : WINDOW_CHECKED;
+	if (why && !ex.windows_refused++)
+		snprintf(ex.window_refusal, sizeof(ex.window_refusal), "layer %u activation %u: %s",
+		         b->sb->layer, b->sb->index, why);
+	if (!b->sb->microbatch)
+		lynx_info("recompute mode: layer %u activation %u: %s%s", b->sb->layer,
+		          b->sb->index,
+		          why ? "replayed on demand, not in its window: "
+		              : "replayed in its window from now on",
+		          why ? why : "");
+	update(b);
+}
+
+/* b's window check could not be made: it is replayed on demand. */
+static void refuse_window(struct exec_buf *b, const char *why)
+{
+	ex.windows_checked++;
+	b->window = WINDOW_NONE;
+	if (!ex.windows_refused++)
+		snprintf(ex.window_refusal, sizeof(ex.window_refusal), "layer %u activation %u: %s",
+		         b->sb->layer, b->sb->index, why);
+}
+
+/*
+ * b's window, in the iteration after its examination, where b was offloaded once more:
+ * its producer is replayed exactly as it will be in later windows (behind the marks, the
+ * trainer's streams waiting for it), but into scratch, whose bytes are copied to the host
+ * and compared with the offloaded ones once both copies are done (poll). No host wait, so
+ * the iteration runs as the steady state will, and the scratch is held only for its copy.
+ */
+static void start_check(struct exec_buf *b)
+{
+	uint64_t start = now_ns();
+	size_t bytes = b->sb->bytes;
+	CUdeviceptr out = 0;
+	CUresult r = CUDA_SUCCESS;
+
+	if (reads_window_buffers(b)) {
+		refuse_window(b, "it reads a buffer of the window's own collective");
+		return;
+	}
+	if (!b->check_host && ex.drv.mem_alloc_host(&b->check_host, bytes) != CUDA_SUCCESS) {
+		b->check_host = NULL;
+		return; /* tried again at the next iteration's window */
+	}
+	if (!fence_window() || !(out = scratch_alloc(bytes, ex.replay_stream)))
+		return;
+	if (relaunch(b, ex.replay_stream, out) ||
+	    (r = ex.drv.memcpy_dtoh_async(b->check_host, out, bytes, ex.replay_stream)) ||
+	    (r = ex.drv.event_record(b->checked, ex.replay_stream)) ||
+	    (r = fence_replay(ex.replay_stream, b->checked))) {
+		ex.drv.mem_free_async(out, ex.replay_stream);
+		if (r)
+			driver_failed("a window's check", r);
+		ex.drv.ctx_synchronize(); /* nothing of it left running */
+		refuse_window(b, "its replay there failed");
+		return;
+	}
+	ex.drv.mem_free_async(out, ex.replay_stream);
+	b->check_pending = true;
+	update(b);
+	trace(TRACE_WINDOW_CHECK, b, start);
+}
+
+/* b's window: its replay on the replay stream, behind the marks; the trainer's streams
+ * then wait for it (restore). What cannot start here is left to the guard. */
+static void replay_in_window(struct exec_buf *b)
+{
+	uint64_t start = now_ns();
+
+	if (b->state == BUF_OFFLOADING && !b->donated) {
+		b->state = BUF_RESIDENT; /* still mapped and intact: nothing to replay */
+		ex.stats.cancelled++;
+		update(b);
+		return;
+	}
+	if (b->state == BUF_OFFLOADING)
+		settle(b);
+	if (b->state != BUF_EVICTED || !b->by_replay)
+		return;
+	if (reads_window_buffers(b) || !fence_window() || restore(b, ex.replay_stream)) {
+		ex.stats.window_misses++;
+		return;
+	}
+	ex.stats.window_replays++;
+	trace(TRACE_WINDOW_REPLAY, b, start);
+}
+
+/* Token t, b's window, has been called. */
+static void at_window(struct exec_buf *b, uint32_t t)
+{
+	if (b->producer != PRODUCER_REPLAYED || !b->captured || b->window == WINDOW_NONE)
+		return;
+	if (ex.window_marked_at != t + 1) {
+		ex.stats.window_misses++; /* the call was not seen before it was made */
+		return;
+	}
+	if (b->window == WINDOW_UNCHECKED) {
+		if (b->copied_out && !b->check_pending)
+			start_check(b);
+		return;
+	}
+	replay_in_window(b);
+}
+
 /* ---- Measuring what is achieved ---------------------------------------------------------- */
 
 /* Device memory in use now (on a GPU: the whole device's, this rank's in practice). */
@@ -1108,7 +1318,8 @@ static void iteration_started(CUstream stream)
 
 static void reset_cursors(void)
 {
-	ex.alloc_cursor = ex.evict_cursor = ex.restore_cursor = 0;
+	ex.alloc_cursor = ex.evict_cursor = ex.restore_cursor = ex.window_cursor = 0;
+	ex.window_marked_at = 0;
 	ex.ordinal = 0;
 	while (ex.n_awaiting)
 		end_capture(ex.awaiting[ex.n_awaiting - 1]);
@@ -1127,7 +1338,10 @@ static void act(uint32_t t, CUstream stream)
 		if (b->sb->last_forward_token != t || !b->addr || b->state != BUF_RESIDENT ||
 		    b->action == LYNX_EXEC_KEEP || lynx_capture_active())
 			continue;
-		if (b->producer == PRODUCER_REPLAYED && b->captured)
+		/* Offloaded once more while its window is checked: the check compares with
+		 * the copy. */
+		if (b->producer == PRODUCER_REPLAYED && b->captured &&
+		    b->window != WINDOW_UNCHECKED)
 			start_discard(b, stream);
 		else
 			start_offload(b, stream);
@@ -1138,6 +1352,14 @@ static void act(uint32_t t, CUstream stream)
 		if (b->addr && !lynx_capture_active())
 			prefetch(b);
 	}
+	while (ex.window_cursor < ex.n_windowed &&
+	       ex.bufs[ex.window_order[ex.window_cursor]].window_token <= t) {
+		struct exec_buf *b = &ex.bufs[ex.window_order[ex.window_cursor++]];
+		if (b->window_token == t && b->addr && !lynx_capture_active())
+			at_window(b, t);
+	}
+	ex.window_marked_at = 0;
+	ex.window_fenced = false;
 	/* The peak is near an eviction or a restore: look there (a driver call each). */
 	if (ex.evict_cursor + ex.restore_cursor != before || !(t % 64))
 		sample_memory();
@@ -1387,6 +1609,30 @@ void lynx_exec_guard_slow(enum lynx_hook_id id, uint64_t addr, uint64_t stream)
 	lynx_nested_end();
 }
 
+void lynx_exec_window_slow(enum lynx_hook_id id, uint64_t send, uint64_t recv, uint64_t stream)
+{
+	if (!ex.n_windowed || !ex.can_replay || lynx_call_own() || lynx_call_depth() != 1 ||
+	    lynx_capture_active())
+		return;
+	lynx_nested_begin();
+	pthread_mutex_lock(&ex.lock);
+	if (ex.tracking && ex.window_cursor < ex.n_windowed &&
+	    ex.bufs[ex.window_order[ex.window_cursor]].window_token == ex.pos) {
+		note_stream(stream_of(id, stream));
+		ex.window_marked_at = 0;
+		for (uint32_t i = 0; i < ex.n_streams; i++)
+			if (ex.drv.event_record(ex.window_marks[i], ex.streams[i]) != CUDA_SUCCESS)
+				goto out;
+		ex.window_marked_streams = ex.n_streams;
+		ex.window_marked_at = ex.pos + 1;
+		ex.window_send = send;
+		ex.window_recv = recv;
+	}
+out:
+	pthread_mutex_unlock(&ex.lock);
+	lynx_nested_end();
+}
+
 /* ---- Arming ---------------------------------------------------------------------------------- */
 
 /* Which hooks allocate and free device memory the arena may stand in for. */
@@ -1428,18 +1674,29 @@ static int token_cmp_restore(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+static int token_cmp_window(const void *a, const void *b)
+{
+	uint32_t x = ex.bufs[*(const uint32_t *)a].window_token;
+	uint32_t y = ex.bufs[*(const uint32_t *)b].window_token;
+
+	return x < y ? -1 : x > y;
+}
+
 static int copy_script(const struct lynx_prof_script *s)
 {
 	size_t n = s->n_buffers;
 
 	ex.script = *s;
+	ex.script.nccl_tokens = NULL; /* the caller's: windows come with the decisions */
+	ex.script.n_nccl = 0;
 	ex.script.sig = malloc(s->n_tokens * sizeof(*s->sig));
 	ex.script.buffers = malloc((n ? n : 1) * sizeof(*s->buffers));
 	ex.bufs = calloc(n ? n : 1, sizeof(*ex.bufs));
 	ex.evict_order = malloc((n ? n : 1) * sizeof(*ex.evict_order));
 	ex.restore_order = malloc((n ? n : 1) * sizeof(*ex.restore_order));
+	ex.window_order = malloc((n ? n : 1) * sizeof(*ex.window_order));
 	if (!ex.script.sig || !ex.script.buffers || !ex.bufs || !ex.evict_order ||
-	    !ex.restore_order)
+	    !ex.restore_order || !ex.window_order)
 		return -ENOMEM;
 	memcpy(ex.script.sig, s->sig, s->n_tokens * sizeof(*s->sig));
 	memcpy(ex.script.buffers, s->buffers, n * sizeof(*s->buffers));
@@ -1460,18 +1717,25 @@ static void free_script(void)
 	free(ex.bufs);
 	free(ex.evict_order);
 	free(ex.restore_order);
+	free(ex.window_order);
 	memset(&ex.script, 0, sizeof(ex.script));
 	ex.bufs = NULL;
-	ex.evict_order = ex.restore_order = NULL;
+	ex.evict_order = ex.restore_order = ex.window_order = NULL;
+	ex.n_windowed = 0;
 }
 
 /* The streams and each evicted buffer's events. */
 static CUresult make_cuda_objects(void)
 {
+	int least, greatest;
 	CUresult r;
 
+	/* Replays in windows yield to the trainer's kernels (least is the lowest priority). */
 	if ((r = ex.drv.stream_create(&ex.offload_stream, CU_STREAM_NON_BLOCKING)) ||
-	    (r = ex.drv.stream_create(&ex.restore_stream, CU_STREAM_NON_BLOCKING)))
+	    (r = ex.drv.stream_create(&ex.restore_stream, CU_STREAM_NON_BLOCKING)) ||
+	    (r = ex.drv.ctx_stream_priorities(&least, &greatest)) ||
+	    (r = ex.drv.stream_create_with_priority(&ex.replay_stream, CU_STREAM_NON_BLOCKING,
+	                                            least)))
 		return r;
 	for (int i = 0; i < 3; i++)
 		if ((r = ex.drv.event_create(&ex.iteration_start[i], CU_EVENT_DEFAULT)))
@@ -1483,13 +1747,14 @@ static CUresult make_cuda_objects(void)
 		if ((r = ex.drv.event_create(&b->used, CU_EVENT_DISABLE_TIMING)) ||
 		    (r = ex.drv.event_create(&b->copied, CU_EVENT_DISABLE_TIMING)) ||
 		    (r = ex.drv.event_create(&b->ready, CU_EVENT_DISABLE_TIMING)) ||
-		    (r = ex.drv.event_create(&b->freed, CU_EVENT_DISABLE_TIMING)))
+		    (r = ex.drv.event_create(&b->freed, CU_EVENT_DISABLE_TIMING)) ||
+		    (r = ex.drv.event_create(&b->checked, CU_EVENT_DISABLE_TIMING)))
 			return r;
 	}
 	return CUDA_SUCCESS;
 }
 
-int lynx_exec_arm(const struct lynx_prof_script *script, const enum lynx_exec_action *actions,
+int lynx_exec_arm(const struct lynx_prof_script *script, const struct lynx_exec_decision *decisions,
                   const struct lynx_exec_expectation *expect, enum lynx_exec_fault fault)
 {
 	struct lynx_arena_driver arena_driver;
@@ -1537,7 +1802,7 @@ int lynx_exec_arm(const struct lynx_prof_script *script, const enum lynx_exec_ac
 		goto fail;
 	}
 	for (size_t i = 0; i < script->n_buffers; i++)
-		evict_bytes += actions[i] != LYNX_EXEC_KEEP ? script->buffers[i].bytes : 0;
+		evict_bytes += decisions[i].action != LYNX_EXEC_KEEP ? script->buffers[i].bytes : 0;
 	/* Room for one iteration's evicted activations; the arena grows if it needs more. */
 	if ((err = lynx_arena_create(&arena_driver, (int)device, evict_bytes ? evict_bytes : 1,
 	                             &ex.arena))) {
@@ -1551,7 +1816,7 @@ int lynx_exec_arm(const struct lynx_prof_script *script, const enum lynx_exec_ac
 	for (size_t i = 0; i < script->n_buffers; i++) {
 		struct exec_buf *b = &ex.bufs[i];
 		b->sb = &ex.script.buffers[i];
-		b->action = actions[i];
+		b->action = decisions[i].action;
 		if (b->action != LYNX_EXEC_KEEP &&
 		    b->sb->bytes < lynx_arena_granularity(ex.arena)) {
 			b->action = LYNX_EXEC_KEEP;
@@ -1560,12 +1825,22 @@ int lynx_exec_arm(const struct lynx_prof_script *script, const enum lynx_exec_ac
 		ex.planned[b->action]++;
 		evict_bytes += b->action != LYNX_EXEC_KEEP ? b->sb->bytes : 0;
 		ex.evict_order[i] = ex.restore_order[i] = (uint32_t)i;
+		/* A window must come after the forward is done with it and before its use. */
+		b->window_token = decisions[i].window_token;
+		if (b->action != LYNX_EXEC_RECOMPUTE ||
+		    b->window_token <= b->sb->last_forward_token ||
+		    b->window_token >= b->sb->first_backward_token)
+			b->window_token = LYNX_EXEC_NO_WINDOW;
+		b->window = b->window_token == LYNX_EXEC_NO_WINDOW ? WINDOW_NONE : WINDOW_UNCHECKED;
+		if (b->window_token != LYNX_EXEC_NO_WINDOW)
+			ex.window_order[ex.n_windowed++] = (uint32_t)i;
 	}
 	err = -EINVAL;
 	if (!evict_bytes)
 		goto fail;
 	qsort(ex.evict_order, script->n_buffers, sizeof(uint32_t), token_cmp_evict);
 	qsort(ex.restore_order, script->n_buffers, sizeof(uint32_t), token_cmp_restore);
+	qsort(ex.window_order, ex.n_windowed, sizeof(uint32_t), token_cmp_window);
 	if ((r = make_cuda_objects())) {
 		lynx_warn("recompute mode: cannot prepare the executor's streams and events (CUDA "
 		          "error %d); training goes on unchanged",
@@ -1657,6 +1932,17 @@ static void print_replay(FILE *f, const char *tag, const struct lynx_exec_stats 
 			        "%s: executor: replay refused %" PRIu64 " times: %s (first: %s)\n",
 			        tag, ex.verdicts[v], lynx_replay_verdict_name(v),
 			        ex.verdict_reason[v]);
+	if (!ex.n_windowed)
+		return;
+	fprintf(f,
+	        "%s: executor: windows: %zu activations planned for a window; %" PRIu64
+	        " checked there, %" PRIu64 " refused (replayed on demand); %" PRIu64
+	        " replays in windows, %.1f%% of all replays; %" PRIu64 " left to the guard\n",
+	        tag, ex.n_windowed, ex.windows_checked, ex.windows_refused, s->window_replays,
+	        s->replays ? 100.0 * (double)s->window_replays / (double)s->replays : 0.0,
+	        s->window_misses);
+	if (ex.windows_refused)
+		fprintf(f, "%s: executor: window refused (first: %s)\n", tag, ex.window_refusal);
 }
 
 void lynx_exec_print_summary(FILE *f, const char *tag)

@@ -23,7 +23,7 @@
  * budget, it may instead wait for such a point on the host (lynx_exec_arm).
  *
  * What the plan says and what is done: OFFLOAD is done as above. RECOMPUTE decisions are
- * done by kernel replay (replay.h), on demand. The tracker captures each such activation's
+ * done by kernel replay (replay.h). The tracker captures each such activation's
  * producer: the first cuLaunchKernel after its allocation whose parameters name it, and
  * the launches of the same function right after it that name it too. The first
  * instance is still evicted by copy; when the guard restores it, the producer is replayed
@@ -37,8 +37,19 @@
  * scratch; evicted activations it reads are restored first; with several trainer streams
  * it is fenced against the others both ways. A refused producer, or an instance whose
  * producer was not seen, is offloaded as before; the reason is logged.
- * Replays in communication windows, on a side stream, are not done yet: their inputs
- * would have to be proven untouched until the consumer.
+ *
+ * Windows. A RECOMPUTE decision may name the NCCL call in whose idle time it is to be
+ * replayed (the plan's RECOMPUTE_IN_WINDOW, mapped to a token). Before that call is
+ * issued, an event marks how far each trainer stream got; after it, the producer is
+ * relaunched on the low-priority replay stream behind those marks, so it runs while the
+ * collective does, and every trainer stream waits for it before its next work. The
+ * replay then reads what the trainer's streams held at the window, which is not what they
+ * hold at the consumer. So one instance after the examination is offloaded again, and at
+ * its window the producer is replayed into scratch (device idle) and compared with the
+ * offloaded bytes: equal, and later instances are replayed in their window; different, and
+ * on demand. A producer that reads a buffer of the window's own collective (which runs
+ * beside it) is replayed on demand. Correctness still never depends on a window: an
+ * instance not brought back in its window is replayed by the guard.
  *
  * Limits: the guard sees pointers in kernel parameters (also inside by-value structs),
  * copies, memsets and NCCL buffers; a kernel that reads an activation's address from device
@@ -117,6 +128,8 @@ enum lynx_exec_fault {
 	LYNX_EXEC_STAT(replays, "restores by replaying the producer")                           \
 	LYNX_EXEC_STAT(replay_failures, "replays whose launch failed (then tried again)")       \
 	LYNX_EXEC_STAT(replay_scratch_bytes, "most scratch one replay took (freed after it)")   \
+	LYNX_EXEC_STAT(window_replays, "replays made in their window, on the replay stream")    \
+	LYNX_EXEC_STAT(window_misses, "window replays left to the guard (could not start)")     \
 	LYNX_EXEC_STAT(evicted_bytes, "bytes evicted, summed")                                  \
 	LYNX_EXEC_STAT(peak_evicted_bytes, "most bytes evicted at once")                        \
 	LYNX_EXEC_STAT(peak_used_bytes,                                                         \
@@ -146,8 +159,16 @@ struct lynx_exec_expectation {
 	uint64_t budget_bytes;
 };
 
+/* What to do with one scripted activation and, for RECOMPUTE, where: the token of the
+ * NCCL call in whose window it is replayed, or LYNX_EXEC_NO_WINDOW (on demand). */
+#define LYNX_EXEC_NO_WINDOW UINT32_MAX
+struct lynx_exec_decision {
+	enum lynx_exec_action action;
+	uint32_t window_token;
+};
+
 /*
- * Arms the executor with script (copied) and one action per script buffer, on the calling
+ * Arms the executor with script (copied) and one decision per script buffer, on the calling
  * thread's current CUDA context: creates the arena, two streams and the events.
  *
  * The budget. The host runs ahead of the device, so memory the plan counts as evicted may
@@ -164,7 +185,7 @@ struct lynx_exec_expectation {
  * driver call failed; logged); on failure nothing is armed and the trainer runs on
  * untouched.
  */
-int lynx_exec_arm(const struct lynx_prof_script *script, const enum lynx_exec_action *actions,
+int lynx_exec_arm(const struct lynx_prof_script *script, const struct lynx_exec_decision *decisions,
                   const struct lynx_exec_expectation *expect, enum lynx_exec_fault fault);
 
 /*
@@ -174,11 +195,14 @@ int lynx_exec_arm(const struct lynx_prof_script *script, const enum lynx_exec_ac
  * and returns success). lynx_exec_free: before a free: true when ptr was the executor's
  * (freed once its stream reaches the free). lynx_exec_guard: before stream work that
  * touches addr (any address in a kernel parameter, a copy's ends, a memset, an NCCL
- * buffer) on stream: restores or waits as needed.
+ * buffer) on stream: restores or waits as needed. lynx_exec_window: before an NCCL call
+ * (its buffers, stream), after the guard: marks the trainer's streams if the call is a
+ * window where replays are planned.
  */
 bool lynx_exec_alloc_slow(enum lynx_hook_id id, void *out, uint64_t bytes, uint64_t stream);
 bool lynx_exec_free_slow(enum lynx_hook_id id, uint64_t ptr, uint64_t stream);
 void lynx_exec_guard_slow(enum lynx_hook_id id, uint64_t addr, uint64_t stream);
+void lynx_exec_window_slow(enum lynx_hook_id id, uint64_t send, uint64_t recv, uint64_t stream);
 
 static inline bool lynx_exec_alloc(enum lynx_hook_id id, void *out, uint64_t bytes, uint64_t stream)
 {
@@ -198,6 +222,13 @@ static inline void lynx_exec_guard(enum lynx_hook_id id, uint64_t addr, uint64_t
 	                             LYNX_SLOW_GUARD,
 	                     0))
 		lynx_exec_guard_slow(id, addr, stream);
+}
+
+static inline void lynx_exec_window(enum lynx_hook_id id, uint64_t send, uint64_t recv,
+                                    uint64_t stream)
+{
+	if (__builtin_expect(atomic_load_explicit(&lynx_exec_armed, memory_order_acquire), 0))
+		lynx_exec_window_slow(id, send, recv, stream);
 }
 
 /* After a top-level call of the program returned, with its event (the tracker). */
@@ -223,6 +254,8 @@ void lynx_exec_print_summary(FILE *f, const char *tag);
 	X(DISCARD, "discard")                     /* evicted without a copy */   \
 	X(REPLAY, "replay")                       /* restored by its producer */ \
 	X(EXAMINE, "examine")                     /* its producer, once */       \
+	X(WINDOW_CHECK, "check window")           /* a replay at its window */   \
+	X(WINDOW_REPLAY, "replay in window")      /* on the replay stream */     \
 	X(CONSUMER_WAIT, "consumer waits")        /* a stream waits for one */   \
 	X(STALL, "host stall")                    /* for a reused copy */        \
 	X(BUDGET_STALL, "budget stall")           /* for memory */

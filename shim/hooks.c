@@ -168,9 +168,11 @@ struct lynx_real_table lynx_real = {
 #define LYNX_EXEC_HANDLE(stream, handle) false
 #define LYNX_EXEC_LAUNCH(function, grid, block, shared, stream) false /* at the driver launch */
 #define LYNX_EXEC_LAUNCH_CONFIG(config, function) false
-#define LYNX_EXEC_NCCL(send, recv, count, type, op, peer, comm, stream)    \
-	(lynx_exec_guard(call.id, LYNX_AS_U64(send), LYNX_AS_U64(stream)), \
-	 lynx_exec_guard(call.id, LYNX_AS_U64(recv), LYNX_AS_U64(stream)), false)
+#define LYNX_EXEC_NCCL(send, recv, count, type, op, peer, comm, stream)                        \
+	(lynx_exec_guard(call.id, LYNX_AS_U64(send), LYNX_AS_U64(stream)),                     \
+	 lynx_exec_guard(call.id, LYNX_AS_U64(recv), LYNX_AS_U64(stream)),                     \
+	 lynx_exec_window(call.id, LYNX_AS_U64(send), LYNX_AS_U64(recv), LYNX_AS_U64(stream)), \
+	 false)
 #define LYNX_EXEC_GROUP(delta) false
 #define LYNX_EXEC_COMM_INIT(out, nranks, rank) false
 

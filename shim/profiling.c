@@ -653,11 +653,67 @@ static void print_plan(const struct lynx_whatif_plan *wp, const struct lynx_what
 	        row->fits ? "" : "; DOES NOT FIT the budget");
 }
 
+/* Whether the profile's NCCL call pw is an occurrence of the stage's window w. */
+static bool is_window(const struct lynx_problem *p, const struct lynx_problem_stage *st,
+                      const struct lynx_window *w, const struct lynx_profile_window *pw)
+{
+	const struct lynx_problem_layer *L = &p->layer;
+	int32_t layer = w->layer + (int32_t)st->profile_first_layer;
+
+	switch (w->kind) {
+	case LYNX_WINDOW_TP_FWD:
+		return pw->kind == LYNX_PROFILE_WINDOW_TP_FWD && pw->layer == layer &&
+		       pw->ordinal >= 0 && (uint32_t)pw->ordinal < L->n_tp_fwd &&
+		       L->tp_fwd_op[pw->ordinal] == w->op;
+	case LYNX_WINDOW_TP_BWD:
+		return pw->kind == LYNX_PROFILE_WINDOW_TP_BWD && pw->layer == layer &&
+		       pw->ordinal >= 0 && (uint32_t)pw->ordinal < L->n_tp_bwd &&
+		       L->tp_bwd_op[pw->ordinal] == w->op;
+	case LYNX_WINDOW_PP_RECV_FWD:
+		return pw->kind == LYNX_PROFILE_WINDOW_PP_RECV_FWD;
+	case LYNX_WINDOW_PP_RECV_BWD:
+		return pw->kind == LYNX_PROFILE_WINDOW_PP_RECV_BWD;
+	default:
+		return false; /* DP_GRAD comes after every backward: on demand */
+	}
+}
+
 /*
- * The plan's action for each of this rank's scripted activations: the k-th saved buffer of
- * profile layer l is buffer k of the stage's problem layer l - profile_first_layer, which
- * from_profile maps to a problem group (problem.h). The embedding's and the head's, and
- * buffers beyond the mapping, are kept.
+ * The token where buffer i's replay in window w is made, as problem.h places it: the latest
+ * call of w after the forward is done with the buffer and after the stage's previous
+ * backward (here: after the previous micro-batch's last first use), before the buffer's
+ * first use in its backward. LYNX_EXEC_NO_WINDOW when there is none: on demand, as the
+ * plan's model has it too.
+ */
+static uint32_t window_token(const struct lynx_problem *p, const struct lynx_problem_stage *st,
+                             const struct lynx_window *w, size_t i)
+{
+	const struct lynx_prof_script *sc = &prof.script;
+	const struct lynx_prof_script_buffer *b = &sc->buffers[i];
+	uint32_t after = b->last_forward_token, best = LYNX_EXEC_NO_WINDOW;
+
+	/* The calls are the profile's windows, in the same order (script.h). */
+	if (sc->n_nccl != prof.profile.window_count)
+		return LYNX_EXEC_NO_WINDOW;
+	for (size_t k = 0; b->microbatch && k < sc->n_buffers; k++)
+		if (sc->buffers[k].microbatch + 1 == b->microbatch &&
+		    sc->buffers[k].first_backward_token > after)
+			after = sc->buffers[k].first_backward_token;
+	for (uint32_t k = 0; k < sc->n_nccl; k++) {
+		uint32_t t = sc->nccl_tokens[k];
+		if (t > after && t < b->first_backward_token &&
+		    (best == LYNX_EXEC_NO_WINDOW || t > best) &&
+		    is_window(p, st, w, &prof.profile.windows[k]))
+			best = t;
+	}
+	return best;
+}
+
+/*
+ * The plan's decision for each of this rank's scripted activations: the k-th saved buffer
+ * of profile layer l is buffer k of the stage's problem layer l - profile_first_layer,
+ * which from_profile maps to a problem group (problem.h). The embedding's and the head's,
+ * and buffers beyond the mapping, are kept. A window becomes the token of its call.
  */
 static void arm_executor(const struct lynx_whatif_plan *wp, const struct lynx_whatif_row *row,
                          const struct lynx_whatif_row *keep)
@@ -666,10 +722,11 @@ static void arm_executor(const struct lynx_whatif_plan *wp, const struct lynx_wh
 	uint32_t s = this_stage(wp);
 	const struct lynx_problem_stage *st = &p->stages[s];
 	size_t n = prof.script.n_buffers;
-	enum lynx_exec_action *actions = calloc(n ? n : 1, sizeof(*actions));
+	struct lynx_exec_decision *decisions = calloc(n ? n : 1, sizeof(*decisions));
+	uint32_t windows = 0, in_windows = 0;
 	int err;
 
-	if (!actions) {
+	if (!decisions) {
 		lynx_warn("recompute mode: out of memory arming the executor; training goes on "
 		          "unchanged");
 		return;
@@ -678,22 +735,35 @@ static void arm_executor(const struct lynx_whatif_plan *wp, const struct lynx_wh
 		const struct lynx_prof_script_buffer *b = &prof.script.buffers[i];
 		int64_t layer = (int64_t)b->layer - st->profile_first_layer;
 		int g = b->index < p->layer.n_buffers ? p->layer.buffer_group[b->index] : -1;
+		const struct lynx_decision *d;
 
-		actions[i] = LYNX_EXEC_KEEP;
+		decisions[i] = (struct lynx_exec_decision){LYNX_EXEC_KEEP, LYNX_EXEC_NO_WINDOW};
 		if (layer < 0 || layer >= st->layers || g < 0)
 			continue;
-		switch (lynx_plan_get(wp->plan, s, (uint32_t)layer, (uint32_t)g)->action) {
+		d = lynx_plan_get(wp->plan, s, (uint32_t)layer, (uint32_t)g);
+		switch (d->action) {
 		case LYNX_ACTION_OFFLOAD:
-			actions[i] = LYNX_EXEC_OFFLOAD;
+			decisions[i].action = LYNX_EXEC_OFFLOAD;
 			break;
 		case LYNX_ACTION_RECOMPUTE_IN_WINDOW:
+			decisions[i].window_token =
+			        d->window < st->n_windows
+			                ? window_token(p, st, &st->windows[d->window], i)
+			                : LYNX_EXEC_NO_WINDOW;
+			windows++;
+			in_windows += decisions[i].window_token != LYNX_EXEC_NO_WINDOW;
+			/* fall through */
 		case LYNX_ACTION_RECOMPUTE_ON_DEMAND:
-			actions[i] = LYNX_EXEC_RECOMPUTE;
+			decisions[i].action = LYNX_EXEC_RECOMPUTE;
 			break;
 		default:
 			break;
 		}
 	}
+	if (windows)
+		lynx_info("recompute mode: %u of %u activations planned for a window have its call "
+		          "in the script; the others are replayed on demand",
+		          in_windows, windows);
 	struct lynx_exec_expectation expect = {
 	        .measured_peak_bytes = prof.profile.memory.peak_bytes,
 	        .predicted_peak_bytes = wp->plan->stages[s].peak_bytes,
@@ -701,8 +771,8 @@ static void arm_executor(const struct lynx_whatif_plan *wp, const struct lynx_wh
 	        .predicted_slowdown = keep->step_s > 0 ? row->step_s / keep->step_s : 1.0,
 	        .budget_bytes = row->budget_bytes,
 	};
-	err = lynx_exec_arm(&prof.script, actions, &expect, (enum lynx_exec_fault)prof.fault);
-	free(actions);
+	err = lynx_exec_arm(&prof.script, decisions, &expect, (enum lynx_exec_fault)prof.fault);
+	free(decisions);
 	if (err == -EINVAL)
 		lynx_info("recompute mode: the plan evicts nothing on this rank");
 	else if (!err)

@@ -20,7 +20,8 @@
  *    fails (SIMGPU_FAULTS) are made on demand or after waiting for frees: same results,
  *    and the summary says so;
  *  - with activations the larger share of memory (--seq 64 --batch 4), LYNX_BUDGET=6M
- *    takes the first stage's peak at least 40% below tinytrain's --recompute none, within
+ *    has part of the first stage replayed in the backward's all-reduces (each checked
+ *    there once), and takes its peak at least 40% below tinytrain's --recompute none, within
  *    5% of the plan's prediction and 3% of the budget, in at most 1.05 times its step time
  *    and 0.85 times that of its --recompute full;
  *  - a budget no plan can reach: a warning on every rank, no plan, the same results.
@@ -379,6 +380,22 @@ static void test_long_sequences_meet_the_memory_and_time_targets(void **state)
 	const char *at = strstr(line, "predicted peak ");
 	assert_non_null(at);
 	double predicted = atof(at + strlen("predicted peak ")) * 1024 * 1024;
+	/* The plan rebuilds part of the first stage in the tensor-parallel all-reduces of the
+	 * backward: checked there once, then replayed there on the replay stream. */
+	for (int rank = 0; rank < 2; rank++) {
+		char path[1300];
+		assert_true(stat_of(o.err, rank, "activations planned for a window") > 0);
+		assert_true(stat_of(o.err, rank, "checked there") > 0);
+		assert_int_equal(stat_of(o.err, rank, "refused (replayed on demand)"), 0);
+		assert_true(stat_of(o.err, rank, "replays in windows") > 0);
+		assert_int_equal(stat_of(o.err, rank, "left to the guard"), 0);
+		snprintf(path, sizeof(path), "%s/long/executor.%d.json", scratch, rank);
+		char *text = slurp(path);
+		assert_non_null(text);
+		assert_non_null(strstr(text, "{\"name\": \"check window\""));
+		assert_non_null(strstr(text, "{\"name\": \"replay in window\""));
+		free(text);
+	}
 	for (size_t i = n - 4; i < n; i++) {
 		if (i % 4 < 2) { /* the first stage, which holds the most */
 			assert_true((double)b[i].peak_bytes <= 0.60 * (double)none[i].peak_bytes);
