@@ -368,6 +368,7 @@ void lynx_time_begin_slow(struct lynx_call *call, uint64_t stream)
 	if (!atomic_load_explicit(&lynx_timing_kernels, memory_order_relaxed) &&
 	    lynx_hooks[call->id].kind != LYNX_EV_COLL && lynx_hooks[call->id].kind != LYNX_EV_P2P)
 		return;
+	lynx_profiling_sample_memory();
 	/* Stream 0 in a per-thread-stream variant (_ptsz, _ptds) is this thread's default
 	 * stream, not the legacy one: a mark there would time the wrong stream and synchronise
 	 * with every blocking stream. */

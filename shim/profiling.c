@@ -72,6 +72,9 @@ static struct {
 	bool have_profile;
 	struct lynx_prof_script script; /* the chosen iteration's, for the executor */
 	int fault;                      /* LYNX_FAULT, for the executor */
+	/* Recompute mode, during warm-up: the most device memory in use (cuMemGetInfo) seen
+	 * before the program's timed stream work (lynx_profiling_sample_memory). */
+	_Atomic uint64_t device_peak_used;
 } prof = {.lock = PTHREAD_MUTEX_INITIALIZER, .look = PTHREAD_MUTEX_INITIALIZER};
 
 static uint64_t now_ns(void)
@@ -613,6 +616,42 @@ static void print_whatif(void)
 	job_profiles_free(&j);
 }
 
+void lynx_profiling_sample_memory(void)
+{
+	size_t free_bytes, total;
+	uint64_t used, seen;
+
+	if (!prof.recompute ||
+	    atomic_load_explicit(&prof.phase, memory_order_relaxed) != PHASE_LEARNING)
+		return;
+	lynx_nested_begin();
+	CUresult r = cuMemGetInfo_v2(&free_bytes, &total);
+	lynx_nested_end();
+	if (r != CUDA_SUCCESS || total < free_bytes)
+		return;
+	used = total - free_bytes;
+	seen = atomic_load_explicit(&prof.device_peak_used, memory_order_relaxed);
+	while (used > seen && !atomic_compare_exchange_weak(&prof.device_peak_used, &seen, used))
+		;
+}
+
+/*
+ * The budget the plan is made for: LYNX_BUDGET counts the device memory in use, as
+ * cuMemGetInfo and the executor's budget do, while a plan counts the profile's tensors.
+ * What warm-up saw in use beyond the profile's peak (the CUDA context, NCCL's buffers, the
+ * allocator's rounding and caching) is taken off; 0 (no budget) stays 0.
+ */
+static uint64_t planning_budget(uint64_t *beyond)
+{
+	uint64_t used = atomic_load(&prof.device_peak_used),
+	         tensors = prof.profile.memory.peak_bytes;
+
+	*beyond = used > tensors ? used - tensors : 0;
+	if (!prof.budget || *beyond >= prof.budget)
+		return prof.budget;
+	return prof.budget - *beyond;
+}
+
 /* How long recompute mode waits for the other ranks' profiles, and how often it looks. */
 #define PLAN_WAIT_NS (120ull * 1000000000ull)
 #define PLAN_RETRY_NS (100ull * 1000000ull)
@@ -633,21 +672,29 @@ static void print_plan(const struct lynx_whatif_plan *wp, const struct lynx_what
 	uint32_t n = wp->problem->n_stages, s = this_stage(wp);
 	char tag[32];
 
+	uint64_t beyond, budget = planning_budget(&beyond);
+	char planned_for[128] = "";
+
 	rank_tag(tag, sizeof(tag));
+	if (budget != prof.budget)
+		snprintf(planned_for, sizeof(planned_for),
+		         "; planned for %.2f MiB: warm-up had %.2f MiB in use beyond its tensors",
+		         lynx_prof_mib(budget), lynx_prof_mib(beyond));
 	lynx_whatif_count_actions(wp, s, counts);
 	for (int a = 0; a < LYNX_ACTION_COUNT; a++)
 		groups += counts[a];
 	uint64_t peak = wp->plan->stages[s].peak_bytes, measured = prof.profile.memory.peak_bytes;
 	fprintf(stderr,
-	        "%s: recompute plan (%s%s, budget %.2f MiB), stage %u of %u: of %u groups keep %u, "
+	        "%s: recompute plan (%s%s, budget %.2f MiB%s), stage %u of %u: of %u groups keep "
+	        "%u, "
 	        "offload %u, recompute in windows %u, on demand %u; this stage's predicted peak "
 	        "%.2f MiB (measured without a plan: %.2f MiB, %.1f%% less), iteration %+.1f%%%s\n",
 	        tag, prof.plan_path[0] ? "LYNX_PLAN " : "",
 	        prof.plan_path[0] ? prof.plan_path : wp->plan->planner,
-	        lynx_prof_mib(row->budget_bytes), s, n, groups, counts[LYNX_ACTION_KEEP],
-	        counts[LYNX_ACTION_OFFLOAD], counts[LYNX_ACTION_RECOMPUTE_IN_WINDOW],
-	        counts[LYNX_ACTION_RECOMPUTE_ON_DEMAND], lynx_prof_mib(peak),
-	        lynx_prof_mib(measured),
+	        lynx_prof_mib(prof.budget ? prof.budget : row->budget_bytes), planned_for, s, n,
+	        groups, counts[LYNX_ACTION_KEEP], counts[LYNX_ACTION_OFFLOAD],
+	        counts[LYNX_ACTION_RECOMPUTE_IN_WINDOW], counts[LYNX_ACTION_RECOMPUTE_ON_DEMAND],
+	        lynx_prof_mib(peak), lynx_prof_mib(measured),
 	        measured ? 100.0 * (1.0 - (double)peak / (double)measured) : 0.0,
 	        keep->step_s > 0 ? 100.0 * (row->step_s / keep->step_s - 1.0) : 0.0,
 	        row->fits ? "" : "; DOES NOT FIT the budget");
@@ -769,7 +816,8 @@ static void arm_executor(const struct lynx_whatif_plan *wp, const struct lynx_wh
 	        .predicted_peak_bytes = wp->plan->stages[s].peak_bytes,
 	        .measured_iteration_ns = prof.profile.iteration.time.ns,
 	        .predicted_slowdown = keep->step_s > 0 ? row->step_s / keep->step_s : 1.0,
-	        .budget_bytes = row->budget_bytes,
+	        /* Kept in cuMemGetInfo's terms: LYNX_BUDGET itself. */
+	        .budget_bytes = prof.budget ? prof.budget : row->budget_bytes,
 	};
 	err = lynx_exec_arm(&prof.script, decisions, &expect, (enum lynx_exec_fault)prof.fault);
 	free(decisions);
@@ -840,8 +888,9 @@ static void try_plan(bool at_exit)
 			return;
 		}
 	}
-	err = lynx_whatif_plan(j.ranks, (size_t)j.read, prof.budget, prof.planner, plan_json, &wp,
-	                       &row, &keep, why, sizeof(why));
+	uint64_t beyond;
+	err = lynx_whatif_plan(j.ranks, (size_t)j.read, planning_budget(&beyond), prof.planner,
+	                       plan_json, &wp, &row, &keep, why, sizeof(why));
 	free(plan_json);
 	job_profiles_free(&j);
 	if (err) {

@@ -49,6 +49,10 @@ void lynx_profiling_consume(const struct lynx_event *event);
  * bytes are not copied: out points into ev. The executor tokenises live calls with it. */
 void lynx_profiling_event_view(const struct lynx_event *ev, struct lynx_prof_event *out);
 
+/* Before the program's timed stream work during warm-up (lifecycle.c's timing path), in
+ * recompute mode: notes the device memory in use (cuMemGetInfo), for the planning budget. */
+void lynx_profiling_sample_memory(void);
+
 /* After a top-level host synchronisation by the trainer. */
 void lynx_profiling_at_sync(void);
 

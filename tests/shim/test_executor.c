@@ -375,7 +375,7 @@ static void test_long_sequences_meet_the_memory_and_time_targets(void **state)
 
 	assert_int_equal(parse_lines(o_full.out, full, MAX_LINES), 8); /* steps 0 and 1 */
 	/* The plan's prediction for the first stage, from rank 0's plan line. */
-	const char *line = strstr(o.err, "lynx[rank 0]: recompute plan (heu, budget 6.00 MiB)");
+	const char *line = strstr(o.err, "lynx[rank 0]: recompute plan (heu, budget 6.00 MiB");
 	assert_non_null(line);
 	const char *at = strstr(line, "predicted peak ");
 	assert_non_null(at);
