@@ -1,0 +1,263 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * What the executor's files share: its limits, its driver table, the state of each scripted
+ * activation, the one state object and the functions one file calls in the other.
+ * executor.c has the driver, the bookkeeping, eviction and restoration, the measurements,
+ * the tracker, the hooks' side, arming and reporting; executor_replay.c has kernel replay
+ * and windows (executor.h says what both do). Only shim/executor*.c include this header,
+ * last: it defines `ex`. Nothing here is exported from liblynx.so (-fvisibility=hidden and
+ * liblynx.map). The state is under ex.lock (executor.h, "Thread safety"), and the functions
+ * below are called with it held.
+ */
+#ifndef LYNX_EXECUTOR_INTERNAL_H
+#define LYNX_EXECUTOR_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <uthash.h>
+
+#include "arena.h"
+#include "executor.h"
+#include "replay.h"
+
+/* Actions kept for the executor's trace: the first ones of a run (about 3 MB). */
+#define MAX_TRACED (1u << 16)
+
+/* Tries of a restore that ran out of memory before it gives up (executor.h). */
+#define RESTORE_ATTEMPTS 8
+
+/* Replay's limits: activations whose producer is awaited at once, kernels of a producer,
+ * pointer words of a kernel, parameter words that name other memory in one producer, the
+ * memory an examination may copy, and how deep restoring a replay's evicted inputs may
+ * nest. Beyond them an activation is offloaded instead. */
+#define MAX_AWAITING 64
+#define MAX_PRODUCER_KERNELS 8
+#define MAX_POINTER_WORDS 32
+#define MAX_OPERANDS 64
+#define MAX_EXAMINED_BYTES (256ull << 20)
+#define MAX_REPLAY_DEPTH 32
+/* Trainer streams a replay is ordered against. */
+#define MAX_STREAMS 8
+
+/*
+ * The driver calls the executor makes besides the arena's: LYNX_EXEC_DRIVER_CALL(field,
+ * symbol, version), as arena.h's table.
+ */
+#define LYNX_EXEC_DRIVER_CALLS                                                               \
+	LYNX_EXEC_DRIVER_CALL(ctx_get_device, cuCtxGetDevice, 2000)                          \
+	LYNX_EXEC_DRIVER_CALL(ctx_synchronize, cuCtxSynchronize, 2000)                       \
+	LYNX_EXEC_DRIVER_CALL(stream_create, cuStreamCreate, 2000)                           \
+	LYNX_EXEC_DRIVER_CALL(stream_create_with_priority, cuStreamCreateWithPriority, 5050) \
+	LYNX_EXEC_DRIVER_CALL(ctx_stream_priorities, cuCtxGetStreamPriorityRange, 5050)      \
+	LYNX_EXEC_DRIVER_CALL(stream_wait_event, cuStreamWaitEvent, 3020)                    \
+	LYNX_EXEC_DRIVER_CALL(event_create, cuEventCreate, 2000)                             \
+	LYNX_EXEC_DRIVER_CALL(event_record, cuEventRecord, 2000)                             \
+	LYNX_EXEC_DRIVER_CALL(event_query, cuEventQuery, 2000)                               \
+	LYNX_EXEC_DRIVER_CALL(event_synchronize, cuEventSynchronize, 2000)                   \
+	LYNX_EXEC_DRIVER_CALL(memcpy_dtoh_async, cuMemcpyDtoHAsync, 3020)                    \
+	LYNX_EXEC_DRIVER_CALL(memcpy_htod_async, cuMemcpyHtoDAsync, 3020)                    \
+	LYNX_EXEC_DRIVER_CALL(mem_alloc_host, cuMemAllocHost, 3020)                          \
+	LYNX_EXEC_DRIVER_CALL(mem_free_host, cuMemFreeHost, 2000)                            \
+	LYNX_EXEC_DRIVER_CALL(mem_alloc_async, cuMemAllocAsync, 11020)                       \
+	LYNX_EXEC_DRIVER_CALL(mem_free_async, cuMemFreeAsync, 11020)                         \
+	LYNX_EXEC_DRIVER_CALL(mem_get_info, cuMemGetInfo, 3020)                              \
+	LYNX_EXEC_DRIVER_CALL(event_elapsed, cuEventElapsedTime, 2000)
+
+/* Replay's examination asks this for memory outside the arena; optional (without it,
+ * RECOMPUTE decisions are offloaded). */
+typedef PFN_cuMemGetAddressRange_v3020 address_range_fn;
+
+struct exec_driver {
+#define LYNX_EXEC_DRIVER_CALL(field, symbol, version) PFN_##symbol##_v##version field;
+	LYNX_EXEC_DRIVER_CALLS
+#undef LYNX_EXEC_DRIVER_CALL
+};
+
+/* Where one scripted activation is in its cycle. */
+enum buf_state {
+	BUF_NONE,       /* no live instance (not routed this iteration, or freed) */
+	BUF_RESIDENT,   /* mapped; ready_pending: a restore's copy may still be running */
+	BUF_OFFLOADING, /* its copy to host is queued; still mapped */
+	BUF_EVICTED,    /* unmapped, address kept; the bytes are in host memory */
+};
+
+/* A launch of a producer, as captured before its examination: the parameters, and the
+ * allocation each pointer word named as it ran (so that the examination can refuse a
+ * producer whose inputs were freed since: replaying it would read unmapped memory). */
+struct captured_launch {
+	struct lynx_replay_kernel kernel;
+	uint32_t n_pointers;
+	bool too_many_pointers;
+	struct pointer_word {
+		uint32_t offset;
+		CUdeviceptr base;
+		size_t size;
+	} pointers[MAX_POINTER_WORDS];
+	unsigned char params[]; /* kernel.param_bytes */
+};
+
+/* What is known of a RECOMPUTE activation's producer (executor.h). */
+enum producer_state {
+	PRODUCER_UNEXAMINED, /* offloaded until its producer is captured and examined */
+	PRODUCER_REPLAYED,   /* reproduces: evicted without a copy, restored by replay */
+	PRODUCER_REFUSED,    /* offloaded for good; the reason was logged */
+};
+
+/* A RECOMPUTE activation's window (executor.h, "Windows"). */
+enum window_state {
+	WINDOW_NONE,      /* replayed on demand: no window planned, or its check failed */
+	WINDOW_UNCHECKED, /* offloaded once more, and checked at the window */
+	WINDOW_CHECKED,   /* replayed in its window */
+};
+
+/* One script buffer: its instance in the current iteration, and what it owns across
+ * iterations (pinned host memory and events, made once). */
+struct exec_buf {
+	const struct lynx_prof_script_buffer *sb;
+	enum lynx_exec_action action;
+	CUdeviceptr addr; /* in the arena; 0: none */
+	enum buf_state state;
+	bool ready_pending; /* consumers must wait for `ready` */
+	bool free_pending;  /* the trainer freed it; `freed` says when its stream got there */
+	bool donated;       /* its memory went to another allocation; its mapping is hollow */
+	bool counted;       /* in `attention` */
+	bool listed;        /* in the poll list */
+	void *host;         /* pinned, sb->bytes; NULL until the first offload */
+	/* RECOMPUTE only. awaiting: allocated in this iteration, its producer not all seen
+	 * yet; captured: this instance's producer was seen (and, once replayed, the segment
+	 * holds its parameters; misfit: a launch did not fit the segment); by_replay: this
+	 * instance was evicted without a copy; examine: it was restored by copy, and its
+	 * producer is examined at its next use. */
+	enum producer_state producer;
+	bool awaiting, captured, misfit, by_replay, examine;
+	bool copied_out; /* this instance was offloaded: `host` holds its bytes */
+	enum window_state window;
+	uint32_t window_token; /* LYNX_EXEC_NO_WINDOW: none */
+	/* The window's check in flight: its replay's bytes are copied to check_host (pinned),
+	 * done at `checked`; compared with `host` once that and the offload are done. */
+	bool check_pending;
+	void *check_host;
+	uint32_t n_launches;      /* of its producer, seen in this iteration */
+	uint32_t chain;           /* replays that a replay of it makes, itself included (examine) */
+	uint64_t producer_serial; /* the launch that started it: siblings share it */
+	CUfunction producer_function;                         /* the first one's */
+	struct captured_launch *launch[MAX_PRODUCER_KERNELS]; /* kept until examined */
+	struct lynx_replay_segment *segment;                  /* once examined and replayed */
+	struct lynx_replay_operand *operands;
+	uint32_t n_operands;
+	CUevent used, copied, ready, freed, checked;
+	UT_hash_handle hh; /* by addr */
+	struct exec_buf *prev, *next;
+};
+
+/* The kinds of the executor's trace (executor.h, LYNX_EXEC_EVENTS). */
+enum trace_kind {
+#define LYNX_EXEC_EVENT_ENUM(id, name) TRACE_##id,
+	LYNX_EXEC_EVENTS(LYNX_EXEC_EVENT_ENUM)
+#undef LYNX_EXEC_EVENT_ENUM
+};
+
+/* The executor's state: one object, lynx_exec_state, defined in executor.c. */
+struct exec_state {
+	pthread_mutex_t lock;
+	bool ever_armed;
+	struct lynx_prof_script script;
+	struct exec_buf *bufs;
+	uint32_t *evict_order, *restore_order; /* buffer indices by their token */
+	uint32_t *window_order;                /* those with a window, by its token */
+	size_t alloc_cursor, evict_cursor, restore_cursor, window_cursor, n_windowed;
+	bool tracking;
+	uint32_t pos;     /* tokens matched in this iteration */
+	uint32_t ordinal; /* counted allocations since the last token */
+	uint64_t prev_sig;
+	struct exec_buf *by_addr; /* uthash */
+	struct exec_buf *polled;  /* utlist: copies, restores and frees in flight */
+	struct lynx_arena *arena;
+	struct exec_driver drv;
+	CUstream offload_stream, restore_stream;
+	CUstream replay_stream; /* low priority: replays in windows, window checks */
+	enum lynx_exec_fault fault;
+	struct lynx_exec_expectation expect;
+	CUevent iteration_start[3]; /* recorded at each iteration's first token, in turn */
+	bool examined_in[3];        /* an examination ran in that iteration: not timed */
+	uint64_t started;           /* iterations whose start was recorded */
+	struct lynx_exec_stats stats;
+	struct traced {
+		uint8_t kind; /* LYNX_EXEC_EVENTS */
+		uint32_t buf;
+		uint64_t start_ns, end_ns; /* CLOCK_MONOTONIC */
+	} * traced;
+	uint32_t n_traced;
+	uint64_t untraced;
+	uint64_t evicted_now;
+	uint32_t planned[LYNX_EXEC_ACTION_COUNT];
+	uint32_t too_small;           /* evictions planned for activations below a granule: kept */
+	bool serves[LYNX_HOOK_COUNT]; /* device allocations the arena may serve */
+	bool frees[LYNX_HOOK_COUNT];  /* frees of such allocations; async_free: stream-ordered */
+	bool async_free[LYNX_HOOK_COUNT];
+	bool async_alloc[LYNX_HOOK_COUNT];
+	/* Launches a producer may be captured from: cuLaunchKernel and its per-thread form
+	 * (cuLaunchKernelEx's attributes are not recorded, so it cannot be replayed). */
+	bool replayable[LYNX_HOOK_COUNT];
+	/* Replay: its driver table, the activations whose producer is awaited, and what
+	 * examinations concluded (the first reason of each verdict, for the summary). */
+	bool can_replay;
+	struct lynx_replay_driver replay_drv;
+	address_range_fn address_range;
+	struct exec_buf *awaiting[MAX_AWAITING];
+	uint32_t n_awaiting;
+	uint64_t launch_serial; /* launches captured from */
+	/* The trainer's streams seen, each with an event marking how far it got. */
+	CUstream streams[MAX_STREAMS];
+	CUevent stream_marks[MAX_STREAMS];
+	uint32_t n_streams;
+	int replay_depth;
+	uint64_t verdicts[LYNX_REPLAY_VERDICT_COUNT];
+	char verdict_reason[LYNX_REPLAY_VERDICT_COUNT][320];
+	/* The window about to be called: each trainer stream's mark before the call, its
+	 * buffers, whether the replay stream waits for the marks yet; marked_at is the token
+	 * plus one (0: none). What window checks concluded. */
+	CUevent window_marks[MAX_STREAMS];
+	uint32_t window_marked_at, window_marked_streams;
+	uint64_t window_send, window_recv;
+	bool window_fenced;
+	uint64_t windows_checked, windows_refused;
+	char window_refusal[320];
+};
+
+extern struct exec_state lynx_exec_state;
+/* Its short name in the executor's files. */
+#define ex lynx_exec_state
+
+/* executor.c: the driver, bookkeeping, eviction and restoration, the hooks' side. */
+void driver_failed(const char *what, CUresult r);
+uint64_t exec_now_ns(void);
+void exec_trace(enum trace_kind kind, const struct exec_buf *b, uint64_t start_ns);
+void exec_update(struct exec_buf *b);
+CUresult exec_wait_for(CUstream stream, CUevent event);
+bool exec_done(CUevent e);
+void evicted_add(int64_t bytes);
+void exec_settle(struct exec_buf *b);
+void complete_frees(bool wait);
+void reclaim_for(uint64_t bytes);
+struct exec_buf *take_spare(size_t bytes, CUstream stream, struct exec_buf * not );
+bool make_resident(struct exec_buf *b, CUstream stream);
+
+/* executor_replay.c: replay and windows. */
+struct exec_buf *find_buf(CUdeviceptr addr);
+void end_capture(struct exec_buf *b);
+void await_producer(struct exec_buf *b);
+void exec_capture(const struct lynx_event *ev);
+void note_stream(CUstream stream);
+void exec_examine(struct exec_buf *b, CUstream stream);
+int exec_restore(struct exec_buf *b, CUstream stream);
+void exec_prefetch(struct exec_buf *b);
+void finish_check(struct exec_buf *b, bool wait);
+void at_window(struct exec_buf *b, uint32_t t);
+
+#endif

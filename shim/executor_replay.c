@@ -1,0 +1,738 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The executor's kernel replay and windows: see executor.h, "What the plan says and what is
+ * done" and "Windows"; the rest of the executor is in executor.c. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda.h>
+#include <uthash.h>
+
+#include "arena.h"
+#include "executor.h"
+#include "log.h"
+#include "replay.h"
+#include "executor_internal.h"
+
+/* ---- Replay ---------------------------------------------------------------------------- */
+
+static bool range_of(CUdeviceptr addr, CUdeviceptr *base, size_t *size, void *arg);
+
+/* The executor's buffer based at addr (locked), or NULL. */
+struct exec_buf *find_buf(CUdeviceptr addr)
+{
+	struct exec_buf *b = NULL;
+
+	HASH_FIND(hh, ex.by_addr, &addr, sizeof(addr), b);
+	return b;
+}
+
+/* Whether a launch names b: an aligned word of its parameter bytes lies inside it. */
+static bool launch_names(const struct lynx_replay_kernel *k, const struct exec_buf *b)
+{
+	const unsigned char *p = k->params;
+	uint64_t word;
+
+	for (uint32_t at = 0; p && at + 8 <= k->param_bytes; at += 8) {
+		__builtin_memcpy(&word, p + at, 8);
+		if (word >= b->addr && word - b->addr < b->sb->bytes)
+			return true;
+	}
+	return false;
+}
+
+/* The end of b's producer: the launches that named it, one after another, are all seen
+ * (or it is evicted, or the iteration ends). */
+void end_capture(struct exec_buf *b)
+{
+	for (uint32_t i = 0; b->awaiting && i < ex.n_awaiting; i++) {
+		if (ex.awaiting[i] == b) {
+			ex.awaiting[i] = ex.awaiting[--ex.n_awaiting];
+			break;
+		}
+	}
+	if (b->awaiting && b->producer == PRODUCER_REPLAYED)
+		b->captured =
+		        !b->misfit && b->n_launches == lynx_replay_segment_kernels(b->segment);
+	else if (b->awaiting)
+		b->captured = b->n_launches > 0;
+	ex.stats.producers += b->awaiting && b->captured;
+	b->awaiting = false;
+}
+
+/* A freshly allocated RECOMPUTE activation: the next launch that names it starts its
+ * producer. */
+void await_producer(struct exec_buf *b)
+{
+	b->captured = b->misfit = b->examine = b->copied_out = false;
+	b->n_launches = 0;
+	if (b->action != LYNX_EXEC_RECOMPUTE || !ex.can_replay || b->producer == PRODUCER_REFUSED ||
+	    ex.n_awaiting >= MAX_AWAITING)
+		return;
+	b->awaiting = true;
+	ex.awaiting[ex.n_awaiting++] = b;
+}
+
+/* Launch k of b's producer, seen in this iteration: kept for the examination, or put into
+ * the examined segment (the same functions and geometry, this iteration's pointers). */
+static void keep_launch(struct exec_buf *b, const struct lynx_replay_kernel *k)
+{
+	uint32_t i = b->n_launches++;
+
+	if (!i) {
+		b->producer_function = k->function;
+		b->producer_serial = ex.launch_serial;
+	}
+	if (b->producer == PRODUCER_REPLAYED) {
+		if (i >= lynx_replay_segment_kernels(b->segment) ||
+		    lynx_replay_segment_refresh(b->segment, i, k)) {
+			b->misfit = true;
+			lynx_warn_once("recompute mode: an activation's producer was launched "
+			               "differently than when it was examined; that instance is "
+			               "offloaded");
+		}
+		return;
+	}
+	struct captured_launch *c = realloc(b->launch[i], sizeof(*c) + k->param_bytes);
+	if (!c) {
+		b->n_launches = i; /* the producer as seen so far; examination will tell */
+		return;
+	}
+	b->launch[i] = c;
+	memcpy(c->params, k->params, k->param_bytes);
+	c->kernel = *k;
+	c->kernel.params = c->params;
+	c->n_pointers = 0;
+	c->too_many_pointers = false;
+	for (uint32_t at = 0; at + 8 <= k->param_bytes; at += 8) {
+		struct pointer_word p = {.offset = at};
+		uint64_t word;
+		__builtin_memcpy(&word, c->params + at, 8);
+		if (!range_of((CUdeviceptr)word, &p.base, &p.size, NULL))
+			continue;
+		if (c->n_pointers == MAX_POINTER_WORDS)
+			c->too_many_pointers = true;
+		else
+			c->pointers[c->n_pointers++] = p;
+	}
+}
+
+/* Whether the memory b's captured producer named as it ran is still allocated, as it was;
+ * if not, the reason in check. */
+static bool operands_still_allocated(const struct exec_buf *b, struct lynx_replay_check *check)
+{
+	for (uint32_t i = 0; i < b->n_launches; i++) {
+		const struct captured_launch *c = b->launch[i];
+		if (c->too_many_pointers) {
+			check->verdict = LYNX_REPLAY_TOO_LARGE;
+			snprintf(check->reason, sizeof(check->reason),
+			         "kernel %u names more than %d allocations", i, MAX_POINTER_WORDS);
+			return false;
+		}
+		for (uint32_t j = 0; j < c->n_pointers; j++) {
+			const struct pointer_word *p = &c->pointers[j];
+			CUdeviceptr base;
+			size_t size;
+			uint64_t word;
+			__builtin_memcpy(&word, c->params + p->offset, 8);
+			if (range_of((CUdeviceptr)word, &base, &size, NULL) && base == p->base &&
+			    size == p->size)
+				continue;
+			check->verdict = LYNX_REPLAY_FREED_OPERAND;
+			snprintf(
+			        check->reason, sizeof(check->reason),
+			        "kernel %u's parameter word at byte %u names memory freed since it "
+			        "ran (a temporary)",
+			        i, p->offset);
+			return false;
+		}
+	}
+	return true;
+}
+
+/*
+ * A successful launch of the program's (locked). For each awaited activation: the first
+ * launch that names it starts its producer, and the launches right after it that name it
+ * with the same function continue it (one per sequence of a batch, say); any other launch
+ * ends it. A consumer that happens to follow with the same function joins it harmlessly:
+ * what it writes goes to scratch, which the examination shows.
+ */
+void exec_capture(const struct lynx_event *ev)
+{
+	struct lynx_replay_kernel k;
+
+	if (!ex.n_awaiting || ev->result != CUDA_SUCCESS ||
+	    !lynx_replay_kernel_from_event(ev, &k) || !k.params)
+		return;
+	ex.launch_serial++;
+	for (uint32_t i = 0; i < ex.n_awaiting;) {
+		struct exec_buf *b = ex.awaiting[i];
+		bool names = b->addr && launch_names(&k, b);
+		size_t most = b->producer == PRODUCER_REPLAYED
+		                      ? lynx_replay_segment_kernels(b->segment)
+		                      : MAX_PRODUCER_KERNELS;
+		if (names && b->n_launches < most &&
+		    (!b->n_launches || k.function == b->producer_function)) {
+			keep_launch(b, &k);
+			i++;
+		} else if (!b->n_launches && b->addr) {
+			i++; /* its producer has not started yet */
+		} else {
+			end_capture(b); /* moves the last one to i */
+		}
+	}
+}
+
+/* A stream the trainer issued work to (locked). */
+void note_stream(CUstream stream)
+{
+	for (uint32_t i = 0; i < ex.n_streams; i++)
+		if (ex.streams[i] == stream)
+			return;
+	if (ex.n_streams == MAX_STREAMS ||
+	    ex.drv.event_create(&ex.stream_marks[ex.n_streams], CU_EVENT_DISABLE_TIMING) ||
+	    ex.drv.event_create(&ex.window_marks[ex.n_streams], CU_EVENT_DISABLE_TIMING))
+		return;
+	ex.streams[ex.n_streams++] = stream;
+}
+
+/*
+ * A replay on stream is fenced against the trainer's other streams, as the examination was
+ * by the idle device: it waits for the work they have queued (after == NULL, before the
+ * replay), and they wait for it (after: its event, recorded on stream after the replay).
+ * With one stream, nothing.
+ */
+static CUresult fence_replay(CUstream stream, CUevent after)
+{
+	CUresult r = CUDA_SUCCESS;
+
+	for (uint32_t i = 0; i < ex.n_streams && r == CUDA_SUCCESS; i++) {
+		if (ex.streams[i] == stream)
+			continue;
+		if (after)
+			r = exec_wait_for(ex.streams[i], after);
+		else if ((r = ex.drv.event_record(ex.stream_marks[i], ex.streams[i])) ==
+		         CUDA_SUCCESS)
+			r = exec_wait_for(stream, ex.stream_marks[i]);
+	}
+	return r;
+}
+
+/*
+ * Scratch for memory a replay writes besides its activation (a workspace), stream-ordered
+ * on the replay's stream so that it is held only while the replay runs, not at the peak
+ * the plan counted. Out of memory: as a restore (RESTORE_ATTEMPTS). 0 when there is none.
+ */
+static CUdeviceptr scratch_alloc(size_t size, CUstream stream)
+{
+	CUdeviceptr p = 0;
+
+	reclaim_for(size);
+	for (int attempt = 0; attempt < RESTORE_ATTEMPTS; attempt++) {
+		if (ex.drv.mem_alloc_async(&p, size, stream) == CUDA_SUCCESS)
+			return p;
+		complete_frees(attempt > 0);
+		if (attempt > 1)
+			ex.drv.ctx_synchronize();
+	}
+	return 0;
+}
+
+/* The replay's parameter word that names other memory: an evicted activation it reads
+ * comes back first, on the same stream. */
+static void bring_back(uint64_t word, CUstream stream, const struct exec_buf *owner)
+{
+	struct lynx_arena_range range;
+	struct exec_buf *c;
+
+	if (lynx_arena_find(ex.arena, (CUdeviceptr)word, &range) && (c = find_buf(range.base)) &&
+	    c != owner)
+		make_resident(c, stream);
+}
+
+/*
+ * Relaunches b's producer, captured in this iteration, on stream: into b's memory (mapped
+ * again by the caller), or with into != 0 into that scratch instead. Inputs are read in
+ * place (evicted ones restored first), memory it writes besides b goes to scratch. Fenced
+ * against the trainer's other streams, unless the replay stream already waits for a
+ * window's marks. A failed launch is tried once more with the device idle. Returns 0 or
+ * -EIO.
+ */
+static int relaunch(struct exec_buf *b, CUstream stream, CUdeviceptr into)
+{
+	struct lynx_replay_redirect redirects[2 * MAX_OPERANDS + 1]; /* siblings', examined */
+	struct lynx_replay_stats stats;
+	uint64_t scratch_bytes = 0;
+	size_t n = 0;
+	int err = -EIO;
+
+	if (ex.replay_depth >= MAX_REPLAY_DEPTH)
+		return -EIO;
+	ex.replay_depth++;
+	if (!(ex.window_fenced && stream == ex.replay_stream) &&
+	    fence_replay(stream, NULL) != CUDA_SUCCESS)
+		goto out;
+	if (into)
+		redirects[n++] = (struct lynx_replay_redirect){b->addr, b->sb->bytes, into};
+	for (uint32_t i = 0; i < b->n_operands; i++) {
+		const struct lynx_replay_operand *op = &b->operands[i];
+		uint64_t word = lynx_replay_segment_word(b->segment, op->kernel, op->offset);
+		CUdeviceptr from = (CUdeviceptr)(word - op->displacement);
+		size_t j = 0;
+
+		if (op->role == LYNX_REPLAY_INPUT) {
+			bring_back(word, stream, b);
+			continue;
+		}
+		while (j < n && redirects[j].from != from)
+			j++;
+		if (j < n)
+			continue; /* another word into the same memory: the same scratch */
+		CUdeviceptr to = scratch_alloc(op->size, stream);
+		if (!to)
+			goto out;
+		redirects[n++] = (struct lynx_replay_redirect){from, op->size, to};
+		scratch_bytes += op->size;
+	}
+	for (int attempt = 0; attempt < 2 && err; attempt++) {
+		if (attempt) {
+			ex.stats.replay_failures++;
+			ex.drv.ctx_synchronize();
+		}
+		err = ex.fault == LYNX_EXEC_FAULT_FAIL_REPLAY && !attempt
+		              ? -EIO
+		              : lynx_replay_launch(b->segment, stream, redirects, n, &stats);
+	}
+	if (!err && scratch_bytes > ex.stats.replay_scratch_bytes)
+		ex.stats.replay_scratch_bytes = scratch_bytes;
+out:
+	ex.replay_depth--;
+	for (size_t i = into ? 1 : 0; i < n; i++)
+		ex.drv.mem_free_async(redirects[i].to, stream);
+	return err ? -EIO : 0;
+}
+
+/* Relaunches b's producer into b's memory (relaunch). Returns false when b could not be
+ * refilled: its bytes are lost. */
+static bool replay_into(struct exec_buf *b, CUstream stream)
+{
+	uint64_t start = exec_now_ns();
+
+	if (!relaunch(b, stream, 0)) {
+		ex.stats.replays++;
+		exec_trace(TRACE_REPLAY, b, start);
+		return true;
+	}
+	ex.stats.failures++;
+	b->producer = PRODUCER_REFUSED; /* later instances are offloaded */
+	lynx_error("recompute mode: the producer of layer %u's activation %u (micro-batch %u) "
+	           "could not be replayed; its bytes are lost and training results will differ",
+	           b->sb->layer, b->sb->index, b->sb->microbatch);
+	return false;
+}
+
+/* Which allocation holds addr, for the examination: an activation of the arena, else what
+ * the driver says. */
+static bool range_of(CUdeviceptr addr, CUdeviceptr *base, size_t *size, void *arg)
+{
+	struct lynx_arena_range range;
+	struct exec_buf *b;
+
+	(void)arg;
+	if (lynx_arena_find(ex.arena, addr, &range)) {
+		b = find_buf(range.base);
+		*base = range.base;
+		*size = b ? b->sb->bytes : range.size;
+		/* Freed by the trainer (its free queued), or its memory given away: gone. */
+		return range.state == LYNX_ARENA_RESIDENT && addr - *base < *size &&
+		       !(b && (b->free_pending || b->donated));
+	}
+	return ex.address_range(base, size, addr) == CUDA_SUCCESS;
+}
+
+/*
+ * b's siblings: other activations whose producer started at the same launch (a dropout's
+ * output and its mask). A replay for b writes them too, and the examination cannot tell
+ * that write from a read, since it writes the same bytes; restoring them first would hold
+ * their memory early. So each is redirected to scratch, in the examination (redirects,
+ * scratch it allocates: b must not depend on what they held) and in every replay (one
+ * SCRATCH operand per word that names one, in operands). Returns how many redirects, or
+ * -1 when there is no memory (what was allocated is in redirects[0..]).
+ */
+static int sibling_redirects(const struct exec_buf *b, struct lynx_replay_redirect *redirects,
+                             size_t *n_redirects, struct lynx_replay_operand *operands,
+                             size_t *n_operands)
+{
+	struct lynx_arena_range range;
+	struct exec_buf *c;
+	uint64_t word;
+
+	*n_redirects = *n_operands = 0;
+	for (uint32_t i = 0; i < b->n_launches; i++) {
+		for (uint32_t at = 0; at + 8 <= b->launch[i]->kernel.param_bytes; at += 8) {
+			__builtin_memcpy(&word, b->launch[i]->params + at, 8);
+			if (!lynx_arena_find(ex.arena, (CUdeviceptr)word, &range) ||
+			    !(c = find_buf(range.base)) || c == b || !c->n_launches ||
+			    c->producer_serial != b->producer_serial ||
+			    word - c->addr >= c->sb->bytes || *n_operands == MAX_OPERANDS)
+				continue;
+			operands[(*n_operands)++] = (struct lynx_replay_operand){
+			        i, at, word - c->addr, c->sb->bytes, LYNX_REPLAY_SCRATCH};
+			size_t j = 0;
+			while (j < *n_redirects && redirects[j].from != c->addr)
+				j++;
+			if (j < *n_redirects || j == MAX_OPERANDS)
+				continue;
+			CUdeviceptr to = 0;
+			if (ex.replay_drv.mem_alloc(&to, c->sb->bytes) != CUDA_SUCCESS)
+				return -1;
+			redirects[(*n_redirects)++] =
+			        (struct lynx_replay_redirect){c->addr, c->sb->bytes, to};
+		}
+	}
+	return 0;
+}
+
+/*
+ * The first instance of b restored by copy, at its first use in the backward on stream:
+ * replay its producer beside it and examine the result (replay.h), with every activation
+ * the producer names resident and the device idle. The verdict holds for b from then on.
+ */
+void exec_examine(struct exec_buf *b, CUstream stream)
+{
+	struct lynx_replay_operand operands[2 * MAX_OPERANDS], *found = operands + MAX_OPERANDS;
+	struct lynx_replay_redirect siblings[MAX_OPERANDS];
+	size_t n_siblings = 0, n_sibling_words = 0;
+	struct lynx_replay_examination how = {.range_of = range_of,
+	                                      .max_operand_bytes = MAX_EXAMINED_BYTES,
+	                                      .operands = found,
+	                                      .operand_capacity = MAX_OPERANDS};
+	struct lynx_replay_range output = {b->addr, b->sb->bytes};
+	struct lynx_replay_kernel kernels[MAX_PRODUCER_KERNELS];
+	struct lynx_replay_check check = {.verdict = LYNX_REPLAY_NO_MEMORY};
+	uint64_t start = exec_now_ns();
+	uint64_t word;
+
+	b->examine = false;
+	exec_update(b);
+	if (ex.started)
+		ex.examined_in[(ex.started - 1) % 3] = true;
+	for (uint32_t i = 0; i < b->n_launches; i++) {
+		for (uint32_t at = 0; at + 8 <= b->launch[i]->kernel.param_bytes; at += 8) {
+			__builtin_memcpy(&word, b->launch[i]->params + at, 8);
+			bring_back(word, stream, b);
+		}
+	}
+	ex.drv.ctx_synchronize();
+	for (uint32_t i = 0; i < b->n_launches; i++)
+		kernels[i] = b->launch[i]->kernel;
+	if (!operands_still_allocated(b, &check))
+		; /* check says why */
+	else if (sibling_redirects(b, siblings, &n_siblings, operands, &n_sibling_words))
+		snprintf(check.reason, sizeof(check.reason), "no memory for its siblings' scratch");
+	else if (!lynx_replay_segment_create(&ex.replay_drv, kernels, b->n_launches, &b->segment))
+		lynx_replay_examine(b->segment, stream, &output, 1, siblings, n_siblings, &how,
+		                    &check);
+	else
+		snprintf(check.reason, sizeof(check.reason), "no memory for the segment");
+	for (size_t i = 0; i < n_siblings; i++)
+		ex.replay_drv.mem_free(siblings[i].to);
+	size_t n_operands = n_sibling_words + how.operand_count;
+	/* Replays nest through evicted inputs that are replayed too: bound the chain. */
+	b->chain = 1;
+	for (size_t i = 0; check.verdict == LYNX_REPLAY_REPRODUCES && i < how.operand_count; i++) {
+		struct lynx_arena_range range;
+		struct exec_buf *c;
+		word = lynx_replay_segment_word(b->segment, found[i].kernel, found[i].offset);
+		if (found[i].role == LYNX_REPLAY_INPUT &&
+		    lynx_arena_find(ex.arena, (CUdeviceptr)word, &range) &&
+		    (c = find_buf(range.base)) && c->producer == PRODUCER_REPLAYED &&
+		    c->chain + 1 > b->chain)
+			b->chain = c->chain + 1;
+	}
+	if (check.verdict == LYNX_REPLAY_REPRODUCES && b->chain > MAX_REPLAY_DEPTH / 2) {
+		check.verdict = LYNX_REPLAY_TOO_LARGE;
+		snprintf(check.reason, sizeof(check.reason),
+		         "its replay would replay %u evicted inputs in a chain (at most %d)",
+		         b->chain - 1, MAX_REPLAY_DEPTH / 2 - 1);
+	}
+	if (check.verdict == LYNX_REPLAY_REPRODUCES &&
+	    !(b->operands = malloc((n_operands ? n_operands : 1) * sizeof(*operands)))) {
+		check.verdict = LYNX_REPLAY_NO_MEMORY;
+		snprintf(check.reason, sizeof(check.reason), "no host memory");
+	}
+	if (check.restore_failed)
+		lynx_error(
+		        "recompute mode: examining layer %u's activation %u left memory it names "
+		        "poisoned: %s; training results will differ",
+		        b->sb->layer, b->sb->index, check.reason);
+	if (!ex.verdicts[check.verdict]++)
+		snprintf(ex.verdict_reason[check.verdict], sizeof(ex.verdict_reason[0]),
+		         "layer %u activation %u: %s", b->sb->layer, b->sb->index, check.reason);
+	if (check.verdict == LYNX_REPLAY_REPRODUCES) {
+		memmove(operands + n_sibling_words, found, how.operand_count * sizeof(*operands));
+		memcpy(b->operands, operands, n_operands * sizeof(*operands));
+		b->n_operands = (uint32_t)n_operands;
+		b->producer = PRODUCER_REPLAYED;
+	} else {
+		b->producer = PRODUCER_REFUSED;
+		lynx_replay_segment_destroy(b->segment);
+		b->segment = NULL;
+	}
+	if (!b->sb->microbatch)
+		lynx_info("recompute mode: layer %u activation %u: %s: %s", b->sb->layer,
+		          b->sb->index,
+		          b->producer == PRODUCER_REPLAYED ? "recomputed by replay from now on"
+		                                           : "offloaded instead",
+		          check.reason);
+	for (uint32_t i = 0; i < MAX_PRODUCER_KERNELS; i++) {
+		free(b->launch[i]);
+		b->launch[i] = NULL;
+	}
+	exec_trace(TRACE_EXAMINE, b, start);
+}
+
+/*
+ * Maps memory at b's address again, refills it on stream (a copy back, or a replay of its
+ * producer) and records `ready` there. The memory is a spare's if there is one, else new.
+ * Out of memory: first the frees already done, then waiting for the pending ones. Returns
+ * 0 or the arena's error (b then stays evicted).
+ */
+int exec_restore(struct exec_buf *b, CUstream stream)
+{
+	struct exec_buf *donor = take_spare(b->sb->bytes, stream, b);
+	int err = -ENOMEM;
+	CUresult r;
+
+	if (donor && !(err = lynx_arena_restore_from(ex.arena, b->addr, donor->addr))) {
+		donor->donated = true;
+	} else {
+		reclaim_for(b->sb->bytes);
+		err = lynx_arena_restore(ex.arena, b->addr);
+	}
+	/* Out of memory: the frees the host has seen done, then every one pending, then the
+	 * whole device idle (a transient failure, another process's memory), a few times. */
+	for (int attempt = 0; err == -ENOMEM && attempt < RESTORE_ATTEMPTS; attempt++) {
+		if (!attempt)
+			ex.stats.oom_waits++;
+		complete_frees(attempt > 0);
+		if (attempt > 1)
+			ex.drv.ctx_synchronize();
+		err = lynx_arena_restore(ex.arena, b->addr);
+	}
+	if (err)
+		return err;
+	b->state = BUF_RESIDENT;
+	evicted_add(-(int64_t)b->sb->bytes);
+	if (b->by_replay) {
+		if (replay_into(b, stream) &&
+		    ex.drv.event_record(b->ready, stream) == CUDA_SUCCESS &&
+		    fence_replay(stream, b->ready) == CUDA_SUCCESS)
+			b->ready_pending = true;
+		exec_update(b);
+		return 0;
+	}
+	if ((r = ex.drv.memcpy_htod_async(b->addr, b->host, b->sb->bytes, stream)) ||
+	    (r = ex.drv.event_record(b->ready, stream))) {
+		/* Mapped but not filled: the trainer would read garbage. Synchronise and copy
+		 * once more, blocking; this is the path of last resort. */
+		driver_failed("the restore copy", r);
+		ex.drv.ctx_synchronize();
+		if (ex.drv.memcpy_htod_async(b->addr, b->host, b->sb->bytes, NULL) == CUDA_SUCCESS)
+			ex.drv.ctx_synchronize();
+	} else {
+		b->ready_pending = true;
+	}
+	/* The first instance restored by copy: its producer is examined at its next use. */
+	b->examine = b->captured && b->producer == PRODUCER_UNEXAMINED && b->n_launches;
+	exec_update(b);
+	return 0;
+}
+
+/* The restore token came: bring b back on the restore stream, or cancel its eviction. */
+void exec_prefetch(struct exec_buf *b)
+{
+	if (b->state == BUF_OFFLOADING && !b->donated) {
+		b->state = BUF_RESIDENT; /* the copy runs on, unused */
+		ex.stats.cancelled++;
+		exec_update(b);
+		return;
+	}
+	/* Replayed by the guard, on the consumer's stream: a replay ahead of it, on another
+	 * stream, could read inputs the consumer's stream is still changing. */
+	if (b->by_replay)
+		return;
+	if (b->state == BUF_OFFLOADING)
+		exec_settle(b);
+	if (b->state != BUF_EVICTED)
+		return;
+	if (ex.fault == LYNX_EXEC_FAULT_FAIL_PREFETCH || exec_restore(b, ex.restore_stream)) {
+		ex.stats.prefetch_failures++; /* the guard restores it on demand */
+		return;
+	}
+	ex.stats.prefetches++;
+	exec_trace(TRACE_RESTORE_AHEAD, b, 0);
+}
+
+/* ---- Windows ------------------------------------------------------------------------------ */
+
+/* Whether b's replay reads an allocation that the window's collective uses: the two would
+ * run at once. */
+static bool reads_window_buffers(const struct exec_buf *b)
+{
+	for (uint32_t i = 0; i < b->n_operands; i++) {
+		const struct lynx_replay_operand *op = &b->operands[i];
+		struct lynx_arena_range range;
+		CUdeviceptr base;
+		size_t size;
+
+		if (op->role != LYNX_REPLAY_INPUT)
+			continue;
+		uint64_t word = lynx_replay_segment_word(b->segment, op->kernel, op->offset);
+		if (lynx_arena_find(ex.arena, (CUdeviceptr)word, &range)) {
+			base = range.base;
+			size = range.size;
+		} else if (ex.address_range(&base, &size, (CUdeviceptr)word) != CUDA_SUCCESS) {
+			base = (CUdeviceptr)word; /* unknown: the word itself */
+			size = 1;
+		}
+		if ((ex.window_send && ex.window_send - base < size) ||
+		    (ex.window_recv && ex.window_recv - base < size))
+			return true;
+	}
+	return false;
+}
+
+/* The replay stream waits for the trainer's streams as they were before the window's
+ * call: once per window. */
+static bool fence_window(void)
+{
+	for (uint32_t i = 0; !ex.window_fenced && i < ex.window_marked_streams; i++)
+		if (exec_wait_for(ex.replay_stream, ex.window_marks[i]) != CUDA_SUCCESS)
+			return false;
+	ex.window_fenced = true;
+	return true;
+}
+
+/* The window check's verdict (start_check); wait: for its copies first (the host stalls). */
+void finish_check(struct exec_buf *b, bool wait)
+{
+	const char *why = NULL;
+
+	if (wait) {
+		ex.drv.event_synchronize(b->checked);
+		ex.drv.event_synchronize(b->copied);
+	}
+	b->check_pending = false;
+	if (memcmp(b->check_host, b->host, b->sb->bytes))
+		why = "a replay there differs: what it reads changes between the window and the "
+		      "activation's use";
+	ex.drv.mem_free_host(b->check_host);
+	b->check_host = NULL;
+	ex.windows_checked++;
+	b->window = why ? WINDOW_NONE : WINDOW_CHECKED;
+	if (why && !ex.windows_refused++)
+		snprintf(ex.window_refusal, sizeof(ex.window_refusal), "layer %u activation %u: %s",
+		         b->sb->layer, b->sb->index, why);
+	if (!b->sb->microbatch)
+		lynx_info("recompute mode: layer %u activation %u: %s%s", b->sb->layer,
+		          b->sb->index,
+		          why ? "replayed on demand, not in its window: "
+		              : "replayed in its window from now on",
+		          why ? why : "");
+	exec_update(b);
+}
+
+/* b's window check could not be made: it is replayed on demand. */
+static void refuse_window(struct exec_buf *b, const char *why)
+{
+	ex.windows_checked++;
+	b->window = WINDOW_NONE;
+	if (!ex.windows_refused++)
+		snprintf(ex.window_refusal, sizeof(ex.window_refusal), "layer %u activation %u: %s",
+		         b->sb->layer, b->sb->index, why);
+}
+
+/*
+ * b's window, in the iteration after its examination, where b was offloaded once more:
+ * its producer is replayed exactly as it will be in later windows (behind the marks, the
+ * trainer's streams waiting for it), but into scratch, whose bytes are copied to the host
+ * and compared with the offloaded ones once both copies are done (poll). No host wait, so
+ * the iteration runs as the steady state will, and the scratch is held only for its copy.
+ */
+static void start_check(struct exec_buf *b)
+{
+	uint64_t start = exec_now_ns();
+	size_t bytes = b->sb->bytes;
+	CUdeviceptr out = 0;
+	CUresult r = CUDA_SUCCESS;
+
+	if (reads_window_buffers(b)) {
+		refuse_window(b, "it reads a buffer of the window's own collective");
+		return;
+	}
+	if (!b->check_host && ex.drv.mem_alloc_host(&b->check_host, bytes) != CUDA_SUCCESS) {
+		b->check_host = NULL;
+		return; /* tried again at the next iteration's window */
+	}
+	if (!fence_window() || !(out = scratch_alloc(bytes, ex.replay_stream)))
+		return;
+	if (relaunch(b, ex.replay_stream, out) ||
+	    (r = ex.drv.memcpy_dtoh_async(b->check_host, out, bytes, ex.replay_stream)) ||
+	    (r = ex.drv.event_record(b->checked, ex.replay_stream)) ||
+	    (r = fence_replay(ex.replay_stream, b->checked))) {
+		ex.drv.mem_free_async(out, ex.replay_stream);
+		if (r)
+			driver_failed("a window's check", r);
+		ex.drv.ctx_synchronize(); /* nothing of it left running */
+		refuse_window(b, "its replay there failed");
+		return;
+	}
+	ex.drv.mem_free_async(out, ex.replay_stream);
+	b->check_pending = true;
+	exec_update(b);
+	exec_trace(TRACE_WINDOW_CHECK, b, start);
+}
+
+/* b's window: its replay on the replay stream, behind the marks; the trainer's streams
+ * then wait for it (exec_restore). What cannot start here is left to the guard. */
+static void replay_in_window(struct exec_buf *b)
+{
+	uint64_t start = exec_now_ns();
+
+	if (b->state == BUF_OFFLOADING && !b->donated) {
+		b->state = BUF_RESIDENT; /* still mapped and intact: nothing to replay */
+		ex.stats.cancelled++;
+		exec_update(b);
+		return;
+	}
+	if (b->state == BUF_OFFLOADING)
+		exec_settle(b);
+	if (b->state != BUF_EVICTED || !b->by_replay)
+		return;
+	if (reads_window_buffers(b) || !fence_window() || exec_restore(b, ex.replay_stream)) {
+		ex.stats.window_misses++;
+		return;
+	}
+	ex.stats.window_replays++;
+	exec_trace(TRACE_WINDOW_REPLAY, b, start);
+}
+
+/* Token t, b's window, has been called. */
+void at_window(struct exec_buf *b, uint32_t t)
+{
+	if (b->producer != PRODUCER_REPLAYED || !b->captured || b->window == WINDOW_NONE)
+		return;
+	if (ex.window_marked_at != t + 1) {
+		ex.stats.window_misses++; /* the call was not seen before it was made */
+		return;
+	}
+	if (b->window == WINDOW_UNCHECKED) {
+		if (b->copied_out && !b->check_pending)
+			start_check(b);
+		return;
+	}
+	replay_in_window(b);
+}
