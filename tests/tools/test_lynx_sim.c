@@ -122,8 +122,8 @@ static void test_22b_needs_recomputation_on_a100(void **state)
 static void test_json_lists_every_planner_with_per_stage_peaks(void **state)
 {
 	struct result r = sim(OUT, "--model gpt-13b --cluster a100-nvlink --tp 8 --pp 4 --json");
-	const char *planners[] = {"none", "full",    "selective", "checkmate",
-	                          "dtr",  "offload", "heu",       "opt"};
+	const char *planners[] = {"none",    "full", "selective", "checkmate", "dtr",
+	                          "offload", "heu",  "mixed",     "opt"};
 	const int n = (int)(sizeof(planners) / sizeof(planners[0]));
 	const char *peaks;
 	char needle[64];
@@ -155,10 +155,10 @@ static void test_csv_has_a_header_and_a_row_per_planner(void **state)
 	assert_true(!strncmp(r.text, "model,cluster,tp,pp,dp,", 23));
 	/*
 	 * The header and one row per planner: none, full, selective, checkmate, dtr, offload,
-	 * heu, opt.
+	 * heu, mixed, opt.
 	 */
-	assert_int_equal(count(r.text, "\n"), 9);
-	assert_int_equal(count(r.text, "gpt-6.7b,h100-nvlink,4,2,2,1,1,8,42949672960,"), 8);
+	assert_int_equal(count(r.text, "\n"), 10);
+	assert_int_equal(count(r.text, "gpt-6.7b,h100-nvlink,4,2,2,1,1,8,42949672960,"), 9);
 	free(r.text);
 }
 
