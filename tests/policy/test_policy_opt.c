@@ -29,6 +29,18 @@
 #else
 #define LIMIT_S 4.0
 #endif
+
+/*
+ * The jobs of a list solved in this build. Under a sanitizer, the first of each (a quick
+ * solve): Lynx's code is the same for every job and most of the time goes to CBC's solves,
+ * which are not sanitized (the lists took 125 s under ASan and 155 s under TSan in CI, a
+ * third of those passes); the normal build solves them all.
+ */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define JOBS_SOLVED(list) 1
+#else
+#define JOBS_SOLVED(list) (sizeof(list) / sizeof((list)[0]))
+#endif
 /* CBC checks its limit between phases: the MIP start's repair and the root may overrun it. */
 #define OVERRUN_S (1.5 * LIMIT_S + 2)
 
@@ -138,14 +150,15 @@ static void solve_and_check(const struct job *j)
 
 static void test_opt_solves_small_nvlink_stages(void **state)
 {
+	/* The first is the one a sanitizer build solves: p = 2 runs to CBC's limit there. */
 	static const struct job jobs[] = {
-	        {"gpt-1.3b", "a100-nvlink", 8, 2},
 	        {"gpt-1.3b", "a100-nvlink", 8, 4},
+	        {"gpt-1.3b", "a100-nvlink", 8, 2},
 	        {"gpt-2.7b", "a100-nvlink", 8, 2},
 	        {"gpt-2.7b", "a100-nvlink", 8, 4},
 	};
 
-	for (size_t i = 0; i < sizeof(jobs) / sizeof(jobs[0]); i++)
+	for (size_t i = 0; i < JOBS_SOLVED(jobs); i++)
 		solve_and_check(&jobs[i]);
 }
 
@@ -158,7 +171,7 @@ static void test_opt_solves_small_pcie_stages(void **state)
 	        {"gpt-2.7b", "a100-pcie", 8, 4},
 	};
 
-	for (size_t i = 0; i < sizeof(jobs) / sizeof(jobs[0]); i++)
+	for (size_t i = 0; i < JOBS_SOLVED(jobs); i++)
 		solve_and_check(&jobs[i]);
 }
 
