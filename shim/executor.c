@@ -295,18 +295,23 @@ void complete_frees(bool wait)
 
 /*
  * Keeps the budget before `bytes` of new memory are taken (executor.h, lynx_exec_arm):
- * waits for the oldest evictions and frees in flight, whose memory goes back then.
+ * waits for the oldest evictions and frees in flight, whose memory goes back then. Memory
+ * other than a replay's scratch keeps room for the largest scratch a replay has taken: a
+ * replay comes at its consumer, where the peak is and nothing may be left in flight.
  */
-void reclaim_for(uint64_t bytes)
+void reclaim_for(uint64_t bytes, bool scratch)
 {
+	uint64_t limit = ex.expect.budget_bytes, room = ex.stats.replay_scratch_bytes;
 	size_t free_bytes, total;
 	struct exec_buf *b, *tmp;
 
-	if (!ex.expect.budget_bytes)
+	if (!limit)
 		return;
+	if (!scratch && room < limit)
+		limit -= room;
 	DL_FOREACH_SAFE (ex.polled, b, tmp) {
 		if (ex.drv.mem_get_info(&free_bytes, &total) != CUDA_SUCCESS ||
-		    total < free_bytes || total - free_bytes + bytes <= ex.expect.budget_bytes)
+		    total < free_bytes || total - free_bytes + bytes <= limit)
 			return;
 		uint64_t start = exec_now_ns();
 		if (b->state == BUF_OFFLOADING && !b->donated && !b->free_pending) {
@@ -559,7 +564,7 @@ bool lynx_exec_alloc_slow(enum lynx_hook_id id, void *out, uint64_t bytes, uint6
 	lynx_nested_begin();
 	pthread_mutex_lock(&ex.lock);
 	if (!ex.tracking || !(b = scripted_here(bytes))) {
-		reclaim_for(bytes); /* the trainer's own allocator will take new memory */
+		reclaim_for(bytes, false); /* the trainer's own allocator will take new memory */
 		goto out;
 	}
 	if (b->addr && b->free_pending)
@@ -573,7 +578,7 @@ bool lynx_exec_alloc_slow(enum lynx_hook_id id, void *out, uint64_t bytes, uint6
 	if (donor && !lynx_arena_alloc_from(ex.arena, donor->addr, bytes, &addr)) {
 		donor->donated = true;
 		ex.stats.reused++;
-	} else if ((reclaim_for(bytes), lynx_arena_alloc(ex.arena, bytes, &addr))) {
+	} else if ((reclaim_for(bytes, false), lynx_arena_alloc(ex.arena, bytes, &addr))) {
 		ex.stats.route_failures++;
 		goto out;
 	}

@@ -244,7 +244,7 @@ bool exec_done(CUevent e);
 void evicted_add(int64_t bytes);
 void exec_settle(struct exec_buf *b);
 void complete_frees(bool wait);
-void reclaim_for(uint64_t bytes);
+void reclaim_for(uint64_t bytes, bool scratch);
 struct exec_buf *take_spare(size_t bytes, CUstream stream, struct exec_buf * not );
 bool make_resident(struct exec_buf *b, CUstream stream);
 

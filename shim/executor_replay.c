@@ -229,7 +229,7 @@ static CUdeviceptr scratch_alloc(size_t size, CUstream stream)
 {
 	CUdeviceptr p = 0;
 
-	reclaim_for(size);
+	reclaim_for(size, true);
 	for (int attempt = 0; attempt < RESTORE_ATTEMPTS; attempt++) {
 		if (ex.drv.mem_alloc_async(&p, size, stream) == CUDA_SUCCESS)
 			return p;
@@ -509,7 +509,7 @@ int exec_restore(struct exec_buf *b, CUstream stream)
 	if (donor && !(err = lynx_arena_restore_from(ex.arena, b->addr, donor->addr))) {
 		donor->donated = true;
 	} else {
-		reclaim_for(b->sb->bytes);
+		reclaim_for(b->sb->bytes, false);
 		err = lynx_arena_restore(ex.arena, b->addr);
 	}
 	/* Out of memory: the frees the host has seen done, then every one pending, then the

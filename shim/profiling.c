@@ -638,18 +638,38 @@ void lynx_profiling_sample_memory(void)
 /*
  * The budget the plan is made for: LYNX_BUDGET counts the device memory in use, as
  * cuMemGetInfo and the executor's budget do, while a plan counts the profile's tensors.
- * What warm-up saw in use beyond the profile's peak (the CUDA context, NCCL's buffers, the
- * allocator's rounding and caching) is taken off; 0 (no budget) stays 0.
+ * Taken off it: what warm-up saw in use beyond the profile's peak (the CUDA context, NCCL's
+ * buffers, the allocator's rounding and caching), and the profile's workspaces, since a
+ * replay that writes a workspace writes it to scratch of its size, at the consumer, where
+ * the peak is. *beyond says how much in all; 0 (no budget) stays 0.
  */
 static uint64_t planning_budget(uint64_t *beyond)
 {
 	uint64_t used = atomic_load(&prof.device_peak_used),
 	         tensors = prof.profile.memory.peak_bytes;
 
-	*beyond = used > tensors ? used - tensors : 0;
+	*beyond = (used > tensors ? used - tensors : 0) +
+	          prof.profile.memory.at_peak[LYNX_PROFILE_MEMORY_WORKSPACE];
 	if (!prof.budget || *beyond >= prof.budget)
 		return prof.budget;
 	return prof.budget - *beyond;
+}
+
+/* A plan's peak of tensors as the device will show it (cuMemGetInfo), and the peak warm-up
+ * measured in those terms: what planning_budget took off comes back on. */
+static uint64_t in_device_terms(uint64_t tensor_bytes)
+{
+	uint64_t beyond;
+
+	planning_budget(&beyond);
+	return tensor_bytes + beyond;
+}
+
+static uint64_t measured_peak(void)
+{
+	uint64_t used = atomic_load(&prof.device_peak_used);
+
+	return used > prof.profile.memory.peak_bytes ? used : prof.profile.memory.peak_bytes;
 }
 
 /* How long recompute mode waits for the other ranks' profiles, and how often it looks. */
@@ -678,17 +698,19 @@ static void print_plan(const struct lynx_whatif_plan *wp, const struct lynx_what
 	rank_tag(tag, sizeof(tag));
 	if (budget != prof.budget)
 		snprintf(planned_for, sizeof(planned_for),
-		         "; planned for %.2f MiB: warm-up had %.2f MiB in use beyond its tensors",
+		         "; planned for %.2f MiB: %.2f MiB for what warm-up had in use beyond its "
+		         "tensors and for replays' workspace scratch",
 		         lynx_prof_mib(budget), lynx_prof_mib(beyond));
 	lynx_whatif_count_actions(wp, s, counts);
 	for (int a = 0; a < LYNX_ACTION_COUNT; a++)
 		groups += counts[a];
-	uint64_t peak = wp->plan->stages[s].peak_bytes, measured = prof.profile.memory.peak_bytes;
+	uint64_t peak = in_device_terms(wp->plan->stages[s].peak_bytes), measured = measured_peak();
 	fprintf(stderr,
 	        "%s: recompute plan (%s%s, budget %.2f MiB%s), stage %u of %u: of %u groups keep "
 	        "%u, "
 	        "offload %u, recompute in windows %u, on demand %u; this stage's predicted peak "
-	        "%.2f MiB (measured without a plan: %.2f MiB, %.1f%% less), iteration %+.1f%%%s\n",
+	        "%.2f MiB in use (measured without a plan: %.2f MiB, %.1f%% less), iteration "
+	        "%+.1f%%%s\n",
 	        tag, prof.plan_path[0] ? "LYNX_PLAN " : "",
 	        prof.plan_path[0] ? prof.plan_path : wp->plan->planner,
 	        lynx_prof_mib(prof.budget ? prof.budget : row->budget_bytes), planned_for, s, n,
@@ -812,8 +834,8 @@ static void arm_executor(const struct lynx_whatif_plan *wp, const struct lynx_wh
 		          "in the script; the others are replayed on demand",
 		          in_windows, windows);
 	struct lynx_exec_expectation expect = {
-	        .measured_peak_bytes = prof.profile.memory.peak_bytes,
-	        .predicted_peak_bytes = wp->plan->stages[s].peak_bytes,
+	        .measured_peak_bytes = measured_peak(),
+	        .predicted_peak_bytes = in_device_terms(wp->plan->stages[s].peak_bytes),
 	        .measured_iteration_ns = prof.profile.iteration.time.ns,
 	        .predicted_slowdown = keep->step_s > 0 ? row->step_s / keep->step_s : 1.0,
 	        /* Kept in cuMemGetInfo's terms: LYNX_BUDGET itself. */

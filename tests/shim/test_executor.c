@@ -23,8 +23,8 @@
  *    the mixed planner offload on the second stage and replay part of the first stage in
  *    the backward's all-reduces (each checked there once), and take the first stage's peak
  *    at least 40% below tinytrain's --recompute none, within 5% of the plan's prediction
- *    and 4% of the budget, in at most 1.05 times its step time and 0.85 times that of its
- *    --recompute full;
+ *    and every rank's within the budget, in at most 1.05 times its step time and 0.85
+ *    times that of its --recompute full;
  *  - a budget no plan can reach: a warning on every rank, no plan, the same results.
  */
 #include <ctype.h>
@@ -402,14 +402,15 @@ static void test_long_sequences_meet_the_memory_and_time_targets(void **state)
 		free(text);
 	}
 	for (size_t i = n - 4; i < n; i++) {
+		/* Every rank within the budget: the plan is made for it less what warm-up had
+		 * in use beyond its tensors and a replay's workspace scratch, and the executor
+		 * keeps room for that scratch. */
+		assert_true(b[i].peak_bytes <= 6ll << 20);
 		if (i % 4 < 2) { /* the first stage, which holds the most */
 			assert_true((double)b[i].peak_bytes <= 0.60 * (double)none[i].peak_bytes);
-			/* Within 5% of the plan, and of the budget up to simgpu's 4 KiB pages
-			 * (a 1 KiB tensor takes 4; the plan counts bytes) and what restoring
-			 * on demand, in the consumer's stream order, adds (docs/recompute.md:
-			 * 2.2% over by copy, 3.1% with replays). */
+			/* Within 5% of the plan's prediction, in memory in use. */
 			assert_true((double)b[i].peak_bytes <= 1.05 * predicted);
-			assert_true((double)b[i].peak_bytes <= 1.04 * 6.0 * 1024 * 1024);
+			assert_true((double)b[i].peak_bytes >= 0.95 * predicted);
 		}
 		assert_true((double)b[i].step_time_ns <= 1.05 * (double)none[i].step_time_ns);
 		assert_true((double)b[i].step_time_ns <=
