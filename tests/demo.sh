@@ -58,8 +58,9 @@ for mode in none selective full; do
 done
 last_step "lynx recompute $BUDGET" 13 <"$rec.steps.jsonl"
 echo "(the same grad_hash everywhere: recompute changes memory and time, never results;"
-echo " Lynx replays the producers of what its plan recomputes, on demand in the consumer's"
-echo " stream, and offloads those whose examination refused them; see its summary above)"
+echo " Lynx replays the producers of what its plan recomputes, in the communication window"
+echo " the plan chose or on demand, and offloads those whose examination refused them; see"
+echo " its summary above: the windows line says how many replays ran in windows)"
 echo
 echo "Open $out/trace.0.json in ui.perfetto.dev for rank 0's warm-up timeline;"
 echo "$out/report.svg plots memory and stream use per rank."
