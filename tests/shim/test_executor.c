@@ -21,10 +21,10 @@
  *    and the summary says so;
  *  - with activations the larger share of memory (--seq 64 --batch 4), LYNX_BUDGET=6M and
  *    the mixed planner offload on the second stage and replay part of the first stage in
- *    the backward's all-reduces (each checked there once), and take the first stage's peak
- *    at least 40% below tinytrain's --recompute none, within 5% of the plan's prediction
- *    and every rank's within the budget, in at most 1.05 times its step time and 0.85
- *    times that of its --recompute full;
+ *    the backward's all-reduces (each checked there once), and take the first stage's
+ *    peak at least 40% below tinytrain's --recompute none, its peak and step time within
+ *    5% of the plan's prediction and every rank's peak within the budget, in at most 1.05
+ *    times its step time and 0.85 times that of its --recompute full;
  *  - a budget no plan can reach: a warning on every rank, no plan, the same results.
  */
 #include <ctype.h>
@@ -381,6 +381,10 @@ static void test_long_sequences_meet_the_memory_and_time_targets(void **state)
 	const char *at = strstr(line, "predicted peak ");
 	assert_non_null(at);
 	double predicted = atof(at + strlen("predicted peak ")) * 1024 * 1024;
+	/* And its step time, against keeping everything. */
+	at = strstr(line, ", iteration ");
+	assert_non_null(at);
+	double slowdown = 1.0 + atof(at + strlen(", iteration ")) / 100.0;
 	/* The mixed plan (HEU's, then offloading where the checker finds it faster) offloads
 	 * on the second stage and rebuilds part of the first stage in the tensor-parallel
 	 * all-reduces of the backward: checked there once, then replayed there on the replay
@@ -408,9 +412,13 @@ static void test_long_sequences_meet_the_memory_and_time_targets(void **state)
 		assert_true(b[i].peak_bytes <= 6ll << 20);
 		if (i % 4 < 2) { /* the first stage, which holds the most */
 			assert_true((double)b[i].peak_bytes <= 0.60 * (double)none[i].peak_bytes);
-			/* Within 5% of the plan's prediction, in memory in use. */
+			/* Within 5% of the plan's prediction, in memory in use, and in time
+			 * (the plan is pessimistic there: docs/recompute.md, "What is left"). */
 			assert_true((double)b[i].peak_bytes <= 1.05 * predicted);
 			assert_true((double)b[i].peak_bytes >= 0.95 * predicted);
+			double step = slowdown * (double)none[i].step_time_ns;
+			assert_true((double)b[i].step_time_ns <= 1.05 * step);
+			assert_true((double)b[i].step_time_ns >= 0.95 * step);
 		}
 		assert_true((double)b[i].step_time_ns <= 1.05 * (double)none[i].step_time_ns);
 		assert_true((double)b[i].step_time_ns <=
