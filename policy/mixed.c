@@ -87,7 +87,7 @@ static int try_offload(const struct lynx_problem *p, struct lynx_plan *plan, uin
 
 	for (uint32_t s = 0; s < plan->n_stages; s++)
 		rows += rows_of(&plan->stages[s]);
-	if (!(saved = malloc(rows * sizeof(*saved))))
+	if (!(saved = malloc((rows ? rows : 1) * sizeof(*saved))))
 		return -ENOMEM;
 	for (uint32_t s = 0; s < plan->n_stages; s++) {
 		for (uint32_t r = 0; r < rows_of(&plan->stages[s]); r++) {

@@ -45,11 +45,14 @@
  * collective does, and every trainer stream waits for it before its next work. The
  * replay then reads what the trainer's streams held at the window, which is not what they
  * hold at the consumer. So one instance after the examination is offloaded again, and at
- * its window the producer is replayed into scratch (device idle) and compared with the
- * offloaded bytes: equal, and later instances are replayed in their window; different, and
- * on demand. A producer that reads a buffer of the window's own collective (which runs
- * beside it) is replayed on demand. Correctness still never depends on a window: an
- * instance not brought back in its window is replayed by the guard.
+ * its window the producer is replayed just as it will be there, but into scratch, whose
+ * bytes are copied to the host and compared with the offloaded ones once both copies are
+ * done (no host wait): equal, and later instances are replayed in their window; different,
+ * or a check that cannot be made, and on demand. The replay stream's work between the
+ * marks and the replay comes from the thread that made the window's call. A producer that reads a
+ * buffer of the window's own collective (which runs beside it) is replayed on demand. Correctness
+ * still never depends on a window: an instance not brought back in its window is replayed by the
+ * guard.
  *
  * Limits: the guard sees pointers in kernel parameters (also inside by-value structs),
  * copies, memsets and NCCL buffers; a kernel that reads an activation's address from device

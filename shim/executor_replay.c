@@ -241,15 +241,16 @@ static CUdeviceptr scratch_alloc(size_t size, CUstream stream)
 }
 
 /* The replay's parameter word that names other memory: an evicted activation it reads
- * comes back first, on the same stream. */
-static void bring_back(uint64_t word, CUstream stream, const struct exec_buf *owner)
+ * comes back first, on the same stream. False when it could not be brought back. */
+static bool bring_back(uint64_t word, CUstream stream, const struct exec_buf *owner)
 {
 	struct lynx_arena_range range;
 	struct exec_buf *c;
 
 	if (lynx_arena_find(ex.arena, (CUdeviceptr)word, &range) && (c = find_buf(range.base)) &&
 	    c != owner)
-		make_resident(c, stream);
+		return make_resident(c, stream);
+	return true;
 }
 
 /*
@@ -257,8 +258,9 @@ static void bring_back(uint64_t word, CUstream stream, const struct exec_buf *ow
  * again by the caller), or with into != 0 into that scratch instead. Inputs are read in
  * place (evicted ones restored first), memory it writes besides b goes to scratch. Fenced
  * against the trainer's other streams, unless the replay stream already waits for a
- * window's marks. A failed launch is tried once more with the device idle. Returns 0 or
- * -EIO.
+ * window's marks. A failed launch is tried once more with the device idle. Returns 0,
+ * -EAGAIN when nothing was launched (no fence, no scratch: b's memory is as it was), or
+ * -EIO (a launch failed twice).
  */
 static int relaunch(struct exec_buf *b, CUstream stream, CUdeviceptr into)
 {
@@ -266,7 +268,7 @@ static int relaunch(struct exec_buf *b, CUstream stream, CUdeviceptr into)
 	struct lynx_replay_stats stats;
 	uint64_t scratch_bytes = 0;
 	size_t n = 0;
-	int err = -EIO;
+	int err = -EAGAIN;
 
 	if (ex.replay_depth >= MAX_REPLAY_DEPTH)
 		return -EIO;
@@ -283,7 +285,8 @@ static int relaunch(struct exec_buf *b, CUstream stream, CUdeviceptr into)
 		size_t j = 0;
 
 		if (op->role == LYNX_REPLAY_INPUT) {
-			bring_back(word, stream, b);
+			if (!bring_back(word, stream, b))
+				goto out; /* an input is not there: launching would fault */
 			continue;
 		}
 		while (j < n && redirects[j].from != from)
@@ -311,26 +314,30 @@ out:
 	ex.replay_depth--;
 	for (size_t i = into ? 1 : 0; i < n; i++)
 		ex.drv.mem_free_async(redirects[i].to, stream);
-	return err ? -EIO : 0;
+	return err == -EAGAIN ? -EAGAIN : err ? -EIO : 0;
 }
 
-/* Relaunches b's producer into b's memory (relaunch). Returns false when b could not be
+/* Relaunches b's producer into b's memory (relaunch). Returns 0; -EAGAIN when nothing was
+ * launched and may_defer (a window: the guard replays it later); -EIO when b could not be
  * refilled: its bytes are lost. */
-static bool replay_into(struct exec_buf *b, CUstream stream)
+static int replay_into(struct exec_buf *b, CUstream stream, bool may_defer)
 {
 	uint64_t start = exec_now_ns();
+	int err = relaunch(b, stream, 0);
 
-	if (!relaunch(b, stream, 0)) {
+	if (!err) {
 		ex.stats.replays++;
 		exec_trace(TRACE_REPLAY, b, start);
-		return true;
+		return 0;
 	}
+	if (err == -EAGAIN && may_defer)
+		return err;
 	ex.stats.failures++;
 	b->producer = PRODUCER_REFUSED; /* later instances are offloaded */
 	lynx_error("recompute mode: the producer of layer %u's activation %u (micro-batch %u) "
 	           "could not be replayed; its bytes are lost and training results will differ",
 	           b->sb->layer, b->sb->index, b->sb->microbatch);
-	return false;
+	return -EIO;
 }
 
 /* Which allocation holds addr, for the examination: an activation of the arena, else what
@@ -527,10 +534,26 @@ int exec_restore(struct exec_buf *b, CUstream stream)
 	b->state = BUF_RESIDENT;
 	evicted_add(-(int64_t)b->sb->bytes);
 	if (b->by_replay) {
-		if (replay_into(b, stream) &&
-		    ex.drv.event_record(b->ready, stream) == CUDA_SUCCESS &&
-		    fence_replay(stream, b->ready) == CUDA_SUCCESS)
-			b->ready_pending = true;
+		/* In a window, a replay that could not start leaves b evicted for the guard. */
+		err = replay_into(b, stream, stream == ex.replay_stream);
+		if (err == -EAGAIN && !lynx_arena_evict(ex.arena, b->addr)) {
+			b->state = BUF_EVICTED;
+			evicted_add((int64_t)b->sb->bytes);
+			exec_update(b);
+			return err;
+		}
+		if (!err) {
+			/* Consumers on every stream must wait for it: if that cannot be ordered,
+			 * wait here until it is done. */
+			if ((r = ex.drv.event_record(b->ready, stream)) == CUDA_SUCCESS)
+				r = fence_replay(stream, b->ready);
+			if (r == CUDA_SUCCESS) {
+				b->ready_pending = true;
+			} else {
+				driver_failed("ordering a replay", r);
+				ex.drv.ctx_synchronize();
+			}
+		}
 		exec_update(b);
 		return 0;
 	}
@@ -616,21 +639,13 @@ static bool fence_window(void)
 	return true;
 }
 
-/* The window check's verdict (start_check); wait: for its copies first (the host stalls). */
-void finish_check(struct exec_buf *b, bool wait)
+/* The verdict on b's window (why NULL: it reproduces there), logged and counted. */
+static void conclude_window(struct exec_buf *b, const char *why)
 {
-	const char *why = NULL;
-
-	if (wait) {
-		ex.drv.event_synchronize(b->checked);
-		ex.drv.event_synchronize(b->copied);
-	}
-	b->check_pending = false;
-	if (memcmp(b->check_host, b->host, b->sb->bytes))
-		why = "a replay there differs: what it reads changes between the window and the "
-		      "activation's use";
-	ex.drv.mem_free_host(b->check_host);
+	if (b->check_host)
+		ex.drv.mem_free_host(b->check_host);
 	b->check_host = NULL;
+	b->check_pending = false;
 	ex.windows_checked++;
 	b->window = why ? WINDOW_NONE : WINDOW_CHECKED;
 	if (why && !ex.windows_refused++)
@@ -645,14 +660,18 @@ void finish_check(struct exec_buf *b, bool wait)
 	exec_update(b);
 }
 
-/* b's window check could not be made: it is replayed on demand. */
-static void refuse_window(struct exec_buf *b, const char *why)
+/* The window check's comparison (start_check); wait: for its copies first (the host
+ * stalls). */
+void finish_check(struct exec_buf *b, bool wait)
 {
-	ex.windows_checked++;
-	b->window = WINDOW_NONE;
-	if (!ex.windows_refused++)
-		snprintf(ex.window_refusal, sizeof(ex.window_refusal), "layer %u activation %u: %s",
-		         b->sb->layer, b->sb->index, why);
+	if (wait) {
+		ex.drv.event_synchronize(b->checked);
+		ex.drv.event_synchronize(b->copied);
+	}
+	conclude_window(b, memcmp(b->check_host, b->host, b->sb->bytes)
+	                           ? "a replay there differs: what it reads changes between the "
+	                             "window and the activation's use"
+	                           : NULL);
 }
 
 /*
@@ -670,15 +689,20 @@ static void start_check(struct exec_buf *b)
 	CUresult r = CUDA_SUCCESS;
 
 	if (reads_window_buffers(b)) {
-		refuse_window(b, "it reads a buffer of the window's own collective");
+		conclude_window(b, "it reads a buffer of the window's own collective");
 		return;
 	}
+	/* What cannot start is not tried again: b is replayed on demand (an activation left
+	 * unchecked would be offloaded in every iteration). */
 	if (!b->check_host && ex.drv.mem_alloc_host(&b->check_host, bytes) != CUDA_SUCCESS) {
 		b->check_host = NULL;
-		return; /* tried again at the next iteration's window */
-	}
-	if (!fence_window() || !(out = scratch_alloc(bytes, ex.replay_stream)))
+		conclude_window(b, "no pinned host memory to check it");
 		return;
+	}
+	if (!fence_window() || !(out = scratch_alloc(bytes, ex.replay_stream))) {
+		conclude_window(b, "no device memory to check it");
+		return;
+	}
 	if (relaunch(b, ex.replay_stream, out) ||
 	    (r = ex.drv.memcpy_dtoh_async(b->check_host, out, bytes, ex.replay_stream)) ||
 	    (r = ex.drv.event_record(b->checked, ex.replay_stream)) ||
@@ -687,7 +711,7 @@ static void start_check(struct exec_buf *b)
 		if (r)
 			driver_failed("a window's check", r);
 		ex.drv.ctx_synchronize(); /* nothing of it left running */
-		refuse_window(b, "its replay there failed");
+		conclude_window(b, "its replay there failed");
 		return;
 	}
 	ex.drv.mem_free_async(out, ex.replay_stream);
@@ -726,7 +750,10 @@ void at_window(struct exec_buf *b, uint32_t t)
 	if (b->producer != PRODUCER_REPLAYED || !b->captured || b->window == WINDOW_NONE)
 		return;
 	if (ex.window_marked_at != t + 1) {
-		ex.stats.window_misses++; /* the call was not seen before it was made */
+		/* The call was not seen before it was made: nothing to order a replay behind. */
+		ex.stats.window_misses++;
+		if (b->window == WINDOW_UNCHECKED)
+			conclude_window(b, "its window's call was not seen before it was issued");
 		return;
 	}
 	if (b->window == WINDOW_UNCHECKED) {
