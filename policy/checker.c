@@ -781,6 +781,14 @@ void lynx_checker_free(struct lynx_checker_result *c)
 	c->end_s = NULL;
 }
 
+void lynx_checker_store(const struct lynx_checker_result *r, struct lynx_plan *plan)
+{
+	plan->step_time_s = r->step_time_s;
+	plan->fits = r->fits;
+	for (uint32_t s = 0; s < r->n_stages && s < plan->n_stages; s++)
+		plan->stages[s].peak_bytes = r->peak_bytes[s];
+}
+
 int lynx_checker_settle(const struct lynx_problem *p, struct lynx_plan *plan, bool tighten,
                         uint64_t *budget, bool *redo, bool *again, char *why, size_t len)
 {
@@ -790,13 +798,11 @@ int lynx_checker_settle(const struct lynx_problem *p, struct lynx_plan *plan, bo
 	*again = false;
 	if (err)
 		return err;
-	plan->step_time_s = r.step_time_s;
-	plan->fits = r.fits;
+	lynx_checker_store(&r, plan);
 	for (uint32_t s = 0; s < p->n_stages; s++) {
 		uint64_t excess =
 		        r.peak_bytes[s] > p->budget_bytes ? r.peak_bytes[s] - p->budget_bytes : 0;
 
-		plan->stages[s].peak_bytes = r.peak_bytes[s];
 		redo[s] = tighten && excess && budget[s] > excess;
 		if (redo[s]) {
 			budget[s] -= excess;

@@ -71,6 +71,9 @@ int lynx_checker_replay(const struct lynx_problem *p, const struct lynx_plan *pl
 
 void lynx_checker_free(struct lynx_checker_result *c);
 
+/* Stores r's step time, fit and per-stage peaks in plan, as its prediction. */
+void lynx_checker_store(const struct lynx_checker_result *r, struct lynx_plan *plan);
+
 /*
  * The planners' refinement step: replays plan, stores the checker's step time, fit and
  * per-stage peaks in it, and, when tighten is set, lowers budget[s] by the excess of each

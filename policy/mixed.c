@@ -154,10 +154,7 @@ int lynx_planner_mixed(const struct lynx_problem *p, struct lynx_plan *plan, cha
 		snprintf(why, len, "out of memory");
 		return err;
 	}
-	plan->step_time_s = best.step_time_s;
-	plan->fits = best.fits;
-	for (uint32_t s = 0; s < p->n_stages; s++)
-		plan->stages[s].peak_bytes = best.peak_bytes[s];
+	lynx_checker_store(&best, plan);
 	lynx_checker_free(&best);
 	return 0;
 }

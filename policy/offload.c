@@ -252,10 +252,7 @@ int lynx_planner_offload(const struct lynx_problem *p, struct lynx_plan *plan, c
 	}
 	if (err)
 		goto out;
-	plan->step_time_s = r.step_time_s;
-	plan->fits = r.fits;
-	for (uint32_t s = 0; s < p->n_stages; s++)
-		plan->stages[s].peak_bytes = r.peak_bytes[s];
+	lynx_checker_store(&r, plan);
 	lynx_checker_free(&r);
 	write_note(p, &ld, plan, ss);
 out:
