@@ -32,6 +32,27 @@ static void *libcuda_handle(void)
 	return h;
 }
 
+/*
+ * symbol in the libraries loaded after Lynx, else in the loaded library `soname`. The
+ * second look is for libraries a program loaded into a local scope, which RTLD_NEXT does
+ * not search: Python's extension modules and ctypes.CDLL load so, and PyTorch's wheels load
+ * libnccl.so.2 (a dependency of libtorch_cuda.so, and preloaded by ctypes) that way. The
+ * program's calls still reach Lynx: the preloaded library comes first in every scope.
+ */
+static void *loaded_symbol(const char *soname, const char *symbol)
+{
+	void *real = lynx_real_dlsym(RTLD_NEXT, symbol), *lib;
+
+	if (real)
+		return real;
+	lib = dlopen(soname, RTLD_LAZY | RTLD_NOLOAD);
+	if (!lib)
+		return NULL;
+	real = lynx_real_dlsym(lib, symbol);
+	dlclose(lib); /* RTLD_NOLOAD took a reference; the program still holds its own */
+	return real;
+}
+
 void *lynx_resolve_real(enum lynx_hook_id id)
 {
 	const struct lynx_hook_info *hook = &lynx_hooks[id];
@@ -39,14 +60,14 @@ void *lynx_resolve_real(enum lynx_hook_id id)
 
 	switch (hook->layer) {
 	case LYNX_LAYER_RUNTIME:
-		return lynx_real_dlsym(RTLD_NEXT, hook->symbol);
+		return loaded_symbol("libcudart.so.13", hook->symbol);
 	case LYNX_LAYER_DRIVER:
 		return libcuda_handle() ? lynx_real_dlsym(libcuda_handle(), hook->symbol) : NULL;
 	case LYNX_LAYER_NCCL:
 		/* ncclX in NCCL is a weak alias of the strong pncclX, which Lynx does not
 		 * define: the real function is always reachable under that name. */
 		snprintf(name, sizeof(name), "p%s", hook->symbol);
-		return lynx_real_dlsym(RTLD_NEXT, name);
+		return loaded_symbol("libnccl.so.2", name);
 	}
 	return NULL;
 }
