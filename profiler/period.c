@@ -342,6 +342,38 @@ static size_t choose_period(const struct period_score *s, size_t n)
 	return top;
 }
 
+/*
+ * When the program synchronises with the host at all, an iteration holds a
+ * synchronisation: a trainer learns its loss, or waits for its step, once per iteration or
+ * every few. Short repeats that hold none (initialisation filling one buffer after another,
+ * a loop over the parameters, a layer) are never the iteration, however many tokens they
+ * cover; nor is a unit without a launch (synchronisations and copies one after another).
+ * Keeps, in order, the runs whose unit holds both (every unit of a run holds the same
+ * tokens); returns how many. A trace without any synchronisation keeps every run.
+ */
+static size_t keep_runs_with_sync(const struct lynx_prof_trace *trace,
+                                  const struct lynx_prof_tokens *tok, struct lynx_prof_run *runs,
+                                  size_t nruns)
+{
+	size_t kept = 0;
+	bool syncs = false;
+
+	for (size_t i = 0; i < tok->count && !syncs; i++)
+		syncs = is_sync(trace, tok, i);
+	if (!syncs)
+		return nruns;
+	for (size_t r = 0; r < nruns; r++) {
+		bool sync = false, launch = false;
+		for (size_t i = runs[r].start; i < runs[r].start + runs[r].period; i++) {
+			sync = sync || is_sync(trace, tok, i);
+			launch = launch || trace->events[tok->event[i]].kind == LYNX_PROF_LAUNCH;
+		}
+		if (sync && launch)
+			runs[kept++] = runs[r];
+	}
+	return kept;
+}
+
 /* Lists the whole iterations in every run of the chosen period, aligned on unit. */
 static int list_iterations(const struct lynx_prof_trace *trace, const struct lynx_prof_tokens *tok,
                            const struct lynx_prof_run *runs, size_t nruns, const uint64_t *unit,
@@ -389,11 +421,20 @@ int lynx_prof_find_iterations(const struct lynx_prof_trace *trace, struct lynx_p
 		goto out;
 	if ((err = lynx_prof_find_runs(tok.sig, tok.count, &runs, &nruns)))
 		goto out_tokens;
+	size_t repeats = nruns;
+	nruns = keep_runs_with_sync(trace, &tok, runs, nruns);
 	if ((err = score_periods(&tok, runs, nruns, &scores, &nscores)))
 		goto out_runs;
 	if (!nscores) {
-		snprintf(why, why_len, "no repeating launch sequence in %zu tokens (%zu events)",
-		         tok.count, trace->count);
+		if (repeats)
+			snprintf(why, why_len,
+			         "no repeating sequence holds a host synchronisation in %zu tokens "
+			         "(%zu events): no iteration has repeated yet",
+			         tok.count, trace->count);
+		else
+			snprintf(why, why_len,
+			         "no repeating launch sequence in %zu tokens (%zu events)",
+			         tok.count, trace->count);
 		err = -EINVAL;
 		goto out_scores;
 	}
