@@ -384,10 +384,10 @@ static void write_profile(struct lynx_prof_trace *view, bool at_exit)
 
 	err = lynx_prof_build_profile(view, &opt, &prof.profile, why, sizeof(why));
 	if (err) {
-		/* Not a fault of the trainer: a program that repeats but has no layers (a test
-		 * loop, an inference server), or a run too short to learn from. Lynx goes on
-		 * observing; the log says why at LYNX_LOG=info. */
-		lynx_info("no profile%s: %s", at_exit ? " at exit" : "",
+		/* A program that repeats but has no layers (a test loop, an inference server),
+		 * or a run too short to learn from: Lynx goes on observing, and says why at the
+		 * default level (nothing about this job will be planned). */
+		lynx_warn("no profile%s: %s", at_exit ? " at exit" : "",
 		          err == -ENOMEM ? "out of memory" : why);
 	} else {
 		prof.have_profile = true;
@@ -480,6 +480,15 @@ static int sorted_view(struct lynx_prof_trace *view)
 	return err;
 }
 
+/* Whether the process launched any kernel while Lynx learned. */
+static bool launched(const struct lynx_prof_trace *view)
+{
+	for (size_t i = 0; i < view->count; i++)
+		if (view->events[i].kind == LYNX_PROF_LAUNCH)
+			return true;
+	return false;
+}
+
 /* Looks for the iteration; with at least `needed` of them, moves to RESOLVING. */
 /*
  * Looks for the iteration. Timing starts at NCCL calls only; once a period is confirmed, it
@@ -540,7 +549,9 @@ static void look(uint32_t needed, bool final, bool forced)
 			try_finish(final);
 			return;
 		}
-	} else if (final) {
+	} else if (final && launched(&view)) {
+		lynx_warn("no profile: %s", why);
+	} else if (final) { /* a process that launched nothing: a launcher, a compile worker */
 		lynx_info("no profile: %s", why);
 	}
 	free(view.events);

@@ -383,14 +383,15 @@ static void fresh_dir(char *dir, size_t len, const char *name)
 /* Runs cmd under the shim with LYNX_OUT=dir and LYNX_EVENTS=dir/ev; it must succeed
  * quietly. Returns its stdout (the caller frees it). */
 /* Device timing off: its event records cost virtual time, and simgpu's example prints
- * its host clock. */
+ * its host clock. No online profile (LYNX_WARMUP=0): these runs are too short to learn
+ * from, and a profile-mode run that learns nothing says so. */
 static char *run_dumped(const char *dir, const char *cmd)
 {
 	char env[4096];
 
 	snprintf(env, sizeof(env),
-	         "LD_PRELOAD=%s/liblynx.so LYNX_MODE=profile LYNX_TIMING=off LYNX_OUT=%s "
-	         "LYNX_EVENTS=%s/ev",
+	         "LD_PRELOAD=%s/liblynx.so LYNX_MODE=profile LYNX_TIMING=off LYNX_WARMUP=0 "
+	         "LYNX_OUT=%s LYNX_EVENTS=%s/ev",
 	         build_dir, dir, dir);
 	struct output o = run(env, cmd);
 	if (o.exit_code)
@@ -706,8 +707,8 @@ static void test_no_file_without_lynx_events(void **state)
 	for (int s = 0; s < 2; s++) {
 		snprintf(dir, sizeof(dir), "%s/without-%d", scratch, s);
 		snprintf(env, sizeof(env),
-		         "LD_PRELOAD=%s/liblynx.so LYNX_MODE=profile LYNX_OUT=%s %s", build_dir,
-		         dir, settings[s]);
+		         "LD_PRELOAD=%s/liblynx.so LYNX_MODE=profile LYNX_WARMUP=0 LYNX_OUT=%s %s",
+		         build_dir, dir, settings[s]);
 		struct output o = run(env, cmd);
 		assert_int_equal(o.exit_code, 0);
 		assert_string_equal(o.err, "");
@@ -733,8 +734,8 @@ static void test_an_unwritable_path_warns_once_and_changes_nothing(void **state)
 	snprintf(cmd, sizeof(cmd), "%s/bin/tinytrain %s", build_dir, tinytrain_args);
 	struct output bare = run("", cmd);
 	snprintf(env, sizeof(env),
-	         "LD_PRELOAD=%s/liblynx.so LYNX_MODE=profile LYNX_TIMING=off LYNX_OUT=%s "
-	         "LYNX_EVENTS=/proc/lynx-cannot/ev",
+	         "LD_PRELOAD=%s/liblynx.so LYNX_MODE=profile LYNX_TIMING=off LYNX_WARMUP=0 "
+	         "LYNX_OUT=%s LYNX_EVENTS=/proc/lynx-cannot/ev",
 	         build_dir, dir);
 	struct output o = run(env, cmd);
 
