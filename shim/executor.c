@@ -874,6 +874,8 @@ int lynx_exec_arm(const struct lynx_prof_script *script, const struct lynx_exec_
 #undef LYNX_EXEC_DRIVER_CALL
 	/* Without these, RECOMPUTE decisions are offloaded (the summary says so). */
 	ex.address_range = (address_range_fn)lookup("cuMemGetAddressRange", 3020, NULL);
+	ex.func_name = (func_name_fn)lookup("cuFuncGetName", 12030, NULL);
+	ex.kernel_name = (kernel_name_fn)lookup("cuKernelGetName", 12030, NULL);
 	ex.can_replay =
 	        !lynx_replay_driver_resolve(&ex.replay_drv, lookup, NULL) && ex.address_range;
 	if ((r = ex.drv.ctx_get_device(&device))) {

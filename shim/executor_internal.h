@@ -71,6 +71,9 @@
 /* Replay's examination asks this for memory outside the arena; optional (without it,
  * RECOMPUTE decisions are offloaded). */
 typedef PFN_cuMemGetAddressRange_v3020 address_range_fn;
+/* The names of producers, for the examination's lines; optional (CUDA 12.3 and later). */
+typedef PFN_cuFuncGetName_v12030 func_name_fn;
+typedef PFN_cuKernelGetName_v12030 kernel_name_fn;
 
 struct exec_driver {
 #define LYNX_EXEC_DRIVER_CALL(field, symbol, version) PFN_##symbol##_v##version field;
@@ -209,6 +212,8 @@ struct exec_state {
 	bool can_replay;
 	struct lynx_replay_driver replay_drv;
 	address_range_fn address_range;
+	func_name_fn func_name;
+	kernel_name_fn kernel_name;
 	struct exec_buf *awaiting[MAX_AWAITING];
 	uint32_t n_awaiting;
 	uint64_t launch_serial; /* launches captured from */
@@ -218,7 +223,7 @@ struct exec_state {
 	uint32_t n_streams;
 	int replay_depth;
 	uint64_t verdicts[LYNX_REPLAY_VERDICT_COUNT];
-	char verdict_reason[LYNX_REPLAY_VERDICT_COUNT][320];
+	char verdict_reason[LYNX_REPLAY_VERDICT_COUNT][400];
 	/* The window about to be called: each trainer stream's mark before the call, its
 	 * buffers, whether the replay stream waits for the marks yet; marked_at is the token
 	 * plus one (0: none). What window checks concluded. */

@@ -407,6 +407,21 @@ static int sibling_redirects(const struct exec_buf *b, struct lynx_replay_redire
  * replay its producer beside it and examine the result (replay.h), with every activation
  * the producer names resident and the device idle. The verdict holds for b from then on.
  */
+/* The name of b's producer (its first kernel) as the driver gives it, or "?". */
+static const char *producer_name(const struct exec_buf *b)
+{
+	const char *name = NULL;
+
+	if (ex.func_name && ex.func_name(&name, b->producer_function) == CUDA_SUCCESS && name)
+		return name;
+	name = NULL;
+	if (ex.kernel_name &&
+	    ex.kernel_name(&name, (CUkernel)(uintptr_t)b->producer_function) == CUDA_SUCCESS &&
+	    name)
+		return name;
+	return "?";
+}
+
 void exec_examine(struct exec_buf *b, CUstream stream)
 {
 	struct lynx_replay_operand operands[2 * MAX_OPERANDS], *found = operands + MAX_OPERANDS;
@@ -475,9 +490,11 @@ void exec_examine(struct exec_buf *b, CUstream stream)
 		        "recompute mode: examining layer %u's activation %u left memory it names "
 		        "poisoned: %s; training results will differ",
 		        b->sb->layer, b->sb->index, check.reason);
+	const char *kernel = producer_name(b);
 	if (!ex.verdicts[check.verdict]++)
 		snprintf(ex.verdict_reason[check.verdict], sizeof(ex.verdict_reason[0]),
-		         "layer %u activation %u: %s", b->sb->layer, b->sb->index, check.reason);
+		         "layer %u activation %u, kernel %.80s: %s", b->sb->layer, b->sb->index,
+		         kernel, check.reason);
 	if (check.verdict == LYNX_REPLAY_REPRODUCES) {
 		memmove(operands + n_sibling_words, found, how.operand_count * sizeof(*operands));
 		memcpy(b->operands, operands, n_operands * sizeof(*operands));
@@ -489,8 +506,8 @@ void exec_examine(struct exec_buf *b, CUstream stream)
 		b->segment = NULL;
 	}
 	if (!b->sb->microbatch)
-		lynx_info("recompute mode: layer %u activation %u: %s: %s", b->sb->layer,
-		          b->sb->index,
+		lynx_info("recompute mode: layer %u activation %u, kernel %s: %s: %s", b->sb->layer,
+		          b->sb->index, kernel,
 		          b->producer == PRODUCER_REPLAYED ? "recomputed by replay from now on"
 		                                           : "offloaded instead",
 		          check.reason);
