@@ -157,35 +157,50 @@ static int classify(const struct lynx_prof_trace *trace, const struct lynx_prof_
 		cls[c].covered += covered(&acc[i]);
 		cls[c].count++;
 	}
-	size_t top[2] = {0, 0};
-	for (size_t c = 1; c < ncls; c++) {
-		if (cls[c].covered > cls[top[0]].covered) {
-			top[1] = top[0];
-			top[0] = c;
-		} else if (top[1] == top[0] || cls[c].covered > cls[top[1]].covered) {
-			top[1] = c;
-		}
-	}
 	if (ncls < 2) {
 		snprintf(why, why_len, "found %zu layer motif(s), need a forward and a backward",
 		         ncls);
 		err = -EINVAL;
 		goto out;
 	}
-	/* A layer stack is a real share of the work, not a kernel launched twice in a row. */
-	if (10 * cls[top[1]].covered < tok->count) {
+	/*
+	 * Among the motifs that are a real share of the work (a layer stack is, a kernel
+	 * launched twice in a row is not), the forward is the first to start and the backward
+	 * the next one: the backward follows the forward it differentiates. Later stacks are
+	 * not layers: an optimizer or a loop over the parameters that the trainer runs per
+	 * layer repeats as many times as there are layers, after the backward.
+	 */
+	size_t big = 0, pick[2] = {ncls, ncls};
+	for (size_t c = 0; c < ncls; c++) {
+		if (10 * cls[c].covered < tok->count)
+			continue;
+		big++;
+		if (pick[0] == ncls || cls[c].first_start < cls[pick[0]].first_start)
+			pick[0] = c;
+	}
+	for (size_t c = 0; c < ncls && pick[0] < ncls; c++)
+		if (10 * cls[c].covered >= tok->count &&
+		    cls[c].first_start > cls[pick[0]].first_start &&
+		    (pick[1] == ncls || cls[c].first_start < cls[pick[1]].first_start))
+			pick[1] = c;
+	if (big < 2 || pick[1] == ncls) {
+		size_t most = 0, next = 0;
+		for (size_t c = 0; c < ncls; c++) {
+			if (cls[c].covered > most) {
+				next = most;
+				most = cls[c].covered;
+			} else if (cls[c].covered > next) {
+				next = cls[c].covered;
+			}
+		}
 		snprintf(why, why_len,
 		         "the second layer motif covers %zu of %zu tokens (under 10%%): "
 		         "one layer per stage?",
-		         cls[top[1]].covered, tok->count);
+		         next, tok->count);
 		err = -EINVAL;
 		goto out;
 	}
-	const struct class *fwd = &cls[top[0]], *bwd = &cls[top[1]];
-	if (bwd->first_start < fwd->first_start) {
-		fwd = &cls[top[1]];
-		bwd = &cls[top[0]];
-	}
+	const struct class *fwd = &cls[pick[0]], *bwd = &cls[pick[1]];
 	/* Gather each class's runs together, in start order. */
 	struct lynx_prof_run *fr = malloc(nacc * sizeof(*fr)), *br = malloc(nacc * sizeof(*br));
 	size_t nf = 0, nb = 0;
@@ -241,35 +256,30 @@ out:
 	return err;
 }
 
-int lynx_prof_segment_layers(const struct lynx_prof_trace *trace,
-                             const struct lynx_prof_iteration *it, struct lynx_prof_layers *out,
-                             char *why, size_t why_len)
+/* Segments the iteration from tokens tok (segment.h's method). */
+static int segment_tokens(const struct lynx_prof_trace *trace, const struct lynx_prof_iteration *it,
+                          const struct lynx_prof_tokens *tok, struct lynx_prof_layers *out,
+                          char *why, size_t why_len)
 {
-	struct lynx_prof_tokens tok;
 	struct lynx_prof_run *runs = NULL, *acc = NULL;
 	unsigned char *mark = NULL;
 	size_t nruns = 0, nacc = 0;
 	int err;
 
-	memset(out, 0, sizeof(*out));
-	if (why_len)
-		why[0] = 0;
-	if ((err = lynx_prof_tokenise(trace, it->first, it->end, &tok)))
-		goto out;
-	if ((err = lynx_prof_find_runs(tok.sig, tok.count, &runs, &nruns)))
-		goto out_tokens;
-	mark = malloc(tok.count ? tok.count : 1);
+	if ((err = lynx_prof_find_runs(tok->sig, tok->count, &runs, &nruns)))
+		return err;
+	mark = malloc(tok->count ? tok->count : 1);
 	acc = malloc((nruns ? nruns : 1) * sizeof(*acc));
 	if (!mark || !acc) {
 		err = -ENOMEM;
-		goto out_runs;
+		goto out;
 	}
 	/* Atomic runs, the best-covering first; keep those that overlap no kept run by half. */
 	struct lynx_prof_run *cand = malloc((nruns ? nruns : 1) * sizeof(*cand));
 	size_t ncand = 0;
 	if (!cand) {
 		err = -ENOMEM;
-		goto out_runs;
+		goto out;
 	}
 	for (size_t i = 0; i < nruns; i++)
 		if (atomic(runs, nruns, &runs[i], mark))
@@ -287,15 +297,71 @@ int lynx_prof_segment_layers(const struct lynx_prof_trace *trace,
 			acc[nacc++] = cand[i];
 	}
 	free(cand);
-	err = nacc ? classify(trace, &tok, it, acc, nacc, out, why, why_len) : -EINVAL;
+	err = nacc ? classify(trace, tok, it, acc, nacc, out, why, why_len) : -EINVAL;
 	if (!nacc)
 		snprintf(why, why_len, "no repeated motif in the iteration's %zu tokens",
-		         tok.count);
-out_runs:
+		         tok->count);
+out:
 	free(mark);
 	free(acc);
 	free(runs);
-out_tokens:
+	return err;
+}
+
+/*
+ * tok without its collectives (pipeline sends and receives stay). Data parallelism
+ * all-reduces gradient buckets during the backward, from the backward's own thread, at
+ * places that follow the buckets' sizes, not the layers: a bucket every few layers breaks
+ * the backward motif. Without them the layers repeat, and the collectives still fall inside
+ * the segments that hold their places. Tensor parallelism's collectives sit at the same
+ * place in every layer, so the first look, with them, finds those layers.
+ */
+static int without_collectives(const struct lynx_prof_trace *trace,
+                               const struct lynx_prof_tokens *tok, struct lynx_prof_tokens *out)
+{
+	out->sig = malloc((tok->count ? tok->count : 1) * sizeof(*out->sig));
+	out->event = malloc((tok->count ? tok->count : 1) * sizeof(*out->event));
+	out->count = 0;
+	if (!out->sig || !out->event) {
+		lynx_prof_tokens_free(out);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < tok->count; i++) {
+		if (trace->events[tok->event[i]].kind == LYNX_PROF_COLL)
+			continue;
+		out->sig[out->count] = tok->sig[i];
+		out->event[out->count++] = tok->event[i];
+	}
+	return 0;
+}
+
+int lynx_prof_segment_layers(const struct lynx_prof_trace *trace,
+                             const struct lynx_prof_iteration *it, struct lynx_prof_layers *out,
+                             char *why, size_t why_len)
+{
+	struct lynx_prof_tokens tok, compute;
+	char second_why[256];
+	int err;
+
+	memset(out, 0, sizeof(*out));
+	if (why_len)
+		why[0] = 0;
+	if ((err = lynx_prof_tokenise(trace, it->first, it->end, &tok)))
+		goto out;
+	err = segment_tokens(trace, it, &tok, out, why, why_len);
+	if (err == -EINVAL && !(err = without_collectives(trace, &tok, &compute))) {
+		if (compute.count < tok.count) {
+			lynx_prof_layers_free(out);
+			err = segment_tokens(trace, it, &compute, out, second_why,
+			                     sizeof(second_why));
+			if (err == -EINVAL && why_len > strlen(why) + 1)
+				snprintf(why + strlen(why), why_len - strlen(why),
+				         "; without its collectives: %s", second_why);
+		} else {
+			err = -EINVAL;
+		}
+		lynx_prof_tokens_free(&compute);
+	}
 	lynx_prof_tokens_free(&tok);
 out:
 	if (err) {

@@ -8,11 +8,15 @@
  * the atomic runs (no run of a shorter period covers half of them, which rules out
  * "forward + backward of a micro-batch" and multiples of a layer) that cover the most
  * tokens; runs with the same motif (period and signature multiset, so whatever rotation
- * a run starts at) form a class, and the two classes covering the most tokens are the
- * forward (the one that starts first) and the backward. Each run of a class is one
- * micro-batch, in launch order. NCCL calls are tokens, so TP all-reduces belong to the
- * motif and PP sends and receives separate micro-batches; the thread is not part of a
- * token, so a backward on another thread is found the same way.
+ * a run starts at) form a class. Among the classes that cover at least a tenth of the
+ * iteration, the forward is the first to start and the backward the next: a loop over the
+ * parameters after the backward (an optimizer, a per-layer hash) repeats once per layer
+ * too, but comes later. Each run of a class is one micro-batch, in launch order. NCCL
+ * calls are tokens, so TP all-reduces belong to the motif and PP sends and receives
+ * separate micro-batches; when that finds no layers, the collectives are left out and it
+ * looks again (data parallelism all-reduces gradient buckets during the backward, at
+ * places that follow the buckets, not the layers). The thread is not part of a token, so
+ * a backward on another thread is found the same way.
  *
  * Full recompute runs each layer's forward again just before its backward: the backward
  * motif then holds the forward motif, rerun is set, and each backward segment includes

@@ -12,6 +12,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include "period.h"
@@ -88,6 +90,91 @@ static void check(const struct config *c)
 	for (int r = 0; r < rec.ranks; r++)
 		check_rank(c, &rec.rank[r]);
 	record_release(&rec);
+}
+
+/* ---- What PyTorch's DDP does (seen on an H100, torch 2.11, eager) ------------------------ */
+
+struct builder {
+	struct lynx_prof_event ev[2048];
+	size_t n;
+};
+
+static void add(struct builder *b, enum lynx_prof_kind kind, uint64_t what, uint32_t tid)
+{
+	struct lynx_prof_event *e = &b->ev[b->n];
+
+	assert_true(b->n < 2048);
+	memset(e, 0, sizeof(*e));
+	e->t_ns = 1000 * (b->n + 1);
+	e->tid = tid;
+	e->index = (uint32_t)b->n++;
+	e->kind = kind;
+	e->hook = kind == LYNX_PROF_SYNC   ? "cudaStreamSynchronize"
+	          : kind == LYNX_PROF_COLL ? "ncclAllReduce"
+	                                   : "__cudaLaunchKernel";
+	if (kind == LYNX_PROF_LAUNCH) {
+		e->u.launch.function = what;
+		e->u.launch.grid[0] = e->u.launch.block[0] = 1;
+	} else if (kind == LYNX_PROF_COLL) {
+		e->u.nccl.count = what;
+	}
+}
+
+/*
+ * One step: 8 forward layers (6 kernels), the loss, 8 backward layers (9 kernels) from the
+ * autograd thread with DDP's bucket all-reduce after every third layer's gradients (a
+ * bucket spans layers: its call falls at a different place in each layer it ends in), then
+ * a loop over each layer's parameters (the trainer hashes them: 5 kernels per layer) and
+ * the host synchronisation.
+ */
+static void ddp_step(struct builder *b)
+{
+	for (int l = 0; l < 8; l++)
+		for (uint64_t k = 0; k < 6; k++)
+			add(b, LYNX_PROF_LAUNCH, 0xf0 + k, 1);
+	add(b, LYNX_PROF_LAUNCH, 0x1055, 1);
+	for (int l = 0, kernels = 0; l < 8; l++)
+		for (uint64_t k = 0; k < 9; k++) {
+			add(b, LYNX_PROF_LAUNCH, 0xb0 + k, 2);
+			if (++kernels % 25 == 0)
+				add(b, LYNX_PROF_COLL, 1 << 22, 2);
+		}
+	add(b, LYNX_PROF_COLL, 1 << 20, 2); /* the last, smaller bucket */
+	for (int l = 0; l < 8; l++)
+		for (uint64_t k = 0; k < 5; k++)
+			add(b, LYNX_PROF_LAUNCH, 0x4a0 + k, 1);
+	add(b, LYNX_PROF_SYNC, 0, 1);
+}
+
+static void test_segment_finds_layers_under_ddp_with_a_loop_over_parameters(void **state)
+{
+	struct builder *b = calloc(1, sizeof(*b));
+	struct lynx_prof_iterations it;
+	struct lynx_prof_layers l;
+	char why[512];
+
+	(void)state;
+	for (int s = 0; s < 4; s++)
+		ddp_step(b);
+	struct lynx_prof_trace t = {1, b->ev, b->n, NULL};
+	assert_int_equal(lynx_prof_find_iterations(&t, &it, why, sizeof(why)), 0);
+	int err = lynx_prof_segment_layers(&t, &it.iter[1], &l, why, sizeof(why));
+	if (err)
+		fail_msg("%s", why);
+	assert_int_equal(l.layers, 8);
+	assert_int_equal(l.microbatches, 1);
+	assert_int_equal(l.fwd_period, 6);
+	assert_int_equal(l.bwd_period, 9);
+	/* Each backward segment is launched by the autograd thread; the collectives stay
+	 * inside the segments that hold their places. */
+	for (size_t k = 0; k < 8; k++) {
+		assert_int_equal(t.events[l.fwd[k].first].tid, 1);
+		assert_int_equal(t.events[l.bwd[k].end - 1].tid, 2);
+		assert_true(l.fwd[k].end <= l.bwd[0].first);
+	}
+	lynx_prof_layers_free(&l);
+	lynx_prof_iterations_free(&it);
+	free(b);
 }
 
 static void test_segment_finds_each_stage_layers_pp2_tp2(void **state)
@@ -202,6 +289,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_segment_finds_layers_with_selective_recompute),
 	        cmocka_unit_test(test_segment_finds_layers_with_the_backward_on_the_same_thread),
 	        cmocka_unit_test(test_segment_refuses_a_stage_of_one_layer),
+	        cmocka_unit_test(test_segment_finds_layers_under_ddp_with_a_loop_over_parameters),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
