@@ -32,8 +32,8 @@ say = @printf '  %-7s %s\n' $(1) $(2)
 endif
 
 .PHONY: all test demo install clean format format-check deps simgpu lynx examples tests bench \
-	bench-policy fuzz
-all: simgpu lynx examples tests
+	bench-policy fuzz gpu-bundle gpu-test gpu-dry
+all: simgpu lynx examples tests gpu-bundle
 
 # ---------------------------------------------------------------------------
 # simgpu: libsimgpu.so (the simulated device) under libcuda.so.1, libcudart.so.13
@@ -169,11 +169,13 @@ $(BUILD)/obj/shim/%.o: shim/%.c
 $(BUILD)/obj/shim/interpose_dlsym.o: ALL_CFLAGS := $(filter-out -fsanitize=%,$(ALL_CFLAGS))
 
 # The online profiler (shim/profiling.c) links profiler/ in, to build the profile in process,
-# and policy/, for the what-if (and, later, planning online).
+# and policy/, for the what-if (and, later, planning online). RUNPATH $ORIGIN: a bundle
+# (make gpu-bundle) keeps libcjson beside it; elsewhere the system's is found as before.
 $(LIBLYNX): $(call obj,$(SHIM_SRC)) $(POLICY_LIB) $(PROFILER_LIB) shim/liblynx.map
 	$(call say,LD,$@)
 	$(Q)$(CC) -shared -Wl,-soname,liblynx.so -Wl,--version-script=shim/liblynx.map \
-		-o $@ $(filter %.o,$^) $(POLICY_LIB) $(PROFILER_LIB) $(ALL_LDFLAGS) -ldl -lcjson -lm
+		-Wl,-rpath,'$$ORIGIN' -o $@ $(filter %.o,$^) $(POLICY_LIB) $(PROFILER_LIB) \
+		$(ALL_LDFLAGS) -ldl -lcjson -lm
 
 $(SHIM_PURE_LIB): $(call obj,$(SHIM_PURE_SRC))
 	$(call say,AR,$@)
@@ -270,7 +272,7 @@ $(BUILD)/obj/tools/shim_config.o: shim/config.c
 $(LYNX): $(call obj,$(TOOLS_SRC)) $(BUILD)/obj/tools/shim_config.o $(POLICY_LIB) $(PROFILER_LIB)
 	$(call say,LD,$@)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) -o $@ $^ $(ALL_LDFLAGS) -ldl -lcjson -lm
+	$(Q)$(CC) -Wl,-rpath,'$$ORIGIN/../lib' -o $@ $^ $(ALL_LDFLAGS) -ldl -lcjson -lm
 
 TOOLS_TEST_SRC := $(wildcard tests/tools/test_*.c)
 TOOLS_TESTS := $(patsubst tests/tools/%.c,$(BUILD)/tests/%,$(TOOLS_TEST_SRC))
@@ -318,6 +320,37 @@ fuzz: $(FUZZ_PROFILE)
 	@mkdir -p $(BUILD)/fuzz/corpus
 	$(Q)$(FUZZ_PROFILE) -max_total_time=$(FUZZ_SECONDS) -max_len=16384 \
 		-dict=tests/fuzz/profile.dict $(BUILD)/fuzz/corpus tests/fuzz/corpus
+
+# ---------------------------------------------------------------------------
+# The GPU suite (tests/gpu/, docs/gpu/README.md). make gpu-bundle: a relocatable bundle,
+# $(GPU_BUNDLE)/{bin/lynx, bin/vmm_probe, lib/liblynx.so, lib/<what they need that a GPU
+# machine lacks>}, found through $$ORIGIN; it travels to the GPU machine as a carried path
+# (it is built here: this machine's glibc is older than the GPU machine's, never newer).
+# make gpu-test: the suite on a real GPU, from a carried bundle, building nothing (the
+# GPU machine has no compiler's dependencies and no network). make gpu-dry: the same
+# script on simgpu, with tinytrain in place of the torch trainer (make test runs it).
+GPU_BUNDLE := $(BUILD)/gpu
+# Libraries of glibc and the toolchain, present on any machine that runs torch.
+GPU_BUNDLE_SYSTEM_LIBS := linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread|librt\.so
+VMM_PROBE := $(GPU_BUNDLE)/bin/vmm_probe
+$(VMM_PROBE): tests/gpu/vmm_probe.c
+	$(call say,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) -std=gnu11 -O2 -g $(WARNINGS) -isystem $(CUDA_HOME)/include $< -o $@ -ldl -lm
+$(GPU_BUNDLE)/.stamp: $(LYNX) $(LIBLYNX) $(VMM_PROBE)
+	$(call say,BUNDLE,$(GPU_BUNDLE))
+	$(Q)mkdir -p $(GPU_BUNDLE)/bin $(GPU_BUNDLE)/lib
+	$(Q)cp $(LYNX) $(GPU_BUNDLE)/bin/lynx && cp $(LIBLYNX) $(GPU_BUNDLE)/lib/liblynx.so
+	$(Q)for lib in $$(ldd $(LYNX) $(LIBLYNX) $(VMM_PROBE) | awk '$$2 == "=>" && $$3 ~ /^\// {print $$3}' \
+		| grep -Ev '/($(GPU_BUNDLE_SYSTEM_LIBS))' | sort -u); do \
+		cp -L $$lib $(GPU_BUNDLE)/lib/ || exit 1; done
+	$(Q)touch $@
+gpu-bundle: $(GPU_BUNDLE)/.stamp
+# GPU_TEST_ARGS: more arguments for run.sh, e.g. --deadline 300 when little device time is left.
+gpu-test:
+	$(Q)tests/gpu/run.sh --bundle $(GPU_BUNDLE) $(GPU_TEST_ARGS)
+gpu-dry: deps all
+	$(Q)tests/gpu/run.sh --simgpu --bundle $(GPU_BUNDLE) --out $(BUILD)/gpu-dry
 
 TESTS := $(SIMGPU_TESTS) $(TT_TESTS) $(SHIM_TESTS) $(TOOLS_TESTS) $(POLICY_TESTS) \
 	$(PROFILER_TESTS)

@@ -44,6 +44,18 @@ example_is_deterministic() {
 }
 run simgpu_example_deterministic example_is_deterministic
 run check_docs tests/check_docs.sh
+# The GPU suite's orchestration on simgpu (tests/gpu/run.sh --simgpu): its steps, checks and
+# results.json, with tinytrain in place of the torch trainer. Not under the sanitizers: it
+# runs the same liblynx.so paths as the end-to-end tests above, at twice their cost.
+gpu_suite_on_simgpu() {
+	local out="$BUILD/gpu-dry"
+	rm -rf "$out"
+	tests/gpu/run.sh --simgpu --bundle "$BUILD/gpu" --out "$out" || return 1
+	python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); sys.exit(r["failed"] != 0 or r["passed"] < 10)' "$out/results.json"
+}
+if [ -z "${SAN:-}" ]; then
+	run gpu_suite_on_simgpu gpu_suite_on_simgpu
+fi
 
 echo "=== summary"
 echo "test binaries and checks: $passed passed, $failed failed"
