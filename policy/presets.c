@@ -45,6 +45,54 @@ const struct lynx_gpt lynx_preset_gpts[LYNX_GPT_COUNT] = {
 #include "presets.def"
 };
 
+/* One measured size, as presets.def gives it. */
+struct vmm_row {
+	enum lynx_gpu_id gpu;
+	uint64_t bytes;
+	struct lynx_vmm_cost cost;
+};
+
+static const struct vmm_row vmm_rows[] = {
+#define LYNX_VMM(gpu_id, size, create, map, set_access, unmap, release, busy) \
+	{LYNX_GPU_##gpu_id, size, {unmap + release, create + map + set_access, busy}},
+#include "presets.def"
+};
+
+static double between(double a, double b, double share)
+{
+	return a + (b - a) * share;
+}
+
+bool lynx_preset_vmm_cost(const struct lynx_gpu *gpu, uint64_t bytes, struct lynx_vmm_cost *out)
+{
+	const struct vmm_row *below = NULL, *above = NULL;
+
+	for (size_t i = 0; i < sizeof(vmm_rows) / sizeof(vmm_rows[0]); i++) {
+		const struct vmm_row *r = &vmm_rows[i];
+		if (&lynx_preset_gpus[r->gpu] != gpu)
+			continue;
+		if (r->bytes <= bytes && (!below || r->bytes > below->bytes))
+			below = r;
+		if (r->bytes >= bytes && (!above || r->bytes < above->bytes))
+			above = r;
+	}
+	if (!below && !above)
+		return false;
+	if (!below || !above || below == above) {
+		*out = (below ? below : above)->cost;
+		return true;
+	}
+	double share = (double)(bytes - below->bytes) / (double)(above->bytes - below->bytes);
+	*out = (struct lynx_vmm_cost){
+	        between(below->cost.evict_s, above->cost.evict_s, share),
+	        between(below->cost.restore_s, above->cost.restore_s, share),
+	        /* unknown at either end: unknown */
+	        below->cost.busy_restore_s && above->cost.busy_restore_s
+	                ? between(below->cost.busy_restore_s, above->cost.busy_restore_s, share)
+	                : 0};
+	return true;
+}
+
 const struct lynx_gpu *lynx_preset_find_gpu(const char *name)
 {
 	for (int i = 0; i < LYNX_GPU_COUNT; i++)

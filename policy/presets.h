@@ -64,6 +64,21 @@ extern const struct lynx_gpu lynx_preset_gpus[LYNX_GPU_COUNT];
 extern const struct lynx_cluster lynx_preset_clusters[LYNX_CLUSTER_COUNT];
 extern const struct lynx_gpt lynx_preset_gpts[LYNX_GPT_COUNT];
 
+/* One allocation's eviction and restoration by the VMM calls, host seconds (presets.def's
+ * LYNX_VMM). */
+struct lynx_vmm_cost {
+	double evict_s;        /* unmap + release */
+	double restore_s;      /* create + map + set access, the device idle */
+	double busy_restore_s; /* the same while a kernel runs on another stream; 0: unknown */
+};
+
+/*
+ * The measured cost for an allocation of `bytes` on gpu: linear in bytes between the two
+ * measured sizes around it, the nearest measurement beyond them. Returns false (and leaves
+ * out alone) when gpu has no measurement.
+ */
+bool lynx_preset_vmm_cost(const struct lynx_gpu *gpu, uint64_t bytes, struct lynx_vmm_cost *out);
+
 /* The preset called name (exact, case-sensitive), or NULL. */
 const struct lynx_gpu *lynx_preset_find_gpu(const char *name);
 const struct lynx_cluster *lynx_preset_find_cluster(const char *name);

@@ -27,6 +27,29 @@ static void test_every_gpu_constant_is_positive_and_efficiencies_are_shares(void
 	}
 }
 
+/* The H100's VMM costs are the measured ones at the measured sizes, in between linear,
+ * beyond the nearest; a GPU never measured has none. */
+static void test_vmm_costs_are_the_h100_measurements(void **state)
+{
+	const struct lynx_gpu *h100 = lynx_preset_find_gpu("h100-sxm");
+	struct lynx_vmm_cost at2, at64, mid, tiny, huge, none = {-1, -1, -1};
+
+	assert_true(lynx_preset_vmm_cost(h100, 2ull << 20, &at2));
+	assert_true(fabs(at2.restore_s - 28.846e-6) < 1e-9);
+	assert_true(fabs(at2.evict_s - 24.649e-6) < 1e-9);
+	assert_true(lynx_preset_vmm_cost(h100, 64ull << 20, &at64));
+	assert_true(at64.restore_s > at2.restore_s && at64.busy_restore_s > 20 * at64.restore_s);
+	assert_true(lynx_preset_vmm_cost(h100, 33ull << 20, &mid));
+	assert_true(fabs(mid.restore_s - (at2.restore_s + at64.restore_s) / 2) < 1e-9);
+	assert_true(lynx_preset_vmm_cost(h100, 4096, &tiny));
+	assert_true(tiny.restore_s == at2.restore_s);
+	assert_true(lynx_preset_vmm_cost(h100, 8ull << 30, &huge));
+	assert_true(huge.evict_s > 300e-6 && huge.busy_restore_s == 0); /* not measured */
+	assert_false(lynx_preset_vmm_cost(lynx_preset_find_gpu("a100-80gb"), 2ull << 20, &none));
+	assert_true(none.restore_s == -1);
+	(void)state;
+}
+
 static void test_every_cluster_constant_is_positive_and_links_are_ordered(void **state)
 {
 	for (int i = 0; i < LYNX_CLUSTER_COUNT; i++) {
@@ -147,6 +170,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_every_gpu_constant_is_positive_and_efficiencies_are_shares),
 	        cmocka_unit_test(test_every_cluster_constant_is_positive_and_links_are_ordered),
+	        cmocka_unit_test(test_vmm_costs_are_the_h100_measurements),
 	        cmocka_unit_test(test_the_documented_names_exist),
 	        cmocka_unit_test(test_hardware_generations_are_ordered),
 	        cmocka_unit_test(test_gpt_shapes_are_valid_and_match_their_names),
