@@ -168,35 +168,21 @@ static int classify(const struct lynx_prof_trace *trace, const struct lynx_prof_
 	 * launched twice in a row is not), the forward is the first to start and the backward
 	 * the next one: the backward follows the forward it differentiates. Later stacks are
 	 * not layers: an optimizer or a loop over the parameters that the trainer runs per
-	 * layer repeats as many times as there are layers, after the backward.
+	 * layer repeats as many times as there are layers, after the backward. Classes were
+	 * made in start order.
 	 */
-	size_t big = 0, pick[2] = {ncls, ncls};
+	size_t pick[2], picked = 0, largest_other = 0;
 	for (size_t c = 0; c < ncls; c++) {
-		if (10 * cls[c].covered < tok->count)
-			continue;
-		big++;
-		if (pick[0] == ncls || cls[c].first_start < cls[pick[0]].first_start)
-			pick[0] = c;
+		if (10 * cls[c].covered >= tok->count && picked < 2)
+			pick[picked++] = c;
+		else if (cls[c].covered > largest_other)
+			largest_other = cls[c].covered;
 	}
-	for (size_t c = 0; c < ncls && pick[0] < ncls; c++)
-		if (10 * cls[c].covered >= tok->count &&
-		    cls[c].first_start > cls[pick[0]].first_start &&
-		    (pick[1] == ncls || cls[c].first_start < cls[pick[1]].first_start))
-			pick[1] = c;
-	if (big < 2 || pick[1] == ncls) {
-		size_t most = 0, next = 0;
-		for (size_t c = 0; c < ncls; c++) {
-			if (cls[c].covered > most) {
-				next = most;
-				most = cls[c].covered;
-			} else if (cls[c].covered > next) {
-				next = cls[c].covered;
-			}
-		}
+	if (picked < 2) {
 		snprintf(why, why_len,
 		         "the second layer motif covers %zu of %zu tokens (under 10%%): "
 		         "one layer per stage?",
-		         next, tok->count);
+		         largest_other, tok->count);
 		err = -EINVAL;
 		goto out;
 	}
@@ -349,16 +335,18 @@ int lynx_prof_segment_layers(const struct lynx_prof_trace *trace,
 	if ((err = lynx_prof_tokenise(trace, it->first, it->end, &tok)))
 		goto out;
 	err = segment_tokens(trace, it, &tok, out, why, why_len);
-	if (err == -EINVAL && !(err = without_collectives(trace, &tok, &compute))) {
-		if (compute.count < tok.count) {
+	if (err == -EINVAL) { /* a second look, when there are collectives to leave out */
+		int again = without_collectives(trace, &tok, &compute);
+		if (!again && compute.count < tok.count) {
 			lynx_prof_layers_free(out);
-			err = segment_tokens(trace, it, &compute, out, second_why,
-			                     sizeof(second_why));
-			if (err == -EINVAL && why_len > strlen(why) + 1)
+			again = segment_tokens(trace, it, &compute, out, second_why,
+			                       sizeof(second_why));
+			if (again == -EINVAL && why_len > strlen(why) + 1)
 				snprintf(why + strlen(why), why_len - strlen(why),
 				         "; without its collectives: %s", second_why);
-		} else {
-			err = -EINVAL;
+			err = again;
+		} else if (again) {
+			err = again; /* out of memory */
 		}
 		lynx_prof_tokens_free(&compute);
 	}

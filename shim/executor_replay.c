@@ -402,11 +402,6 @@ static int sibling_redirects(const struct exec_buf *b, struct lynx_replay_redire
 	return 0;
 }
 
-/*
- * The first instance of b restored by copy, at its first use in the backward on stream:
- * replay its producer beside it and examine the result (replay.h), with every activation
- * the producer names resident and the device idle. The verdict holds for b from then on.
- */
 /* The name of b's producer (its first kernel) as the driver gives it, or "?". */
 static const char *producer_name(const struct exec_buf *b)
 {
@@ -422,6 +417,11 @@ static const char *producer_name(const struct exec_buf *b)
 	return "?";
 }
 
+/*
+ * The first instance of b restored by copy, at its first use in the backward on stream:
+ * replay its producer beside it and examine the result (replay.h), with every activation
+ * the producer names resident and the device idle. The verdict holds for b from then on.
+ */
 void exec_examine(struct exec_buf *b, CUstream stream)
 {
 	struct lynx_replay_operand operands[2 * MAX_OPERANDS], *found = operands + MAX_OPERANDS;

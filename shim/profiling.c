@@ -489,7 +489,6 @@ static bool launched(const struct lynx_prof_trace *view)
 	return false;
 }
 
-/* Looks for the iteration; with at least `needed` of them, moves to RESOLVING. */
 /*
  * Looks for the iteration. Timing starts at NCCL calls only; once a period is confirmed, it
  * arms kernel-level timing (timing.h) from this synchronisation on, and once an iteration is

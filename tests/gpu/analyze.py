@@ -582,14 +582,12 @@ def summary_md(res):
               "max allocated | budget |", "|---|---|---|---|---|---|---|---|---|"]
     for variant, row in res.get("matrix", {}).items():
         for cell, r in row.items():
-            ms = r.get("step_ms_median")
-            ratio = r.get("ratio_vs_none")
+            ms, ratio = r.get("step_ms_median"), r.get("ratio_vs_none")
             lines.append(f"| {variant} | {cell} | {r['status']} | {r.get('steps_done')} | "
-                         f"{ms:.2f} | " if ms else f"| {variant} | {cell} | {r['status']} | "
-                         f"{r.get('steps_done')} | - | ")
-            lines[-1] += (f"{ratio:.3f} | " if ratio else "- | ") + \
-                f"{mib(r.get('peak_in_use'))} | {mib(r.get('max_allocated'))} | " \
-                f"{mib(r.get('budget'))} |"
+                         f"{f'{ms:.2f}' if ms else '-'} | "
+                         f"{f'{ratio:.3f}' if ratio else '-'} | "
+                         f"{mib(r.get('peak_in_use'))} | {mib(r.get('max_allocated'))} | "
+                         f"{mib(r.get('budget'))} |")
     lines += ["", "## What Lynx said (recompute and profile cells)", ""]
     for variant, row in res.get("matrix", {}).items():
         for cell, r in row.items():
