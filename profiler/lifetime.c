@@ -651,12 +651,33 @@ static int cmp_delta(const void *a, const void *b)
 	return (int)x->alloc - (int)y->alloc;
 }
 
-/* The peak, and the non-saved peak over events [from, to): the identical iterations,
- * where activations are classified (a different first iteration's are "other"). */
+/* Live bytes by class at an event in the range find_peak looks at: a candidate peak. */
+static void consider_peak(struct lynx_prof_lifetimes *lt,
+                          const uint64_t live[LYNX_PROF_CLASS_COUNT], uint64_t total,
+                          uint32_t event)
+{
+	if (total - live[LYNX_PROF_CLASS_SAVED] > lt->non_saved_peak_bytes)
+		lt->non_saved_peak_bytes = total - live[LYNX_PROF_CLASS_SAVED];
+	if (total > lt->peak_bytes) {
+		lt->peak_bytes = total;
+		lt->peak_event = event;
+		memcpy(lt->peak_by_class, live, sizeof(lt->peak_by_class));
+	}
+}
+
+/*
+ * The peak and its breakdown by class, and the non-saved peak, over events [from, to): the
+ * identical iterations. Only there are activations classified; a different first
+ * iteration's are "other". That iteration often reaches the same total (optimizer state
+ * made at start-up, the same activations), so a peak taken over the whole trace would
+ * report no saved bytes at it, and every budget would look below static memory. What is
+ * live on entry to the range counts too: a caching allocator may allocate nothing there.
+ */
 static int find_peak(struct lynx_prof_lifetimes *lt, uint32_t from, uint32_t to)
 {
 	struct delta *d = malloc((2 * lt->count + 1) * sizeof(*d));
 	uint64_t live[LYNX_PROF_CLASS_COUNT] = {0}, total = 0;
+	bool entered = false;
 	size_t n = 0;
 
 	if (!d)
@@ -671,9 +692,13 @@ static int find_peak(struct lynx_prof_lifetimes *lt, uint32_t from, uint32_t to)
 	lt->peak_event = LYNX_PROF_NONE;
 	lt->non_saved_peak_bytes = 0;
 	memset(lt->peak_by_class, 0, sizeof(lt->peak_by_class));
-	for (size_t k = 0; k < n; k++) {
+	for (size_t k = 0; k < n && d[k].event < to; k++) {
 		const struct lynx_prof_buffer *buf = &lt->buffers[d[k].buffer];
 
+		if (!entered && d[k].event >= from) {
+			entered = true;
+			consider_peak(lt, live, total, from);
+		}
 		if (!d[k].alloc) {
 			live[buf->cls] -= buf->bytes;
 			total -= buf->bytes;
@@ -681,15 +706,11 @@ static int find_peak(struct lynx_prof_lifetimes *lt, uint32_t from, uint32_t to)
 		}
 		live[buf->cls] += buf->bytes;
 		total += buf->bytes;
-		if (d[k].event >= from && d[k].event < to &&
-		    total - live[LYNX_PROF_CLASS_SAVED] > lt->non_saved_peak_bytes)
-			lt->non_saved_peak_bytes = total - live[LYNX_PROF_CLASS_SAVED];
-		if (total > lt->peak_bytes) {
-			lt->peak_bytes = total;
-			lt->peak_event = d[k].event;
-			memcpy(lt->peak_by_class, live, sizeof(live));
-		}
+		if (entered)
+			consider_peak(lt, live, total, d[k].event);
 	}
+	if (!entered)
+		consider_peak(lt, live, total, from);
 	free(d);
 	return 0;
 }

@@ -113,8 +113,8 @@ struct lynx_prof_lifetimes {
 	/* lynx_prof_lifetimes_classify's results. */
 	uint64_t *saved_bytes; /* per structure.layers entry */
 	size_t saved_count;
-	uint64_t peak_bytes;                           /* most live device bytes at once */
-	uint32_t peak_event;                           /* the allocation that reached it */
+	uint64_t peak_bytes; /* most live device bytes at once */
+	uint32_t peak_event; /* the allocation that reached it (or the first steady event) */
 	uint64_t peak_by_class[LYNX_PROF_CLASS_COUNT]; /* live bytes of each class then */
 	/* Most live bytes besides saved activations at once within the structure's iterations
 	 * (anywhere without them), often in a backward, with its gradients: what evicting

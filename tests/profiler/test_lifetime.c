@@ -331,7 +331,8 @@ struct model {
 	struct lynx_prof_span iterations[ITERS];
 	struct lynx_prof_layer_span layers[ITERS * LAYERS * MBS];
 	size_t layer_count;
-	uint64_t next; /* bump allocator: addresses are never reused here */
+	uint64_t next;        /* bump allocator: addresses are never reused here */
+	bool eager_optimizer; /* optimizer state made at start-up, not at the first step */
 	uint64_t setup_tmp, x[ITERS][MBS][LAYERS + 1], s[ITERS][MBS][LAYERS], tmp, g;
 };
 
@@ -393,18 +394,21 @@ static void iteration(struct model *m, uint32_t it)
 			sp->backward.end = (uint32_t)tb->count;
 		}
 	}
-	if (it == 0)
+	if (it == 0 && !m->eager_optimizer)
 		alloc(tb, OPT, W_BYTES); /* optimizer state, made lazily at the first step */
 	LAUNCH(tb, W, OPT);
 	m->iterations[it].end = (uint32_t)tb->count;
 }
 
-static struct model *model_trace(void)
+static struct model *model_trace_with(bool eager_optimizer)
 {
 	struct model *m = calloc(1, sizeof(*m));
 
 	m->next = 0x1000000;
+	m->eager_optimizer = eager_optimizer;
 	alloc(&m->tb, W, W_BYTES);
+	if (eager_optimizer)
+		alloc(&m->tb, OPT, W_BYTES);
 	alloc(&m->tb, WS, WS_BYTES);
 	alloc(&m->tb, m->setup_tmp = bump(m, 64), 64);
 	LAUNCH(&m->tb, m->setup_tmp, W);
@@ -412,6 +416,11 @@ static struct model *model_trace(void)
 	for (uint32_t it = 0; it < ITERS; it++)
 		iteration(m, it);
 	return m;
+}
+
+static struct model *model_trace(void)
+{
+	return model_trace_with(false);
 }
 
 static struct lynx_prof_structure structure_of(const struct model *m)
@@ -513,6 +522,40 @@ static void test_lifetime_peak_is_at_a_first_backward_with_its_breakdown(void **
 	assert_true(lt.peak_event >= first->backward.begin);
 	assert_true(lt.peak_event < first->backward.end);
 	assert_int_equal(m->tb.ev[lt.peak_event].kind, LYNX_PROF_ALLOC);
+	lynx_prof_lifetimes_free(&lt);
+	free(m);
+}
+
+/*
+ * The profiler found the second iteration only (the first differed). With the optimizer
+ * state made at start-up, the first iteration reaches the same total first, with its
+ * activations unclassified: the peak must be the steady one, with its saved bytes.
+ */
+static void test_lifetime_peak_is_taken_in_a_steady_iteration(void **state)
+{
+	struct model *m = model_trace_with(true);
+	struct lynx_prof_layer_span steady[LAYERS * MBS];
+	size_t n = 0;
+	uint64_t saved = 0;
+	char why[256] = "";
+
+	for (size_t k = 0; k < m->layer_count; k++)
+		if (m->layers[k].iteration == 1) {
+			steady[n] = m->layers[k];
+			steady[n++].iteration = 0; /* the structure's first iteration */
+		}
+	struct lynx_prof_structure s = {&m->iterations[1], 1, steady, n};
+	struct lynx_prof_lifetimes lt;
+	build(&m->tb, &lt);
+	if (lynx_prof_lifetimes_classify(&lt, &s, m->tb.count, why, sizeof(why)))
+		fail_msg("classify: %s", why);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		saved += MBS * (S_BYTES(l) + X_BYTES);
+	assert_int_equal(lt.peak_by_class[LYNX_PROF_CLASS_SAVED], saved);
+	assert_int_equal(lt.peak_by_class[LYNX_PROF_CLASS_OTHER], 0);
+	assert_true(lt.peak_event >= m->iterations[1].begin);
+	assert_true(lt.peak_event < m->iterations[1].end);
+	assert_int_equal(lt.non_saved_peak_bytes, 2 * W_BYTES + WS_BYTES + G_BYTES);
 	lynx_prof_lifetimes_free(&lt);
 	free(m);
 }
@@ -706,6 +749,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_lifetime_refuses_a_trace_out_of_time_order),
 	        cmocka_unit_test(test_lifetime_classifies_weights_workspace_temporaries_and_saved),
 	        cmocka_unit_test(test_lifetime_peak_is_at_a_first_backward_with_its_breakdown),
+	        cmocka_unit_test(test_lifetime_peak_is_taken_in_a_steady_iteration),
 	        cmocka_unit_test(test_lifetime_without_structure_only_temporaries_and_other),
 	        cmocka_unit_test(test_lifetime_classify_refuses_bad_spans),
 	        cmocka_unit_test(test_lifetime_class_names_come_from_the_list),
