@@ -180,12 +180,63 @@ static double profile_s(const struct lynx_profile *pr)
 	return t;
 }
 
-/* Orders the stages by warm-up forwards and picks the slowest profile of each. */
+/*
+ * Stages as the profiles name them (each rank's place in its pipeline communicator): the
+ * schedule does not matter then, so GPipe and one micro-batch are ordered too. Returns 1
+ * when some profile does not name its stage (the caller falls back on warm-up forwards).
+ */
+static int order_named_stages(const struct ctx *c, uint32_t *n_stages, struct stage_src **out)
+{
+	uint32_t p = c->ranks[0]->pipeline_stages;
+	struct stage_src *st;
+	struct pname nb, nb2;
+
+	for (size_t i = 0; i < c->n; i++)
+		if (!lynx_profile_pipeline_known(c->ranks[i]))
+			return 1;
+	for (size_t i = 0; i < c->n; i++)
+		if (c->ranks[i]->pipeline_stages != p)
+			return lynx_policy_refuse(c->why, c->len,
+			                          "%s names %u pipeline stages, %s %u: profiles of "
+			                          "one job name the same number",
+			                          name_of(c, i, &nb), c->ranks[i]->pipeline_stages,
+			                          name_of(c, 0, &nb2), p);
+	st = calloc(p, sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	for (uint32_t s = 0; s < p; s++) {
+		double slowest = -1;
+
+		st[s].profile = SIZE_MAX;
+		for (size_t i = 0; i < c->n; i++) {
+			double t = profile_s(c->ranks[i]);
+
+			if ((uint32_t)c->ranks[i]->pipeline_stage == s && t > slowest) {
+				slowest = t;
+				st[s].profile = i;
+			}
+		}
+		if (st[s].profile == SIZE_MAX) {
+			free(st);
+			return lynx_policy_refuse(c->why, c->len,
+			                          "no profile of pipeline stage %u of %u: give one "
+			                          "profile per stage",
+			                          s, p);
+		}
+	}
+	*n_stages = p;
+	*out = st;
+	return 0;
+}
+
+/* Orders the stages (by name, else by warm-up forwards) and picks the slowest profile of
+ * each. */
 static int order_stages(const struct ctx *c, uint32_t *n_stages, struct stage_src **out)
 {
 	uint32_t m = c->ranks[0]->microbatches, wmax = 0, p;
 	struct stage_src *st;
 	struct pname nb, nb2;
+	int named;
 
 	for (size_t i = 0; i < c->n; i++) {
 		if (c->ranks[i]->microbatches != m)
@@ -198,6 +249,8 @@ static int order_stages(const struct ctx *c, uint32_t *n_stages, struct stage_sr
 		if (c->ranks[i]->warmup_forwards > wmax)
 			wmax = c->ranks[i]->warmup_forwards;
 	}
+	if ((named = order_named_stages(c, n_stages, out)) <= 0)
+		return named;
 	/* With m < p the first p - m stages all run m warm-up forwards: only stage 0 (the one
 	 * that receives no activations) can be told among them. */
 	for (size_t i = 0; wmax == m && i < c->n; i++)

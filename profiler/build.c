@@ -700,6 +700,68 @@ out:
 	return err;
 }
 
+/*
+ * This rank's pipeline stage, from the communicator that carries every pipeline send and
+ * receive of the iteration. In a pipeline group (Megatron's, torch's) its rank is the
+ * stage. Over a larger communicator the peers are a stride k away (the ranks of the other
+ * parallel dimensions in between, stage-major as Megatron and torchrun lay them out): the
+ * stage is then rank / k of size / k. Believed only when it agrees with what the trace
+ * shows: every peer is a neighbouring stage, the first stage receives no activations and
+ * the last no gradients. Otherwise (sends over several communicators, as per-pair ones do
+ * past two stages, peers at uneven strides, or a trace from before communicators were
+ * recorded) the stage stays unknown.
+ */
+static void fill_pipeline(const struct build *b, struct lynx_profile *p)
+{
+	const struct lynx_prof_iteration *it = &b->its.iter[b->chosen];
+	const struct lynx_prof_trace *t = b->t;
+	uint64_t comm = 0, size = 0;
+	int64_t rank = -1, stride = 0;
+
+	p->pipeline_stage = -1;
+	p->pipeline_stages = 0;
+	for (size_t i = it->first; i < it->end; i++) {
+		const struct lynx_prof_event *e = &t->events[i];
+		if (e->kind != LYNX_PROF_P2P || e->nested)
+			continue;
+		if (comm && e->u.nccl.comm != comm)
+			return;
+		comm = e->u.nccl.comm;
+	}
+	for (size_t i = 0; comm && i < it->first; i++) {
+		const struct lynx_prof_event *e = &t->events[i];
+		if (e->kind == LYNX_PROF_COMM && e->u.nccl.comm == comm && e->u.nccl.count > 0 &&
+		    e->u.nccl.peer >= 0 && (uint64_t)e->u.nccl.peer < e->u.nccl.count) {
+			rank = e->u.nccl.peer;
+			size = e->u.nccl.count;
+		}
+	}
+	if (rank < 0)
+		return;
+	for (size_t i = it->first; i < it->end; i++) {
+		const struct lynx_prof_event *e = &t->events[i];
+		int64_t k = (int64_t)e->u.nccl.peer - rank;
+		if (e->kind != LYNX_PROF_P2P || e->nested)
+			continue;
+		k = k < 0 ? -k : k;
+		if (!k || (stride && k != stride))
+			return;
+		stride = k;
+	}
+	if (size % (uint64_t)stride)
+		return;
+	int32_t stage = (int32_t)(rank / stride);
+	uint32_t stages = (uint32_t)(size / (uint64_t)stride);
+	for (size_t w = 0; w < p->window_count; w++) {
+		enum lynx_profile_window_kind k = p->windows[w].kind;
+		if ((stage == 0 && k == LYNX_PROFILE_WINDOW_PP_RECV_FWD) ||
+		    ((uint32_t)stage == stages - 1 && k == LYNX_PROFILE_WINDOW_PP_RECV_BWD))
+			return;
+	}
+	p->pipeline_stage = stage;
+	p->pipeline_stages = stages;
+}
+
 static void fill_memory(const struct build *b, struct lynx_profile *p)
 {
 	p->memory.source = LYNX_PROFILE_SOURCE_HOST;
@@ -767,6 +829,7 @@ int lynx_prof_build_profile(const struct lynx_prof_trace *trace,
 	if ((err = fill_layers(&b, out)) || (err = fill_groups(&b, out)) ||
 	    (err = fill_windows(&b, out)))
 		goto out;
+	fill_pipeline(&b, out);
 	fill_memory(&b, out);
 	if (opt && opt->script && (err = fill_script(&b, opt->script)))
 		goto out;

@@ -8,6 +8,7 @@
  *    "iteration": {"period_tokens": 1370, "count": 2, "prefix_events": 5120,
  *                  "events": 4400, "time": TIME},
  *    "microbatches": 4, "warmup_forwards": 1, "rerun": false,
+ *    "pipeline": {"stage": 1, "stages": 4},                   (optional)
  *    "layers": [{"index": 0, "forward": TIME, "backward": TIME, "saved_bytes": 1048576,
  *                "kernels": {"forward": ["tt_layernorm_fwd", ...], "backward": [...],
  *                            "forward_ns": [5120, ...], "backward_ns": [...]}}, ...],
@@ -42,6 +43,8 @@
  * measures in warm-up (all 0 when absent: not measured). The writer always writes
  * "warmup_forwards" and "non_saved_peak_bytes", writes the *_ns arrays exactly when the
  * in-memory ns is not NULL, and "host_link" exactly when lynx_profile_host_link_measured().
+ * "pipeline" came later still: this rank's stage and the stage count, written exactly when
+ * lynx_profile_pipeline_known(); absent, the stage is unknown.
  */
 #include <errno.h>
 #include <locale.h>
@@ -298,6 +301,11 @@ static cJSON *profile_json(const struct lynx_profile *p)
 	ok = ok && add_num(root, "microbatches", p->microbatches) &&
 	     add_num(root, "warmup_forwards", p->warmup_forwards) &&
 	     cJSON_AddBoolToObject(root, "rerun", p->rerun);
+	if (ok && lynx_profile_pipeline_known(p)) {
+		o = cJSON_AddObjectToObject(root, "pipeline");
+		ok = o && add_num(o, "stage", p->pipeline_stage) &&
+		     add_num(o, "stages", p->pipeline_stages);
+	}
 	arr = ok ? cJSON_AddArrayToObject(root, "layers") : NULL;
 	ok = arr != NULL;
 	for (size_t i = 0; ok && i < p->layer_count; i++)
@@ -845,6 +853,18 @@ static int read_profile(struct reader *r, const cJSON *root, struct lynx_profile
 	    (err = get_int(r, root, "", "warmup_forwards", 0, p->microbatches, &warmup)))
 		return err;
 	p->warmup_forwards = (uint32_t)warmup;
+	p->pipeline_stage = -1;
+	p->pipeline_stages = 0;
+	if (cJSON_GetObjectItemCaseSensitive(root, "pipeline")) {
+		double stage, stages;
+
+		if ((err = get_object(r, root, "", "pipeline", &o)) ||
+		    (err = get_int(r, o, "pipeline", "stages", 1, 1 << 20, &stages)) ||
+		    (err = get_int(r, o, "pipeline", "stage", 0, stages - 1, &stage)))
+			return err;
+		p->pipeline_stage = (int32_t)stage;
+		p->pipeline_stages = (uint32_t)stages;
+	}
 
 	if ((err = alloc_array(r, root, "layers", sizeof(*p->layers), &arr, (void **)&p->layers,
 	                       &p->layer_count)))

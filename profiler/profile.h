@@ -159,6 +159,12 @@ struct lynx_profile {
 	 * under 1F1B on stage s of p (capped by the micro-batches), 0 without a pipeline. */
 	uint32_t warmup_forwards;
 	bool rerun; /* each backward reruns its forward (full recompute was on) */
+	/* This rank's pipeline stage and the stage count, from the communicator that carries
+	 * all its pipeline sends and receives (its ranks are the stages, in order). Known only
+	 * when lynx_profile_pipeline_known(): a zeroed profile, a trace without a pipeline, or
+	 * sends over several communicators leave it unknown. */
+	int32_t pipeline_stage;
+	uint32_t pipeline_stages;
 	struct lynx_profile_layer *layers;
 	size_t layer_count;
 	struct lynx_profile_group *groups; /* by layer, then allocation order */
@@ -168,6 +174,13 @@ struct lynx_profile {
 	struct lynx_profile_memory memory;
 	struct lynx_profile_host_link host_link;
 };
+
+/* True when p names its pipeline stage: 0 <= pipeline_stage < pipeline_stages. */
+static inline bool lynx_profile_pipeline_known(const struct lynx_profile *p)
+{
+	return p->pipeline_stages > 0 && p->pipeline_stage >= 0 &&
+	       (uint32_t)p->pipeline_stage < p->pipeline_stages;
+}
 
 /* The profile as JSON text (malloc'ed, ends in a newline), or NULL when out of memory. */
 char *lynx_profile_to_json(const struct lynx_profile *p);

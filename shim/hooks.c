@@ -72,6 +72,28 @@ void *lynx_resolve_real(enum lynx_hook_id id)
 	return NULL;
 }
 
+/*
+ * A communicator's size and this rank in it, from NCCL itself (ncclCommSplit's caller
+ * names a key, not a rank). Off the common path: communicators are made a few times per
+ * job. Leaves *nranks 0 and *rank -1 when NCCL cannot say.
+ */
+static void comm_shape(ncclComm_t comm, int *nranks, int *rank)
+{
+	ncclResult_t (*count)(const ncclComm_t, int *) =
+	        (ncclResult_t(*)(const ncclComm_t, int *))loaded_symbol("libnccl.so.2",
+	                                                                "pncclCommCount");
+	ncclResult_t (*user_rank)(const ncclComm_t, int *) =
+	        (ncclResult_t(*)(const ncclComm_t, int *))loaded_symbol("libnccl.so.2",
+	                                                                "pncclCommUserRank");
+	int n = 0, r = -1;
+
+	if (!count || !user_rank || count(comm, &n) != ncclSuccess ||
+	    user_rank(comm, &r) != ncclSuccess || n < 1 || r < 0 || r >= n)
+		return;
+	*nranks = n;
+	*rank = r;
+}
+
 /* What a hook returns when the real library lacks the function. */
 #define LYNX_MISSING_RUNTIME cudaErrorNotSupported
 #define LYNX_MISSING_DRIVER CUDA_ERROR_NOT_SUPPORTED
@@ -139,11 +161,25 @@ struct lynx_real_table lynx_real = {
 		if ((delta) < 0 && lynx_group_depth == 0)                             \
 			lynx_time_group_ended();                                      \
 	} while (0)
-#define LYNX_RECORD_COMM_INIT(out, nranks, rank)           \
-	do {                                               \
-		LYNX_RECORD_NEW_HANDLE(out);               \
-		if (result == 0)                           \
-			lynx_note_nccl_rank(nranks, rank); \
+/* A new communicator: its handle, and its size and this rank in it (ncclInProgress is a
+ * non-blocking communicator on its way; its shape is known from the arguments). */
+#define LYNX_RECORD_COMM_INIT(out, nranks, rank)                                       \
+	do {                                                                           \
+		bool made_ = result == ncclSuccess || result == ncclInProgress;        \
+		lynx_record_comm(call.event, made_ && (out) ? LYNX_AS_U64(*(out)) : 0, \
+		                 made_ ? (nranks) : 0, made_ ? (rank) : -1);           \
+		if (made_)                                                             \
+			lynx_note_nccl_rank(nranks, rank);                             \
+	} while (0)
+/* A communicator split from another: NCCL orders its ranks by key, so they are asked. */
+#define LYNX_RECORD_COMM_SPLIT(out)                                                               \
+	do {                                                                                      \
+		int size_ = 0, rank_ = -1;                                                        \
+		if (result == ncclSuccess && (out) && *(out))                                     \
+			comm_shape(*(out), &size_, &rank_);                                       \
+		lynx_record_comm(call.event,                                                      \
+		                 result == ncclSuccess && (out) ? LYNX_AS_U64(*(out)) : 0, size_, \
+		                 rank_);                                                          \
 	} while (0)
 
 /* Host synchronisations end with lynx_call_end_sync; the choice folds at compile time. */
@@ -168,6 +204,7 @@ struct lynx_real_table lynx_real = {
 	lynx_time_begin(&call, LYNX_AS_U64(stream))
 #define LYNX_TIME_GROUP(delta)
 #define LYNX_TIME_COMM_INIT(out, nranks, rank)
+#define LYNX_TIME_COMM_SPLIT(out)
 
 /*
  * What recompute mode's executor (executor.h) does before the real call, by record kind:
@@ -196,6 +233,7 @@ struct lynx_real_table lynx_real = {
 	 false)
 #define LYNX_EXEC_GROUP(delta) false
 #define LYNX_EXEC_COMM_INIT(out, nranks, rank) false
+#define LYNX_EXEC_COMM_SPLIT(out) false
 
 #define LYNX_HOOK(layer, symbol, procname, version, variant, kind, body, ret, params, args, \
                   record)                                                                   \

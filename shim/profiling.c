@@ -686,11 +686,14 @@ static uint64_t measured_peak(void)
 #define PLAN_WAIT_NS (120ull * 1000000000ull)
 #define PLAN_RETRY_NS (100ull * 1000000ull)
 
-/* This rank's pipeline stage in the plan: stage s of p runs p - s - 1 warm-up forwards. */
+/* This rank's pipeline stage in the plan: as its profile names it, else by warm-up forwards
+ * (stage s of p runs p - s - 1 under 1F1B). */
 static uint32_t this_stage(const struct lynx_whatif_plan *wp)
 {
 	uint32_t n = wp->problem->n_stages, w = prof.profile.warmup_forwards;
 
+	if (lynx_profile_pipeline_known(&prof.profile) && prof.profile.pipeline_stages == n)
+		return (uint32_t)prof.profile.pipeline_stage;
 	return w + 1 <= n ? n - 1 - w : 0;
 }
 
@@ -853,8 +856,14 @@ static void arm_executor(const struct lynx_whatif_plan *wp, const struct lynx_wh
 	};
 	err = lynx_exec_arm(&prof.script, decisions, &expect, (enum lynx_exec_fault)prof.fault);
 	free(decisions);
-	if (err == -EINVAL)
-		lynx_info("recompute mode: the plan evicts nothing on this rank");
+	if (err == -EINVAL && expect.measured_peak_bytes > expect.budget_bytes)
+		lynx_warn("recompute mode: the plan evicts nothing on this rank, whose measured "
+		          "peak %.2f MiB is over the budget %.2f MiB: the budget is not held",
+		          lynx_prof_mib(expect.measured_peak_bytes),
+		          lynx_prof_mib(expect.budget_bytes));
+	else if (err == -EINVAL)
+		lynx_info("recompute mode: the plan evicts nothing on this rank (its peak fits the "
+		          "budget)");
 	else if (!err)
 		lynx_info("recompute mode: the executor is armed");
 }

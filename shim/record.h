@@ -91,6 +91,18 @@ static inline void lynx_record_nccl(struct lynx_event *ev, uint64_t send, uint64
 	ev->stream = stream;
 }
 
+/* A communicator made: its handle (in nccl.comm), size (in nccl.count) and this rank in it
+ * (in nccl.peer); 0 and -1 when not known. */
+static inline void lynx_record_comm(struct lynx_event *ev, uint64_t comm, int nranks, int rank)
+{
+	if (!ev)
+		return;
+	ev->u.nccl.comm = comm;
+	ev->u.nccl.count = nranks > 0 ? (uint64_t)nranks : 0;
+	ev->u.nccl.peer = rank;
+	ev->u.nccl.group_depth = lynx_group_depth;
+}
+
 /* delta: +1 for a successful ncclGroupStart, -1 for ncclGroupEnd, 0 on failure. */
 static inline void lynx_record_group(struct lynx_event *ev, int delta)
 {

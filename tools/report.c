@@ -367,20 +367,24 @@ static bool same_stage(const struct lynx_profile *a, const struct lynx_profile *
 	size_t na[LYNX_PROFILE_WINDOW_KIND_COUNT], nb[LYNX_PROFILE_WINDOW_KIND_COUNT];
 
 	if (a->layer_count != b->layer_count || a->microbatches != b->microbatches ||
-	    a->warmup_forwards != b->warmup_forwards || a->rerun != b->rerun)
+	    a->warmup_forwards != b->warmup_forwards || a->rerun != b->rerun ||
+	    lynx_profile_pipeline_known(a) != lynx_profile_pipeline_known(b) ||
+	    (lynx_profile_pipeline_known(a) && a->pipeline_stage != b->pipeline_stage))
 		return false;
 	window_counts(a, na);
 	window_counts(b, nb);
 	return !memcmp(na, nb, sizeof(na));
 }
 
-/* Position of a stage in the pipeline from its transfers: the first stage sends activations
- * and receives none, the last receives and sends none; a middle stage's place comes from its
- * 1F1B warm-up forwards (p - s - 1), when the profile has them. */
+/* Position of a stage in the pipeline: as the profile names it; else from its transfers
+ * (the first stage sends activations and receives none, the last receives and sends none);
+ * a middle stage's place then comes from its 1F1B warm-up forwards (p - s - 1). */
 static int stage_key(const struct lynx_profile *p)
 {
 	size_t n[LYNX_PROFILE_WINDOW_KIND_COUNT];
 
+	if (lynx_profile_pipeline_known(p))
+		return p->pipeline_stage;
 	window_counts(p, n);
 	if (n[LYNX_PROFILE_WINDOW_PP_SEND_FWD] && !n[LYNX_PROFILE_WINDOW_PP_RECV_FWD])
 		return 0;

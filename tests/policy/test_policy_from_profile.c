@@ -338,6 +338,54 @@ static void test_orders_pipeline_stages_by_warmup(void **state)
 	drop(slow);
 }
 
+/*
+ * One micro-batch (or GPipe): every stage runs as many warm-up forwards as the others, so
+ * only the stages the profiles name order them. Given last stage first.
+ */
+static void test_orders_pipeline_stages_as_the_profiles_name_them(void **state)
+{
+	struct lynx_profile *last = stage(2, 6, 8, 1, 0, 1000);
+	struct lynx_profile *middle = stage(3, 6, 8, 1, 0, 1500);
+	struct lynx_profile *first = stage(3, 6, 8, 1, 0, 2000);
+	const struct lynx_profile *ranks[] = {last, middle, first};
+	const char *names[] = {"last.json", "middle.json", "first.json"};
+	struct lynx_problem_options opt = {.profile_names = names};
+	struct lynx_problem p;
+	char why[256];
+
+	first->pipeline_stage = 0;
+	middle->pipeline_stage = 1;
+	last->pipeline_stage = 2;
+	first->pipeline_stages = middle->pipeline_stages = last->pipeline_stages = 3;
+	add_window(first, LYNX_PROFILE_WINDOW_PP_RECV_BWD, -1, 0, -1, -1, 100);
+	add_window(middle, LYNX_PROFILE_WINDOW_PP_RECV_FWD, -1, 0, -1, -1, 100);
+	add_window(middle, LYNX_PROFILE_WINDOW_PP_RECV_BWD, -1, 0, -1, -1, 100);
+	add_window(last, LYNX_PROFILE_WINDOW_PP_RECV_FWD, -1, 0, -1, -1, 100);
+	build(ranks, 3, &opt, &p);
+	assert_int_equal(p.n_stages, 3);
+	assert_int_equal(p.stages[0].layers, 3);
+	assert_int_equal(p.stages[0].first_layer, 0);
+	assert_int_equal(p.stages[1].first_layer, 3);
+	assert_int_equal(p.stages[2].layers, 2);
+	assert_int_equal(p.stages[2].first_layer, 6);
+	for (uint32_t s = 0; s < 3; s++)
+		assert_int_equal(p.stages[s].inflight, 1);
+	lynx_problem_free(&p);
+
+	/* Without the names, the same profiles cannot be ordered: refused, with the reason. */
+	first->pipeline_stages = middle->pipeline_stages = last->pipeline_stages = 0;
+	assert_int_equal(lynx_problem_from_profile(ranks, 3, &opt, &p, why, sizeof(why)), -EINVAL);
+	assert_non_null(strstr(why, "stage"));
+	/* Names that disagree on the stage count: refused. */
+	first->pipeline_stages = middle->pipeline_stages = 3;
+	last->pipeline_stages = 4;
+	assert_int_equal(lynx_problem_from_profile(ranks, 3, &opt, &p, why, sizeof(why)), -EINVAL);
+	assert_non_null(strstr(why, "middle.json names 3 pipeline stages, last.json 4"));
+	drop(last);
+	drop(middle);
+	drop(first);
+}
+
 static void test_embedding_and_head_from_the_odd_layers(void **state)
 {
 	struct lynx_profile *pr = stage(5, 6, 8, 2, 0, 1000);
@@ -928,6 +976,7 @@ int main(void)
 	        cmocka_unit_test(test_maps_kernels_groups_and_collectives),
 	        cmocka_unit_test(test_uses_device_times_and_measured_idle),
 	        cmocka_unit_test(test_orders_pipeline_stages_by_warmup),
+	        cmocka_unit_test(test_orders_pipeline_stages_as_the_profiles_name_them),
 	        cmocka_unit_test(test_embedding_and_head_from_the_odd_layers),
 	        cmocka_unit_test(test_merges_kernels_and_groups_past_the_limits),
 	        cmocka_unit_test(test_maps_each_buffer_to_its_group),

@@ -129,6 +129,10 @@ static void test_profile_pp2_tp2_layers_and_windows(void **state)
 		assert_int_equal(n[LYNX_PROFILE_WINDOW_TP_BWD], 2 * 4 * 4);
 		assert_int_equal(n[LYNX_PROFILE_WINDOW_DP_GRAD], 0);
 		assert_int_equal(n[LYNX_PROFILE_WINDOW_OTHER], 0);
+		/* The stage, from the pipeline communicator's ranks. */
+		assert_true(lynx_profile_pipeline_known(&p));
+		assert_int_equal(p.pipeline_stages, 2);
+		assert_int_equal(p.pipeline_stage, n[LYNX_PROFILE_WINDOW_PP_SEND_FWD] ? 0 : 1);
 		if (n[LYNX_PROFILE_WINDOW_PP_SEND_FWD]) { /* the first stage */
 			first_stage++;
 			assert_int_equal(n[LYNX_PROFILE_WINDOW_PP_SEND_FWD], 4);
@@ -272,7 +276,10 @@ static void test_profile_round_trip_keeps_every_field(void **state)
 
 	(void)state;
 	small_profile(&p);
+	p.pipeline_stage = 2;
+	p.pipeline_stages = 3;
 	text = lynx_profile_to_json(&p);
+	p.pipeline_stages = 0; /* the statics again, for the tests after this one */
 	assert_non_null(text);
 	assert_non_null(strstr(text, "\"rank\":\tnull"));
 	if (lynx_profile_from_json(text, strlen(text), &back, why, sizeof(why)))
@@ -286,6 +293,8 @@ static void test_profile_round_trip_keeps_every_field(void **state)
 	assert_int_equal(back.layers[0].bwd_kernels.count, 1);
 	assert_string_equal(back.layers[0].fwd_kernels.name[1], "k1");
 	assert_int_equal(back.warmup_forwards, 1);
+	assert_int_equal(back.pipeline_stage, 2);
+	assert_int_equal(back.pipeline_stages, 3);
 	assert_non_null(back.layers[0].fwd_kernels.ns);
 	assert_int_equal(back.layers[0].fwd_kernels.ns[0], 70);
 	assert_int_equal(back.layers[0].fwd_kernels.ns[1], 25);
@@ -412,6 +421,8 @@ static void test_profile_reads_a_profile_without_the_optional_keys(void **state)
 	if (lynx_profile_from_json(old, strlen(old), &back, why, sizeof(why)))
 		fail_msg("%s", why);
 	assert_int_equal(back.warmup_forwards, 0);
+	assert_false(lynx_profile_pipeline_known(&back));
+	assert_null(strstr(text, "\"pipeline\""));
 	assert_int_equal(back.memory.non_saved_peak_bytes, 700);
 	assert_null(back.layers[0].fwd_kernels.ns);
 	again = lynx_profile_to_json(&back);
@@ -526,6 +537,19 @@ static void test_profile_refuses_bad_fields_with_their_path(void **state)
 		free(bad);
 	}
 	refused("[1, 2]", "the document is not a JSON object");
+	free(text);
+	/* The pipeline's stage must lie among its stages. */
+	p.pipeline_stage = 1;
+	p.pipeline_stages = 2;
+	text = lynx_profile_to_json(&p);
+	p.pipeline_stages = 0;
+	assert_non_null(text);
+	char *bad = replace(text, "\"stage\":\t1", "\"stage\":\t2");
+	refused(bad, "pipeline.stage: expected an integer in [0, 1], got 2");
+	free(bad);
+	bad = replace(text, "\"stages\":\t2", "\"stages\":\t0");
+	refused(bad, "pipeline.stages: expected an integer in [1, 1048576], got 0");
+	free(bad);
 	free(text);
 }
 
