@@ -44,6 +44,26 @@ static const char *const recompute_names[] = {
 #undef TT_RECOMPUTE_NAME
 };
 
+static const char *const schedule_names[] = {
+#define TT_SCHEDULE_NAME(id, name) name,
+        TT_SCHEDULES(TT_SCHEDULE_NAME)
+#undef TT_SCHEDULE_NAME
+};
+
+static const char *const compute_stream_names[] = {
+#define TT_COMPUTE_STREAM_NAME(id, name) name,
+        TT_COMPUTE_STREAMS(TT_COMPUTE_STREAM_NAME)
+#undef TT_COMPUTE_STREAM_NAME
+};
+
+static const char *const launch_mode_names[] = {
+#define TT_LAUNCH_MODE_NAME(id, name, gemm, other) name,
+        TT_LAUNCH_MODES(TT_LAUNCH_MODE_NAME)
+#undef TT_LAUNCH_MODE_NAME
+};
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
 const char *tt_hazard_name(enum tt_hazard hazard)
 {
 	return hazard_names[hazard];
@@ -54,31 +74,76 @@ const char *tt_recompute_name(enum tt_recompute mode)
 	return recompute_names[mode];
 }
 
+/* "a|b|c": the names of one X-macro list, for usage and its errors. */
+static const char *choices(const char *const *names, size_t count, char *buf, size_t size)
+{
+	size_t used = 0;
+
+	buf[0] = 0;
+	for (size_t i = 0; i < count && used < size; i++)
+		used += (size_t)snprintf(buf + used, size - used, "%s%s", i ? "|" : "", names[i]);
+	return buf;
+}
+
 static void usage(FILE *f)
 {
+	char recompute[64], schedule[64], stream[64], launch[64];
+
+	choices(recompute_names, ARRAY_SIZE(recompute_names), recompute, sizeof(recompute));
+	choices(schedule_names, ARRAY_SIZE(schedule_names), schedule, sizeof(schedule));
+	choices(compute_stream_names, ARRAY_SIZE(compute_stream_names), stream, sizeof(stream));
+	choices(launch_mode_names, ARRAY_SIZE(launch_mode_names), launch, sizeof(launch));
 	fprintf(f,
 	        "usage: tinytrain --nproc N --pp P --tp T --dp D --layers L --microbatches M\n"
-	        "                 --steps S [--recompute none|full|selective]\n"
+	        "                 --steps S [--recompute %s]\n"
 	        "                 [--seq S --batch B]\n"
 	        "                 [--virtual-model gpt-1.3b|gpt-7b|gpt-22b]\n"
 	        "                 [--virtual-hidden H --virtual-heads A --virtual-seq S "
 	        "--virtual-batch B]\n"
 	        "                 [--seed K] [--no-hazard NAME]... [--report-saved]\n"
+	        "                 [--schedule %s [--virtual-stages V]]\n"
+	        "                 [--lazy-optimizer] [--ddp-buckets KB]\n"
+	        "                 [--launch %s]\n"
+	        "                 [--compute-stream %s]\n"
 	        "\n"
 	        "Trains a GPT-style model on simgpu with N = P*T*D ranks (pipeline, tensor and\n"
 	        "data parallel), printing one JSON line per step and rank, ordered by step then\n"
 	        "rank: step, rank, loss (last pipeline stage, reduced over data parallel; null\n"
-	        "elsewhere), grad_hash, peak_bytes, step_time_ns (virtual). --report-saved first\n"
-	        "prints a line per rank with step -1 and saved_layer_bytes: the bytes each local\n"
-	        "layer's forward keeps for its backward (its input included), the most over\n"
-	        "micro-batches.\n"
+	        "elsewhere), grad_hash, peak_bytes, step_time_ns (virtual), launches (kernels the\n"
+	        "rank launched in the step). --report-saved first prints a line per rank with\n"
+	        "step -1, saved_layer_bytes: the bytes each local layer's forward keeps for its\n"
+	        "backward (its input included), the most over micro-batches, in local layer\n"
+	        "order, and layers: the rank's layer count.\n"
 	        "\n"
 	        "Real dimensions (the arithmetic): hidden 64, 8 heads, sequence 16 (--seq),\n"
 	        "micro-batch 2 (--batch), vocabulary 128: longer sequences and larger batches\n"
 	        "make activations a larger share of memory. Virtual dimensions set the costs\n"
 	        "and communication sizes; default gpt-1.3b.\n"
 	        "\n"
-	        "Hazards (all on; --no-hazard NAME switches one off):\n");
+	        "Shapes of real trainers (defaults first). None changes the loss's bits; all\n"
+	        "but interleaved (other layers on each rank) keep each rank's grad_hash:\n"
+	        "  --schedule         1f1b: Megatron's 1F1B. gpipe: all forwards, then all\n"
+	        "                     backwards (micro-batches in the same order as 1F1B).\n"
+	        "                     interleaved: Megatron's interleaved 1F1B over\n"
+	        "                     --virtual-stages V >= 2 model chunks per rank; needs\n"
+	        "                     P >= 3, L %% (P*V) == 0 and M %% P == 0.\n"
+	        "  --lazy-optimizer   Adam's state is allocated (cudaMalloc) and zeroed at the\n"
+	        "                     first step, as torch.optim.Adam does, not at start-up.\n"
+	        "  --ddp-buckets KB   DDP's gradient buckets of about KB KiB, all-reduced on the\n"
+	        "                     communication stream during the last micro-batch's\n"
+	        "                     backward, from flat buffers allocated in the first\n"
+	        "                     backward. With --dp 1 there is nothing to reduce: no-op.\n"
+	        "  --launch           runtime: cudaLaunchKernel. ex: cudaLaunchKernelExC.\n"
+	        "                     driver: cuLaunchKernel. driver-ex: cuLaunchKernelEx.\n"
+	        "                     mixed: GEMMs driver-ex, the rest runtime (as cuBLASLt\n"
+	        "                     and ATen). Driver entry points come from\n"
+	        "                     cudaGetDriverEntryPointByVersion.\n"
+	        "  --compute-stream   legacy: the handle cudaStreamLegacy. null: the handle 0,\n"
+	        "                     as PyTorch passes its default stream. created: a\n"
+	        "                     non-blocking stream, as torch.cuda.Stream() makes.\n"
+	        "\n"
+	        "Hazards (all on; --no-hazard NAME switches one off):\n",
+	        recompute, schedule, launch, stream);
 	for (int i = 0; i < TT_HAZARD_COUNT; i++)
 		fprintf(f, "  %-18s %s\n", hazard_names[i], hazard_help[i]);
 }
@@ -135,6 +200,12 @@ enum {
 	OPT_SEED,
 	OPT_NO_HAZARD,
 	OPT_REPORT_SAVED,
+	OPT_SCHEDULE,
+	OPT_VIRTUAL_STAGES,
+	OPT_LAZY_OPTIMIZER,
+	OPT_DDP_BUCKETS,
+	OPT_LAUNCH,
+	OPT_COMPUTE_STREAM,
 	OPT_HELP,
 };
 
@@ -157,6 +228,12 @@ static const struct option long_options[] = {
         {"seed", required_argument, NULL, OPT_SEED},
         {"no-hazard", required_argument, NULL, OPT_NO_HAZARD},
         {"report-saved", no_argument, NULL, OPT_REPORT_SAVED},
+        {"schedule", required_argument, NULL, OPT_SCHEDULE},
+        {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
+        {"lazy-optimizer", no_argument, NULL, OPT_LAZY_OPTIMIZER},
+        {"ddp-buckets", required_argument, NULL, OPT_DDP_BUCKETS},
+        {"launch", required_argument, NULL, OPT_LAUNCH},
+        {"compute-stream", required_argument, NULL, OPT_COMPUTE_STREAM},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
 };
@@ -170,6 +247,10 @@ static void set_defaults(struct tt_config *cfg)
 	cfg->steps = 1;
 	cfg->seed = 1234;
 	cfg->recompute = TT_RECOMPUTE_NONE;
+	cfg->schedule = TT_SCHEDULE_ONE_F_ONE_B;
+	cfg->virtual_stages = 1;
+	cfg->compute_stream = TT_COMPUTE_STREAM_LEGACY;
+	cfg->launch = TT_LAUNCH_MODE_RUNTIME;
 	cfg->real = (struct tt_dims){64, 8, 16, 2, 128};
 	cfg->virt = virtual_models[0].dims;
 	cfg->virtual_name = virtual_models[0].name;
@@ -177,6 +258,46 @@ static void set_defaults(struct tt_config *cfg)
 	cfg->lr = 1e-3f;
 	for (int i = 0; i < TT_HAZARD_COUNT; i++)
 		cfg->hazard[i] = true;
+}
+
+/* Megatron's conditions for the interleaved schedule; the others take one chunk. */
+static int check_schedule(const struct tt_config *cfg)
+{
+	int v = cfg->virtual_stages;
+
+	if (cfg->schedule != TT_SCHEDULE_INTERLEAVED) {
+		if (v != 1)
+			return usage_error("--virtual-stages %d needs --schedule interleaved", v);
+		return 0;
+	}
+	if (v < 2)
+		return usage_error("--schedule interleaved needs --virtual-stages V >= 2");
+	if (cfg->pp < 3)
+		return usage_error(
+		        "--schedule interleaved needs --pp >= 3 (Megatron's rule: with 2 "
+		        "stages both neighbours are one rank), not %d",
+		        cfg->pp);
+	if (cfg->layers % (cfg->pp * v))
+		return usage_error("--layers %d is not divisible by --pp * --virtual-stages = %d",
+		                   cfg->layers, cfg->pp * v);
+	if (cfg->microbatches % cfg->pp)
+		return usage_error("--microbatches %d is not divisible by --pp %d (interleaved)",
+		                   cfg->microbatches, cfg->pp);
+	return 0;
+}
+
+/* Looks name up in one X-macro list of choices; -1 (after a usage error) if absent. */
+static int lookup_choice(const char *option, const char *const *names, size_t count,
+                         const char *name)
+{
+	char list[128];
+
+	for (size_t i = 0; i < count; i++)
+		if (!strcmp(names[i], name))
+			return (int)i;
+	usage_error("unknown --%s '%s' (%s)", option, name,
+	            choices(names, count, list, sizeof(list)));
+	return -1;
 }
 
 /* Checks what no single option can: the parallel layout against the model. */
@@ -193,17 +314,17 @@ static int check_layout(const struct tt_config *cfg)
 	if (cfg->virt.hidden % cfg->virt.heads)
 		return usage_error("virtual hidden %d is not divisible by its %d heads",
 		                   cfg->virt.hidden, cfg->virt.heads);
-	return 0;
+	return check_schedule(cfg);
 }
 
 int tt_parse_args(int argc, char **argv, struct tt_config *cfg)
 {
-	int opt, value;
+	int opt, value, index = 0;
 
 	set_defaults(cfg);
 	opterr = 0;
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "", long_options, &index)) != -1) {
 		int *positive = NULL;
 
 		switch (opt) {
@@ -249,12 +370,42 @@ int tt_parse_args(int argc, char **argv, struct tt_config *cfg)
 		case OPT_SEED:
 			positive = &value;
 			break;
+		case OPT_VIRTUAL_STAGES:
+			positive = &cfg->virtual_stages;
+			break;
+		case OPT_DDP_BUCKETS:
+			positive = &cfg->ddp_bucket_kb;
+			break;
 		case OPT_RECOMPUTE:
-			value = lookup(recompute_names, 3, optarg);
+			value = lookup_choice("recompute", recompute_names,
+			                      ARRAY_SIZE(recompute_names), optarg);
 			if (value < 0)
-				return usage_error("unknown --recompute '%s' (none|full|selective)",
-				                   optarg);
+				return 2;
 			cfg->recompute = (enum tt_recompute)value;
+			continue;
+		case OPT_SCHEDULE:
+			value = lookup_choice("schedule", schedule_names,
+			                      ARRAY_SIZE(schedule_names), optarg);
+			if (value < 0)
+				return 2;
+			cfg->schedule = (enum tt_schedule)value;
+			continue;
+		case OPT_COMPUTE_STREAM:
+			value = lookup_choice("compute-stream", compute_stream_names,
+			                      ARRAY_SIZE(compute_stream_names), optarg);
+			if (value < 0)
+				return 2;
+			cfg->compute_stream = (enum tt_compute_stream)value;
+			continue;
+		case OPT_LAUNCH:
+			value = lookup_choice("launch", launch_mode_names,
+			                      ARRAY_SIZE(launch_mode_names), optarg);
+			if (value < 0)
+				return 2;
+			cfg->launch = (enum tt_launch_mode)value;
+			continue;
+		case OPT_LAZY_OPTIMIZER:
+			cfg->lazy_optimizer = true;
 			continue;
 		case OPT_VIRTUAL_MODEL:
 			value = -1;
@@ -285,7 +436,8 @@ int tt_parse_args(int argc, char **argv, struct tt_config *cfg)
 			return usage_error("unknown or incomplete option '%s'", argv[optind - 1]);
 		}
 		if ((*positive = parse_positive(optarg)) < 0)
-			return usage_error("'%s' is not a positive integer", optarg);
+			return usage_error("--%s '%s' is not a positive integer",
+			                   long_options[index].name, optarg);
 		if (opt == OPT_SEED)
 			cfg->seed = (uint64_t)value;
 		else if (opt >= OPT_VIRTUAL_HIDDEN && opt <= OPT_VIRTUAL_BATCH)

@@ -13,7 +13,7 @@ static void comm_waits_for_compute(struct tt_rank *r)
 	tt_check_cuda(cudaStreamWaitEvent(r->comm, r->compute_ready, 0), "cudaStreamWaitEvent");
 }
 
-static void compute_waits_for_comm(struct tt_rank *r)
+void tt_compute_waits_for_comm(struct tt_rank *r)
 {
 	tt_check_cuda(cudaEventRecord(r->comm_done, r->comm), "cudaEventRecord");
 	tt_check_cuda(cudaStreamWaitEvent(r->compute, r->comm_done, 0), "cudaStreamWaitEvent");
@@ -26,7 +26,7 @@ static void allreduce(struct tt_rank *r, ncclComm_t comm, float *buf, int64_t co
 	simgpu_nccl_next_virtual_bytes(virtual_bytes);
 	tt_check_nccl(ncclAllReduce(buf, buf, (size_t)count, ncclFloat, ncclSum, comm, r->comm),
 	              "ncclAllReduce");
-	compute_waits_for_comm(r);
+	tt_compute_waits_for_comm(r);
 }
 
 void tt_tp_allreduce(struct tt_rank *r, float *buf, int64_t count, uint64_t virtual_bytes)
@@ -44,7 +44,7 @@ void tt_tp_allreduce(struct tt_rank *r, float *buf, int64_t count, uint64_t virt
 void tt_free_after_comm(struct tt_rank *r, void *ptr)
 {
 	if (r->cfg->hazard[TT_HAZARD_CROSS_STREAM_FREE]) {
-		compute_waits_for_comm(r);
+		tt_compute_waits_for_comm(r);
 	} else {
 		tt_check_cuda(cudaStreamSynchronize(r->comm), "cudaStreamSynchronize");
 	}
@@ -58,6 +58,9 @@ void tt_p2p(struct tt_rank *r, float *send_next, float *send_prev, float **recv_
 	size_t count = (size_t)(s->tokens * s->hidden);
 	uint64_t virtual_bytes = (uint64_t)(r->virt.tokens * r->virt.hidden) * 2;
 	int stride = r->cfg->tp * r->cfg->dp; /* world ranks between neighbouring stages */
+	/* The pipeline is a ring: with model chunks, the last stage feeds the first. */
+	int next = (r->rank + stride) % r->cfg->nproc;
+	int prev = (r->rank - stride + r->cfg->nproc) % r->cfg->nproc;
 
 	if (!send_next && !send_prev && !recv_prev && !recv_next)
 		return;
@@ -69,30 +72,26 @@ void tt_p2p(struct tt_rank *r, float *send_next, float *send_prev, float **recv_
 	tt_check_nccl(ncclGroupStart(), "ncclGroupStart");
 	if (send_next) {
 		simgpu_nccl_next_virtual_bytes(virtual_bytes);
-		tt_check_nccl(
-		        ncclSend(send_next, count, ncclFloat, r->rank + stride, r->world, r->comm),
-		        "ncclSend");
+		tt_check_nccl(ncclSend(send_next, count, ncclFloat, next, r->world, r->comm),
+		              "ncclSend");
 	}
 	if (send_prev) {
 		simgpu_nccl_next_virtual_bytes(virtual_bytes);
-		tt_check_nccl(
-		        ncclSend(send_prev, count, ncclFloat, r->rank - stride, r->world, r->comm),
-		        "ncclSend");
+		tt_check_nccl(ncclSend(send_prev, count, ncclFloat, prev, r->world, r->comm),
+		              "ncclSend");
 	}
 	if (recv_prev) {
 		simgpu_nccl_next_virtual_bytes(virtual_bytes);
-		tt_check_nccl(
-		        ncclRecv(*recv_prev, count, ncclFloat, r->rank - stride, r->world, r->comm),
-		        "ncclRecv");
+		tt_check_nccl(ncclRecv(*recv_prev, count, ncclFloat, prev, r->world, r->comm),
+		              "ncclRecv");
 	}
 	if (recv_next) {
 		simgpu_nccl_next_virtual_bytes(virtual_bytes);
-		tt_check_nccl(
-		        ncclRecv(*recv_next, count, ncclFloat, r->rank + stride, r->world, r->comm),
-		        "ncclRecv");
+		tt_check_nccl(ncclRecv(*recv_next, count, ncclFloat, next, r->world, r->comm),
+		              "ncclRecv");
 	}
 	tt_check_nccl(ncclGroupEnd(), "ncclGroupEnd");
-	compute_waits_for_comm(r);
+	tt_compute_waits_for_comm(r);
 	if (send_next)
 		tt_free_after_comm(r, send_next);
 	if (send_prev)
@@ -118,6 +117,15 @@ void tt_dp_allreduce_grads(struct tt_rank *r)
 {
 	if (r->cfg->dp > 1)
 		allreduce(r, r->dp_comm, r->grads, r->param_count, virtual_param_bytes(r));
+}
+
+void tt_dp_allreduce_async(struct tt_rank *r, float *buf, int64_t count, uint64_t virtual_bytes)
+{
+	comm_waits_for_compute(r);
+	simgpu_nccl_next_virtual_bytes(virtual_bytes);
+	tt_check_nccl(
+	        ncclAllReduce(buf, buf, (size_t)count, ncclFloat, ncclSum, r->dp_comm, r->comm),
+	        "ncclAllReduce");
 }
 
 void tt_dp_allreduce_scalar(struct tt_rank *r, float *value)

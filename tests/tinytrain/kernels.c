@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* tinytrain's kernel registration and launch wrappers, generated from the kernel table. */
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "kernels.h"
 #include "kernels_table.h"
+#include "launch.h"
 #include "simgpu.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -26,10 +29,11 @@ struct param_layout {
 TT_KERNELS(DEFINE_LAYOUT)
 #undef DEFINE_LAYOUT
 
-/* name_stub: the host stub simgpu returned, what cudaLaunchKernel takes. */
-#define DEFINE_STUB(name, parameters) static const void *name##_stub;
-TT_KERNELS(DEFINE_STUB)
-#undef DEFINE_STUB
+/* name_target: the host stub simgpu returned (what cudaLaunchKernel takes) and, for the
+ * driver APIs, its CUfunction. */
+#define DEFINE_TARGET(name, parameters) static struct tt_launch_target name##_target;
+TT_KERNELS(DEFINE_TARGET)
+#undef DEFINE_TARGET
 
 /* A wrapper's argument array has one entry per parameter of its kernel. */
 #define CHECK_ARGS(name, args)                                        \
@@ -82,28 +86,77 @@ int tt_kernels_register(void)
 {
 	int err = 0;
 
-#define REGISTER(name, parameters)                                                            \
-	err |= register_kernel(&name##_stub, #name, name##_params, ARRAY_SIZE(name##_params), \
-	                       name##_body, name##_cost);
+#define REGISTER(name, parameters)                                        \
+	err |= register_kernel(&name##_target.stub, #name, name##_params, \
+	                       ARRAY_SIZE(name##_params), name##_body, name##_cost);
 	TT_KERNELS(REGISTER)
 #undef REGISTER
 	return err ? -1 : 0;
 }
 
-/* ---- Launch wrappers -------------------------------------------------------------------- */
+/* ---- Launch APIs and wrappers ---------------------------------------------------------- */
 
-/* A 1-D launch of one thread per unit of work, at least one block: the body does all of it,
- * the geometry only makes traces look like a real launch. */
-static cudaError_t launch(const void *stub, int64_t work, void **args, cudaStream_t stream)
+/* Set once per process by tt_kernels_use_launch, before the backward thread starts (its
+ * creation orders the writes before its reads). */
+static enum tt_launch_api gemm_api = TT_LAUNCH_API_RUNTIME, other_api = TT_LAUNCH_API_RUNTIME;
+static atomic_uint_fast64_t launches;
+
+static bool is_driver_api(enum tt_launch_api api)
+{
+	return api == TT_LAUNCH_API_DRIVER || api == TT_LAUNCH_API_DRIVER_EX;
+}
+
+/* Every kernel's CUfunction, once, as cuBLASLt and Triton load theirs up front. */
+static int resolve_functions(void)
+{
+	int err = 0;
+
+#define RESOLVE(name, parameters) err |= tt_launch_resolve(&name##_target, #name);
+	TT_KERNELS(RESOLVE)
+#undef RESOLVE
+	return err ? -1 : 0;
+}
+
+int tt_kernels_use_launch(enum tt_launch_api gemm, enum tt_launch_api other)
+{
+	if (tt_launch_prepare(gemm) || tt_launch_prepare(other))
+		return -1;
+	if ((is_driver_api(gemm) || is_driver_api(other)) && resolve_functions())
+		return -1;
+	gemm_api = gemm;
+	other_api = other;
+	return 0;
+}
+
+uint64_t tt_kernels_launch_count(void)
+{
+	return atomic_load_explicit(&launches, memory_order_relaxed);
+}
+
+/* A 1-D launch of one thread per unit of work, at least one block, through api: the body
+ * does all of it, the geometry only makes traces look like a real launch. */
+static cudaError_t launch_with(enum tt_launch_api api, const struct tt_launch_target *target,
+                               int64_t work, void **args, cudaStream_t stream)
 {
 	int64_t blocks = (work + THREADS_PER_BLOCK - 1) / THREADS_PER_BLOCK;
+	cudaError_t err;
 
 	if (blocks < 1)
 		blocks = 1;
 	if (blocks > INT32_MAX)
 		blocks = INT32_MAX;
-	return cudaLaunchKernel(stub, (dim3){(unsigned int)blocks, 1, 1},
-	                        (dim3){THREADS_PER_BLOCK, 1, 1}, args, 0, stream);
+	err = tt_launch(api, target, (dim3){(unsigned int)blocks, 1, 1},
+	                (dim3){THREADS_PER_BLOCK, 1, 1}, args, stream);
+	if (err == cudaSuccess)
+		atomic_fetch_add_explicit(&launches, 1, memory_order_relaxed);
+	return err;
+}
+
+/* Every kernel but the GEMM. */
+static cudaError_t launch(const struct tt_launch_target *target, int64_t work, void **args,
+                          cudaStream_t stream)
+{
+	return launch_with(other_api, target, work, args, stream);
 }
 
 cudaError_t tt_gemm(cudaStream_t stream, const struct tt_gemm *g, struct tt_vcost cost)
@@ -117,7 +170,7 @@ cudaError_t tt_gemm(cudaStream_t stream, const struct tt_gemm *g, struct tt_vcos
 	                &p.a,       &p.stride_a, &p.b,         &p.stride_b, &p.c, &p.stride_c,
 	                &p.alpha,   &p.beta,     &p.workspace, &cost};
 	CHECK_ARGS(tt_gemm, args);
-	return launch(tt_gemm_stub, (int64_t)p.batch * p.m * p.n, args, stream);
+	return launch_with(gemm_api, &tt_gemm_target, (int64_t)p.batch * p.m * p.n, args, stream);
 }
 
 cudaError_t tt_layernorm_fwd(cudaStream_t stream, struct tt_layernorm_args a, struct tt_vcost cost)
@@ -127,7 +180,7 @@ cudaError_t tt_layernorm_fwd(cudaStream_t stream, struct tt_layernorm_args a, st
 
 	if (a.rows < 0 || a.cols < 1)
 		return cudaErrorInvalidValue;
-	return launch(tt_layernorm_fwd_stub, a.rows, args, stream);
+	return launch(&tt_layernorm_fwd_target, a.rows, args, stream);
 }
 
 cudaError_t tt_layernorm_fwd_flat(cudaStream_t stream, const float *x, float *y, const float *gamma,
@@ -139,7 +192,7 @@ cudaError_t tt_layernorm_fwd_flat(cudaStream_t stream, const float *x, float *y,
 
 	if (rows < 0 || cols < 1)
 		return cudaErrorInvalidValue;
-	return launch(tt_layernorm_fwd_flat_stub, rows, args, stream);
+	return launch(&tt_layernorm_fwd_flat_target, rows, args, stream);
 }
 
 cudaError_t tt_layernorm_bwd(cudaStream_t stream, struct tt_layernorm_grad_args a,
@@ -150,7 +203,7 @@ cudaError_t tt_layernorm_bwd(cudaStream_t stream, struct tt_layernorm_grad_args 
 
 	if (a.rows < 0 || a.cols < 1)
 		return cudaErrorInvalidValue;
-	return launch(tt_layernorm_bwd_stub, a.rows, args, stream);
+	return launch(&tt_layernorm_bwd_target, a.rows, args, stream);
 }
 
 cudaError_t tt_embedding_fwd(cudaStream_t stream, const int *tokens, float *const *table_ref,
@@ -161,7 +214,7 @@ cudaError_t tt_embedding_fwd(cudaStream_t stream, const int *tokens, float *cons
 
 	if (tokens_n < 0 || hidden < 0)
 		return cudaErrorInvalidValue;
-	return launch(tt_embedding_fwd_stub, (int64_t)tokens_n * hidden, args, stream);
+	return launch(&tt_embedding_fwd_target, (int64_t)tokens_n * hidden, args, stream);
 }
 
 cudaError_t tt_embedding_fwd_direct(cudaStream_t stream, const int *tokens, const float *table,
@@ -172,7 +225,7 @@ cudaError_t tt_embedding_fwd_direct(cudaStream_t stream, const int *tokens, cons
 
 	if (tokens_n < 0 || hidden < 0)
 		return cudaErrorInvalidValue;
-	return launch(tt_embedding_fwd_direct_stub, (int64_t)tokens_n * hidden, args, stream);
+	return launch(&tt_embedding_fwd_direct_target, (int64_t)tokens_n * hidden, args, stream);
 }
 
 cudaError_t tt_embedding_bwd(cudaStream_t stream, const int *tokens, const float *dout,
@@ -183,7 +236,7 @@ cudaError_t tt_embedding_bwd(cudaStream_t stream, const int *tokens, const float
 
 	if (tokens_n < 0 || hidden < 0)
 		return cudaErrorInvalidValue;
-	return launch(tt_embedding_bwd_stub, (int64_t)tokens_n * hidden, args, stream);
+	return launch(&tt_embedding_bwd_target, (int64_t)tokens_n * hidden, args, stream);
 }
 
 cudaError_t tt_softmax_fwd(cudaStream_t stream, const float *x, float *y, int rows, int cols,
@@ -194,7 +247,7 @@ cudaError_t tt_softmax_fwd(cudaStream_t stream, const float *x, float *y, int ro
 
 	if (rows < 0 || cols < 1)
 		return cudaErrorInvalidValue;
-	return launch(tt_softmax_fwd_stub, (int64_t)rows * cols, args, stream);
+	return launch(&tt_softmax_fwd_target, (int64_t)rows * cols, args, stream);
 }
 
 cudaError_t tt_softmax_bwd(cudaStream_t stream, const float *y, const float *dy, float *dx,
@@ -205,7 +258,7 @@ cudaError_t tt_softmax_bwd(cudaStream_t stream, const float *y, const float *dy,
 
 	if (rows < 0 || cols < 1)
 		return cudaErrorInvalidValue;
-	return launch(tt_softmax_bwd_stub, (int64_t)rows * cols, args, stream);
+	return launch(&tt_softmax_bwd_target, (int64_t)rows * cols, args, stream);
 }
 
 cudaError_t tt_dropout_fwd(cudaStream_t stream, const float *x, float *y, uint8_t *mask, int64_t n,
@@ -216,7 +269,7 @@ cudaError_t tt_dropout_fwd(cudaStream_t stream, const float *x, float *y, uint8_
 
 	if (n < 0 || !(p >= 0.0f && p < 1.0f))
 		return cudaErrorInvalidValue;
-	return launch(tt_dropout_fwd_stub, n, args, stream);
+	return launch(&tt_dropout_fwd_target, n, args, stream);
 }
 
 cudaError_t tt_dropout_bwd(cudaStream_t stream, const float *dy, const uint8_t *mask, float *dx,
@@ -227,7 +280,7 @@ cudaError_t tt_dropout_bwd(cudaStream_t stream, const float *dy, const uint8_t *
 
 	if (n < 0 || !(p >= 0.0f && p < 1.0f))
 		return cudaErrorInvalidValue;
-	return launch(tt_dropout_bwd_stub, n, args, stream);
+	return launch(&tt_dropout_bwd_target, n, args, stream);
 }
 
 cudaError_t tt_gelu_fwd(cudaStream_t stream, const float *x, float *y, int64_t n,
@@ -238,7 +291,7 @@ cudaError_t tt_gelu_fwd(cudaStream_t stream, const float *x, float *y, int64_t n
 
 	if (n < 0)
 		return cudaErrorInvalidValue;
-	return launch(tt_gelu_fwd_stub, n, args, stream);
+	return launch(&tt_gelu_fwd_target, n, args, stream);
 }
 
 cudaError_t tt_gelu_bwd(cudaStream_t stream, const float *x, const float *dy, float *dx, int64_t n,
@@ -249,7 +302,7 @@ cudaError_t tt_gelu_bwd(cudaStream_t stream, const float *x, const float *dy, fl
 
 	if (n < 0)
 		return cudaErrorInvalidValue;
-	return launch(tt_gelu_bwd_stub, n, args, stream);
+	return launch(&tt_gelu_bwd_target, n, args, stream);
 }
 
 cudaError_t tt_axpy(cudaStream_t stream, float alpha, const float *x, float *y, int64_t n,
@@ -260,7 +313,7 @@ cudaError_t tt_axpy(cudaStream_t stream, float alpha, const float *x, float *y, 
 
 	if (n < 0)
 		return cudaErrorInvalidValue;
-	return launch(tt_axpy_stub, n, args, stream);
+	return launch(&tt_axpy_target, n, args, stream);
 }
 
 static int heads_valid(struct tt_heads s)
@@ -281,7 +334,7 @@ cudaError_t tt_split_qkv(cudaStream_t stream, struct tt_heads shape, const float
 
 	if (!heads_valid(shape))
 		return cudaErrorInvalidValue;
-	return launch(tt_split_qkv_stub, 3 * heads_elems(shape), args, stream);
+	return launch(&tt_split_qkv_target, 3 * heads_elems(shape), args, stream);
 }
 
 cudaError_t tt_join_qkv_grad(cudaStream_t stream, struct tt_heads shape, const float *dq,
@@ -292,7 +345,7 @@ cudaError_t tt_join_qkv_grad(cudaStream_t stream, struct tt_heads shape, const f
 
 	if (!heads_valid(shape))
 		return cudaErrorInvalidValue;
-	return launch(tt_join_qkv_grad_stub, 3 * heads_elems(shape), args, stream);
+	return launch(&tt_join_qkv_grad_target, 3 * heads_elems(shape), args, stream);
 }
 
 cudaError_t tt_merge_heads(cudaStream_t stream, struct tt_heads shape, const float *ctx, float *out,
@@ -303,7 +356,7 @@ cudaError_t tt_merge_heads(cudaStream_t stream, struct tt_heads shape, const flo
 
 	if (!heads_valid(shape))
 		return cudaErrorInvalidValue;
-	return launch(tt_merge_heads_stub, heads_elems(shape), args, stream);
+	return launch(&tt_merge_heads_target, heads_elems(shape), args, stream);
 }
 
 cudaError_t tt_split_merged_grad(cudaStream_t stream, struct tt_heads shape, const float *dout,
@@ -314,7 +367,7 @@ cudaError_t tt_split_merged_grad(cudaStream_t stream, struct tt_heads shape, con
 
 	if (!heads_valid(shape))
 		return cudaErrorInvalidValue;
-	return launch(tt_split_merged_grad_stub, heads_elems(shape), args, stream);
+	return launch(&tt_split_merged_grad_target, heads_elems(shape), args, stream);
 }
 
 cudaError_t tt_cross_entropy(cudaStream_t stream, const float *logits, const int *targets,
@@ -326,7 +379,7 @@ cudaError_t tt_cross_entropy(cudaStream_t stream, const float *logits, const int
 
 	if (rows < 0 || vocab < 1)
 		return cudaErrorInvalidValue;
-	return launch(tt_cross_entropy_stub, (int64_t)rows * vocab, args, stream);
+	return launch(&tt_cross_entropy_target, (int64_t)rows * vocab, args, stream);
 }
 
 cudaError_t tt_sum(cudaStream_t stream, const float *x, float *out, int n, int accumulate,
@@ -337,7 +390,7 @@ cudaError_t tt_sum(cudaStream_t stream, const float *x, float *out, int n, int a
 
 	if (n < 0)
 		return cudaErrorInvalidValue;
-	return launch(tt_sum_stub, n, args, stream);
+	return launch(&tt_sum_target, n, args, stream);
 }
 
 cudaError_t tt_scale(cudaStream_t stream, const float *x, float *y, float alpha, int64_t n,
@@ -348,7 +401,7 @@ cudaError_t tt_scale(cudaStream_t stream, const float *x, float *y, float alpha,
 
 	if (n < 0)
 		return cudaErrorInvalidValue;
-	return launch(tt_scale_stub, n, args, stream);
+	return launch(&tt_scale_target, n, args, stream);
 }
 
 cudaError_t tt_adam(cudaStream_t stream, float *param, const float *grad, float *m, float *v,
@@ -359,5 +412,5 @@ cudaError_t tt_adam(cudaStream_t stream, float *param, const float *grad, float 
 
 	if (n < 0 || hyper.t < 1)
 		return cudaErrorInvalidValue;
-	return launch(tt_adam_stub, n, args, stream);
+	return launch(&tt_adam_target, n, args, stream);
 }

@@ -2,8 +2,9 @@
 /*
  * tinytrain's kernels: simgpu kernels with real float32 arithmetic on small real
  * dimensions, and a virtual cost given by the caller (the cost of the same op on the
- * virtual model, see cost.h). Each launch wrapper enqueues exactly one kernel with
- * cudaLaunchKernel on the given stream and returns its result.
+ * virtual model, see cost.h). Each launch wrapper enqueues exactly one kernel on the
+ * given stream, through the launch API chosen with tt_kernels_use_launch (cudaLaunchKernel
+ * by default), and returns its result.
  *
  * Layouts are row-major. Every kernel is deterministic: the same inputs give the same
  * bits, which the recompute baselines and Lynx's replay rely on.
@@ -25,6 +26,36 @@
 
 /* Registers every kernel with simgpu. Returns 0, or -1 if simgpu refused one. */
 int tt_kernels_register(void);
+
+/*
+ * CUDA's kernel launch APIs: X(id, name in messages). The driver APIs take a CUfunction,
+ * found with cudaGetFuncBySymbol, and are reached through cudaGetDriverEntryPointByVersion,
+ * as PyTorch and Triton reach them (tinytrain does not link libcuda).
+ */
+#define TT_LAUNCH_APIS(X)                    \
+	X(RUNTIME, "cudaLaunchKernel")       \
+	X(RUNTIME_EX, "cudaLaunchKernelExC") \
+	X(DRIVER, "cuLaunchKernel")          \
+	X(DRIVER_EX, "cuLaunchKernelEx")
+
+enum tt_launch_api {
+#define TT_LAUNCH_API_ENUM(id, name) TT_LAUNCH_API_##id,
+	TT_LAUNCH_APIS(TT_LAUNCH_API_ENUM)
+#undef TT_LAUNCH_API_ENUM
+	        TT_LAUNCH_API_COUNT
+};
+
+/*
+ * Makes the GEMM (tt_gemm) go through gemm_api and every other kernel through other_api
+ * from now on; cudaLaunchKernel for both until called. Needs the current device set
+ * (the driver paths resolve each kernel's CUfunction), and must come before any launch
+ * of the process's other threads. Returns 0, or -1 after printing why to stderr.
+ */
+int tt_kernels_use_launch(enum tt_launch_api gemm_api, enum tt_launch_api other_api);
+
+/* Kernels this process has launched successfully, counted by the launch wrappers (any
+ * thread): the ground truth for a profiler's launch count. */
+uint64_t tt_kernels_launch_count(void);
 
 /*
  * C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b] for b in [0, batch), where op(X) is X

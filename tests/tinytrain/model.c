@@ -124,21 +124,18 @@ static void upload(float *dev, const float *host, int64_t n)
 	              "cudaMemcpy");
 }
 
-/* Carves one layer's tensors out of base, in a fixed order; returns the floats used. */
+/* Carves one layer's tensors out of base, in TT_LAYER_TENSORS order; returns the floats
+ * used. */
 static int64_t carve_layer(float *base, const struct tt_shape *s, struct tt_layer_weights *w)
 {
 	float *p = base;
-	float **fields[] = {&w->ln1_gamma, &w->ln1_beta, &w->qkv, &w->proj,
-	                    &w->ln2_gamma, &w->ln2_beta, &w->fc1, &w->fc2};
-	int64_t sizes[] = {
-	        s->hidden, s->hidden, s->hidden * 3 * s->local_hidden, s->local_hidden * s->hidden,
-	        s->hidden, s->hidden, s->hidden * s->local_ffn,        s->local_ffn * s->hidden};
 
-	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-		if (base)
-			*fields[i] = p;
-		p += sizes[i];
-	}
+#define CARVE(field, elements) \
+	if (base)              \
+		w->field = p;  \
+	p += (elements);
+	TT_LAYER_TENSORS(CARVE, s)
+#undef CARVE
 	return p - base;
 }
 
@@ -194,7 +191,7 @@ static void init_weights(struct tt_rank *r)
 	              "cudaMemset");
 	for (int l = 0; l < r->local_layers; l++) {
 		const struct tt_layer_weights *w = &r->w[l];
-		uint64_t t = (uint64_t)(r->first_layer + l) * 8;
+		uint64_t t = (uint64_t)tt_global_layer(r, l) * 8;
 
 		upload(w->ln1_gamma, ones, h);
 		upload(w->ln2_gamma, ones, h);
@@ -230,10 +227,12 @@ void tt_model_init(struct tt_rank *r)
 	bytes = (size_t)r->param_count * sizeof(float);
 	r->params = tt_alloc(r, bytes);
 	r->grads = tt_alloc(r, bytes);
-	r->adam_m = tt_alloc(r, bytes);
-	r->adam_v = tt_alloc(r, bytes);
-	tt_check_cuda(cudaMemsetAsync(r->adam_m, 0, bytes, r->compute), "cudaMemsetAsync");
-	tt_check_cuda(cudaMemsetAsync(r->adam_v, 0, bytes, r->compute), "cudaMemsetAsync");
+	if (!r->cfg->lazy_optimizer) {
+		r->adam_m = tt_alloc(r, bytes);
+		r->adam_v = tt_alloc(r, bytes);
+		tt_check_cuda(cudaMemsetAsync(r->adam_m, 0, bytes, r->compute), "cudaMemsetAsync");
+		tt_check_cuda(cudaMemsetAsync(r->adam_v, 0, bytes, r->compute), "cudaMemsetAsync");
+	}
 	r->w = calloc((size_t)r->local_layers, sizeof(*r->w));
 	r->g = calloc((size_t)r->local_layers, sizeof(*r->g));
 	r->acts = calloc((size_t)(r->local_layers * r->cfg->microbatches), sizeof(*r->acts));
@@ -385,7 +384,7 @@ static void layernorm_bwd(struct tt_rank *r, const float *x, const float *dy, co
 static uint64_t dropout_seed(const struct tt_rank *r, int layer, int mb, int site)
 {
 	return mix(r->cfg->seed ^
-	           mix(((uint64_t)r->step << 40) ^ ((uint64_t)(r->first_layer + layer) << 24) ^
+	           mix(((uint64_t)r->step << 40) ^ ((uint64_t)tt_global_layer(r, layer) << 24) ^
 	               ((uint64_t)tt_global_microbatch(r, mb) << 4) ^ (uint64_t)site));
 }
 

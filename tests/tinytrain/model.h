@@ -3,8 +3,10 @@
  * One rank of tinytrain: its share of the model (pipeline stage, tensor-parallel shard),
  * its streams and communicators, and the per-layer forward and backward.
  *
- * Ownership: a rank owns everything here; all device memory is allocated with
- * cudaMallocAsync on the compute stream, as PyTorch's cudaMallocAsync backend does.
+ * Ownership: a rank owns everything here; device memory is allocated with cudaMallocAsync
+ * on the compute stream, as PyTorch's cudaMallocAsync backend does, except what a real
+ * trainer creates lazily with cudaMalloc (Adam's state with --lazy-optimizer, DDP's
+ * bucket buffers).
  * Thread safety: one rank is driven by one host thread at a time (the backward may run
  * on a second thread, handed over and waited for).
  */
@@ -24,9 +26,26 @@ struct tt_shape {
 	int64_t batch, seq, hidden, local_hidden, local_heads, head_dim, local_ffn, vocab;
 };
 
+/*
+ * One layer's tensors in their order in the flat buffers, with their element counts for
+ * a shape s: X(field, elements). The model (carving) and the gradient buckets (ddp.c)
+ * both expand it.
+ */
+#define TT_LAYER_TENSORS(X, s)                      \
+	X(ln1_gamma, (s)->hidden)                   \
+	X(ln1_beta, (s)->hidden)                    \
+	X(qkv, (s)->hidden * 3 * (s)->local_hidden) \
+	X(proj, (s)->local_hidden *(s)->hidden)     \
+	X(ln2_gamma, (s)->hidden)                   \
+	X(ln2_beta, (s)->hidden)                    \
+	X(fc1, (s)->hidden *(s)->local_ffn)         \
+	X(fc2, (s)->local_ffn *(s)->hidden)
+
 /* One layer's weights (or their gradients: the same layout, another base). */
 struct tt_layer_weights {
-	float *ln1_gamma, *ln1_beta, *qkv, *proj, *ln2_gamma, *ln2_beta, *fc1, *fc2;
+#define TT_LAYER_FIELD(field, elements) float *field;
+	TT_LAYER_TENSORS(TT_LAYER_FIELD, unused)
+#undef TT_LAYER_FIELD
 };
 
 /* Embedding (first stage) and head (last stage) weights. */
@@ -50,10 +69,15 @@ struct tt_acts {
 	uint8_t *mask2;
 };
 
+struct tt_ddp;
+
 struct tt_rank {
 	const struct tt_config *cfg;
 	int rank, stage, tp_rank, dp_rank, device;
-	int local_layers, first_layer;
+	int local_layers;
+	/* Model chunks (interleaved schedule; else 1) of chunk_layers layers each: local layer
+	 * l is in chunk l / chunk_layers (tt_global_layer). */
+	int chunks, chunk_layers;
 	bool first_stage, last_stage;
 	struct tt_shape real, virt;
 
@@ -61,7 +85,8 @@ struct tt_rank {
 	cudaStream_t compute, comm;
 	cudaEvent_t compute_ready, comm_done; /* the handshakes between the two streams */
 
-	float *params, *grads, *adam_m, *adam_v;
+	float *params, *grads;
+	float *adam_m, *adam_v; /* NULL until the first step with --lazy-optimizer */
 	int64_t param_count;
 	struct tt_layer_weights *w, *g; /* [local_layers] */
 	struct tt_edge_weights ew, eg;
@@ -71,6 +96,7 @@ struct tt_rank {
 
 	struct tt_acts *acts;       /* [local_layers * microbatches] */
 	int64_t *saved_layer_bytes; /* [local_layers]: the most a forward kept (tt_acts_bytes) */
+	struct tt_ddp *ddp;         /* the gradient buckets, or NULL (ddp.h) */
 	int step;
 };
 
@@ -78,6 +104,15 @@ struct tt_rank {
  * ncclUniqueId), creates its streams and builds its model; exits on failure. */
 void tt_rank_setup(struct tt_rank *r, const struct tt_config *cfg, int rank, const void *nccl_id);
 void tt_rank_teardown(struct tt_rank *r);
+
+/* The model's index of local layer `layer`: Megatron's layout, where stage s holds layers
+ * [s * L/P, (s + 1) * L/P), and with V chunks, chunk c holds the layers of virtual stage
+ * c * P + s. */
+int tt_global_layer(const struct tt_rank *r, int layer);
+
+/* Copies device memory written on the compute stream to the host, once that stream is
+ * done with it. */
+void tt_copy_to_host(struct tt_rank *r, void *dst, const void *src, size_t bytes);
 
 /* Reports a CUDA or NCCL failure and ends the rank: tinytrain is a test program. */
 void tt_check_cuda(cudaError_t err, const char *what);
@@ -115,13 +150,19 @@ void tt_free_after_comm(struct tt_rank *r, void *ptr);
 /*
  * One pipeline exchange, as Megatron's p2p_communicate: any of send to the next stage,
  * send to the previous one, receive from the previous one, receive from the next one, in
- * one NCCL group (NULL where absent). Received buffers are new (tokens x hidden). Send
- * buffers are freed once the sends are done.
+ * one NCCL group (NULL where absent), in that order. The stages form a ring (the last
+ * stage's next is the first), which only the interleaved schedule uses. Received buffers
+ * are new (tokens x hidden). Send buffers are freed once the sends are done.
  */
 void tt_p2p(struct tt_rank *r, float *send_next, float *send_prev, float **recv_prev,
             float **recv_next);
 /* Sums the gradients over data-parallel ranks. */
 void tt_dp_allreduce_grads(struct tt_rank *r);
+/* Sums buf over data-parallel ranks on the communication stream, once the compute stream
+ * reaches its current point; the compute stream does not wait (tt_compute_waits_for_comm). */
+void tt_dp_allreduce_async(struct tt_rank *r, float *buf, int64_t count, uint64_t virtual_bytes);
+/* The compute stream waits for everything queued on the communication stream so far. */
+void tt_compute_waits_for_comm(struct tt_rank *r);
 /* Sums a device scalar over data-parallel ranks. */
 void tt_dp_allreduce_scalar(struct tt_rank *r, float *value);
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ddp.h"
 #include "schedule.h"
 #include "simgpu.h"
 
@@ -19,7 +20,15 @@ static void place(struct tt_rank *r, const struct tt_config *cfg, int rank)
 	r->first_stage = r->stage == 0;
 	r->last_stage = r->stage == cfg->pp - 1;
 	r->local_layers = cfg->layers / cfg->pp;
-	r->first_layer = r->stage * r->local_layers;
+	r->chunks = cfg->schedule == TT_SCHEDULE_INTERLEAVED ? cfg->virtual_stages : 1;
+	r->chunk_layers = r->local_layers / r->chunks;
+}
+
+int tt_global_layer(const struct tt_rank *r, int layer)
+{
+	int chunk = layer / r->chunk_layers;
+
+	return (chunk * r->cfg->pp + r->stage) * r->chunk_layers + layer % r->chunk_layers;
 }
 
 static struct tt_shape shape_of(const struct tt_dims *d, int tp)
@@ -51,6 +60,38 @@ static void connect(struct tt_rank *r, const void *nccl_id)
 	              "ncclCommSplit");
 }
 
+static void use_launch_apis(enum tt_launch_mode mode)
+{
+	static const enum tt_launch_api gemm_api[] = {
+#define TT_LAUNCH_GEMM_API(id, name, gemm, other) TT_LAUNCH_API_##gemm,
+	        TT_LAUNCH_MODES(TT_LAUNCH_GEMM_API)
+#undef TT_LAUNCH_GEMM_API
+	};
+	static const enum tt_launch_api other_api[] = {
+#define TT_LAUNCH_OTHER_API(id, name, gemm, other) TT_LAUNCH_API_##other,
+	        TT_LAUNCH_MODES(TT_LAUNCH_OTHER_API)
+#undef TT_LAUNCH_OTHER_API
+	};
+
+	if (tt_kernels_use_launch(gemm_api[mode], other_api[mode])) {
+		fprintf(stderr, "tinytrain: cannot set up the kernel launch APIs\n");
+		exit(1);
+	}
+}
+
+void tt_copy_to_host(struct tt_rank *r, void *dst, const void *src, size_t bytes)
+{
+	/* cudaMemcpy runs on the legacy stream, which waits for the compute stream unless
+	 * that one is non-blocking; then copy as PyTorch's .cpu() does. */
+	if (r->cfg->compute_stream != TT_COMPUTE_STREAM_CREATED) {
+		tt_check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+		return;
+	}
+	tt_check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, r->compute),
+	              "cudaMemcpyAsync");
+	tt_check_cuda(cudaStreamSynchronize(r->compute), "cudaStreamSynchronize");
+}
+
 void tt_rank_setup(struct tt_rank *r, const struct tt_config *cfg, int rank, const void *nccl_id)
 {
 	int devices = 0;
@@ -62,9 +103,22 @@ void tt_rank_setup(struct tt_rank *r, const struct tt_config *cfg, int rank, con
 	tt_check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
 	r->device = rank % devices;
 	tt_check_cuda(cudaSetDevice(r->device), "cudaSetDevice");
+	use_launch_apis(cfg->launch);
 	connect(r, nccl_id);
-	/* PyTorch computes on the legacy default stream; its NCCL streams are non-blocking. */
-	r->compute = cudaStreamLegacy;
+	/* PyTorch computes on the legacy default stream, or on a stream of its pool (created
+	 * non-blocking); its NCCL streams are non-blocking. */
+	switch (cfg->compute_stream) {
+	case TT_COMPUTE_STREAM_LEGACY:
+		r->compute = cudaStreamLegacy;
+		break;
+	case TT_COMPUTE_STREAM_NULL_HANDLE:
+		r->compute = NULL;
+		break;
+	case TT_COMPUTE_STREAM_CREATED:
+		tt_check_cuda(cudaStreamCreateWithFlags(&r->compute, cudaStreamNonBlocking),
+		              "cudaStreamCreateWithFlags");
+		break;
+	}
 	tt_check_cuda(cudaStreamCreateWithFlags(&r->comm, cudaStreamNonBlocking),
 	              "cudaStreamCreateWithFlags");
 	tt_check_cuda(cudaEventCreateWithFlags(&r->compute_ready, cudaEventDisableTiming),
@@ -72,6 +126,7 @@ void tt_rank_setup(struct tt_rank *r, const struct tt_config *cfg, int rank, con
 	tt_check_cuda(cudaEventCreateWithFlags(&r->comm_done, cudaEventDisableTiming),
 	              "cudaEventCreateWithFlags");
 	tt_model_init(r);
+	r->ddp = tt_ddp_create(r);
 }
 
 void tt_rank_teardown(struct tt_rank *r)
@@ -83,6 +138,13 @@ void tt_rank_teardown(struct tt_rank *r)
 	cudaEventDestroy(r->compute_ready);
 	cudaEventDestroy(r->comm_done);
 	cudaStreamDestroy(r->comm);
+	if (r->cfg->compute_stream == TT_COMPUTE_STREAM_CREATED)
+		cudaStreamDestroy(r->compute);
+	tt_ddp_destroy(r->ddp);
+	if (r->cfg->lazy_optimizer) {
+		cudaFree(r->adam_m);
+		cudaFree(r->adam_v);
+	}
 	free(r->w);
 	free(r->g);
 	free(r->acts);
@@ -111,9 +173,10 @@ int tt_rank_run(const struct tt_config *cfg, int rank, const void *nccl_id, int 
 
 		tt_check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 		simgpu_memory_reset_peak();
-		uint64_t start = simgpu_now_ns();
+		uint64_t start = simgpu_now_ns(), launches = tt_kernels_launch_count();
 		tt_step(&r, worker, &result);
 		uint64_t end = simgpu_now_ns();
+		launches = tt_kernels_launch_count() - launches;
 		simgpu_memory_stats(&mem);
 		if (result.has_loss)
 			snprintf(loss, sizeof(loss), "%.9g", result.loss);
@@ -121,12 +184,13 @@ int tt_rank_run(const struct tt_config *cfg, int rank, const void *nccl_id, int 
 			dprintf(out_fd, "{\"step\":-1,\"rank\":%d,\"saved_layer_bytes\":[", rank);
 			for (int l = 0; l < r.local_layers; l++)
 				dprintf(out_fd, "%s%" PRId64, l ? "," : "", r.saved_layer_bytes[l]);
-			dprintf(out_fd, "]}\n");
+			dprintf(out_fd, "],\"layers\":%d}\n", r.local_layers);
 		}
 		dprintf(out_fd,
 		        "{\"step\":%d,\"rank\":%d,\"loss\":%s,\"grad_hash\":\"%016" PRIx64
-		        "\",\"peak_bytes\":%zu,\"step_time_ns\":%" PRIu64 "}\n",
-		        step, rank, loss, result.grad_hash, mem.peak_bytes, end - start);
+		        "\",\"peak_bytes\":%zu,\"step_time_ns\":%" PRIu64 ",\"launches\":%" PRIu64
+		        "}\n",
+		        step, rank, loss, result.grad_hash, mem.peak_bytes, end - start, launches);
 	}
 	tt_worker_stop(worker);
 	tt_rank_teardown(&r);

@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * One training step of one rank: Megatron's non-interleaved 1F1B pipeline schedule over
- * the micro-batches, with the backward handed to a second host thread (as PyTorch's
- * autograd engine runs it), then the data-parallel reduction and the optimizer.
+ * One training step of one rank: a pipeline schedule over the micro-batches (Megatron's
+ * 1F1B, GPipe, or Megatron's interleaved 1F1B), with the backward handed to a second host
+ * thread (as PyTorch's autograd engine runs it), then the data-parallel reduction (one
+ * all-reduce, or DDP's buckets during the backward) and the optimizer.
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "ddp.h"
 #include "schedule.h"
 
 /* ---- The backward thread ----------------------------------------------------------------- */
@@ -100,21 +102,34 @@ static void run_on(struct tt_worker *w, void (*job)(void *arg), void *arg)
 	pthread_mutex_unlock(&w->lock);
 }
 
-/* ---- Forward and backward of one micro-batch through the stage ------------------------------ */
+/* ---- Forward and backward of one micro-batch through one model chunk ----------------------- */
 
 struct microbatch {
 	int *tokens;      /* first stage: kept for the embedding's backward */
 	float *head_grad; /* last stage: the loss gradient, computed with the forward */
 };
 
-/* Returns the stage's output (NULL on the last stage, which ends in the loss). */
-static float *forward_step(struct tt_rank *r, struct microbatch *m, int mb, float *input)
+/* Whether a chunk of this rank begins with the embedding (the first virtual stage) or ends
+ * in the head and loss (the last one). Without model chunks: the first and last stages. */
+static bool holds_embedding(const struct tt_rank *r, int chunk)
 {
-	float *x = r->first_stage ? tt_embed_forward(r, mb, &m[mb].tokens) : input;
+	return r->first_stage && chunk == 0;
+}
 
-	for (int l = 0; l < r->local_layers; l++)
+static bool holds_head(const struct tt_rank *r, int chunk)
+{
+	return r->last_stage && chunk == r->chunks - 1;
+}
+
+/* Returns the chunk's output (NULL where it ends in the loss). */
+static float *forward_step(struct tt_rank *r, struct microbatch *m, int chunk, int mb, float *input)
+{
+	float *x = holds_embedding(r, chunk) ? tt_embed_forward(r, mb, &m[mb].tokens) : input;
+	int first = chunk * r->chunk_layers;
+
+	for (int l = first; l < first + r->chunk_layers; l++)
 		x = tt_layer_forward(r, l, mb, x);
-	if (!r->last_stage)
+	if (!holds_head(r, chunk))
 		return x;
 	m[mb].head_grad = tt_head_forward_backward(r, mb, x);
 	return NULL;
@@ -123,36 +138,48 @@ static float *forward_step(struct tt_rank *r, struct microbatch *m, int mb, floa
 struct backward_job {
 	struct tt_rank *r;
 	struct microbatch *m;
-	int mb;
+	int chunk, mb;
 	float *dy, *dx;
 };
 
+/* Every schedule runs each chunk's backwards in micro-batch order, so the last micro-batch's
+ * makes gradients final: the DDP buckets are told as each part finishes (the other
+ * micro-batches run as under DDP's no_sync). */
 static void backward_step(void *arg)
 {
 	struct backward_job *job = arg;
 	struct tt_rank *r = job->r;
-	float *dy = r->last_stage ? job->m[job->mb].head_grad : job->dy;
+	bool last = job->mb == r->cfg->microbatches - 1, head = holds_head(r, job->chunk);
+	float *dy = head ? job->m[job->mb].head_grad : job->dy;
+	int first = job->chunk * r->chunk_layers;
 
-	for (int l = r->local_layers - 1; l >= 0; l--)
+	if (last && head)
+		tt_ddp_head_ready(r);
+	for (int l = first + r->chunk_layers - 1; l >= first; l--) {
 		dy = tt_layer_backward(r, l, job->mb, dy);
-	if (r->first_stage) {
+		if (last)
+			tt_ddp_layer_ready(r, l);
+	}
+	if (holds_embedding(r, job->chunk)) {
 		tt_embed_backward(r, job->m[job->mb].tokens, dy);
 		dy = NULL;
+		if (last)
+			tt_ddp_embedding_ready(r);
 	}
 	job->dx = dy;
 }
 
-static float *backward(struct tt_rank *r, struct tt_worker *w, struct microbatch *m, int mb,
-                       float *dy)
+/* Returns the chunk's input gradient (NULL where it begins with the embedding). */
+static float *backward(struct tt_rank *r, struct tt_worker *w, struct microbatch *m, int chunk,
+                       int mb, float *dy)
 {
-	struct backward_job job = {r, m, mb, dy, NULL};
+	struct backward_job job = {r, m, chunk, mb, dy, NULL};
 
 	run_on(w, backward_step, &job);
 	return job.dx;
 }
 
-/* ---- The 1F1B schedule ------------------------------------------------------------------------
- */
+/* ---- The 1F1B and GPipe schedules ------------------------------------------------------------ */
 
 static float **from_prev(struct tt_rank *r, float **slot)
 {
@@ -169,6 +196,12 @@ static float **from_next(struct tt_rank *r, float **slot)
  * min(P - s - 1, M) warm-up forwards, then alternates one forward and one backward,
  * then drains the remaining backwards. Sends and receives that face each other go in
  * one group, so that neighbouring stages never wait on each other.
+ *
+ * GPipe (torch.distributed.pipelining's ScheduleGPipe) is the same with every
+ * micro-batch in the warm-up: all forwards, then all backwards in micro-batch order
+ * 0..M-1, as 1F1B runs them, so gradients accumulate in the same order and come out the
+ * same bits. Between two stages the messages run forwards 0..M-1, then gradients 0..M-1,
+ * in the same order on both sides, so no exchange can wait for one not yet posted.
  */
 static void pipeline(struct tt_rank *r, struct tt_worker *w, struct microbatch *m)
 {
@@ -177,21 +210,21 @@ static void pipeline(struct tt_rank *r, struct tt_worker *w, struct microbatch *
 	int fwd = 0, bwd = 0;
 	float *input = NULL, *grad = NULL;
 
-	if (warmup > microbatches)
+	if (warmup > microbatches || r->cfg->schedule == TT_SCHEDULE_GPIPE)
 		warmup = microbatches;
 	for (int i = 0; i < warmup; i++) {
 		tt_p2p(r, NULL, NULL, from_prev(r, &input), NULL);
-		float *out = forward_step(r, m, fwd++, input);
+		float *out = forward_step(r, m, 0, fwd++, input);
 		tt_p2p(r, r->last_stage ? NULL : out, NULL, NULL, NULL);
 	}
 	int steady = microbatches - warmup;
 	if (steady > 0)
 		tt_p2p(r, NULL, NULL, from_prev(r, &input), NULL);
 	for (int i = 0; i < steady; i++) {
-		float *out = forward_step(r, m, fwd++, input);
+		float *out = forward_step(r, m, 0, fwd++, input);
 		grad = NULL;
 		tt_p2p(r, r->last_stage ? NULL : out, NULL, NULL, from_next(r, &grad));
-		float *dx = backward(r, w, m, bwd++, grad);
+		float *dx = backward(r, w, m, 0, bwd++, grad);
 		input = NULL;
 		if (i == steady - 1)
 			tt_p2p(r, NULL, r->first_stage ? NULL : dx, NULL, NULL);
@@ -201,13 +234,186 @@ static void pipeline(struct tt_rank *r, struct tt_worker *w, struct microbatch *
 	for (int i = 0; i < warmup; i++) {
 		grad = NULL;
 		tt_p2p(r, NULL, NULL, NULL, from_next(r, &grad));
-		float *dx = backward(r, w, m, bwd++, grad);
+		float *dx = backward(r, w, m, 0, bwd++, grad);
 		tt_p2p(r, NULL, r->first_stage ? NULL : dx, NULL, NULL);
 	}
 }
 
-/* ---- A step ------------------------------------------------------------------------------------
+/* ---- Megatron's interleaved 1F1B ------------------------------------------------------------- */
+
+/* Received tensors per chunk, first in first out: activations for the chunk's next
+ * forwards, or gradients for its next backwards. */
+struct chunk_queues {
+	float **items; /* [chunks][microbatches] */
+	int *pushed, *popped;
+	int per_chunk;
+};
+
+static void queues_init(struct chunk_queues *q, const struct tt_rank *r)
+{
+	q->per_chunk = r->cfg->microbatches;
+	q->items = calloc((size_t)(r->chunks * q->per_chunk), sizeof(*q->items));
+	q->pushed = calloc((size_t)r->chunks, sizeof(*q->pushed));
+	q->popped = calloc((size_t)r->chunks, sizeof(*q->popped));
+	if (!q->items || !q->pushed || !q->popped) {
+		fprintf(stderr, "tinytrain: out of host memory\n");
+		exit(1);
+	}
+}
+
+static void queue_push(struct chunk_queues *q, int chunk, float *t)
+{
+	q->items[chunk * q->per_chunk + q->pushed[chunk]++] = t;
+}
+
+/* A schedule that pops what it never received is a bug in the schedule: stop the rank. */
+static float *queue_pop(struct tt_rank *r, struct chunk_queues *q, int chunk)
+{
+	if (q->popped[chunk] == q->pushed[chunk]) {
+		fprintf(stderr, "tinytrain: rank %d: chunk %d has no tensor received\n", r->rank,
+		        chunk);
+		exit(1);
+	}
+	return q->items[chunk * q->per_chunk + q->popped[chunk]++];
+}
+
+static void queues_free(struct chunk_queues *q)
+{
+	free(q->items);
+	free(q->pushed);
+	free(q->popped);
+}
+
+/* Megatron's get_model_chunk_id: virtual micro-batch k (any integer: a negative one
+ * counts from the end of a group) runs, in groups of P, on chunks 0..V-1 forwards and
+ * V-1..0 backwards. */
+static int chunk_of(const struct tt_rank *r, int k, bool forward)
+{
+	int group = r->cfg->pp * r->chunks;
+	int chunk = (k % group + group) % group / r->cfg->pp;
+
+	return forward ? chunk : r->chunks - 1 - chunk;
+}
+
+/* Megatron's get_microbatch_id_in_model_chunk: within its chunk, virtual micro-batch k
+ * is this micro-batch (every chunk takes the micro-batches in order 0..M-1). */
+static int microbatch_of(const struct tt_rank *r, int k)
+{
+	return k / (r->cfg->pp * r->chunks) * r->cfg->pp + k % r->cfg->pp;
+}
+
+static float *forward_virtual(struct tt_rank *r, struct microbatch *m, struct chunk_queues *inputs,
+                              int k)
+{
+	int chunk = chunk_of(r, k, true);
+	float *input = holds_embedding(r, chunk) ? NULL : queue_pop(r, inputs, chunk);
+
+	return forward_step(r, m, chunk, microbatch_of(r, k), input);
+}
+
+static float *backward_virtual(struct tt_rank *r, struct tt_worker *w, struct microbatch *m,
+                               struct chunk_queues *grads, int k)
+{
+	int chunk = chunk_of(r, k, false);
+	float *dy = holds_head(r, chunk) ? NULL : queue_pop(r, grads, chunk);
+
+	return backward(r, w, m, chunk, microbatch_of(r, k), dy);
+}
+
+/*
+ * One exchange of the interleaved schedule: sends (NULL where none), receives where asked,
+ * into the queues of the chunks that will use them.
  */
+static void exchange(struct tt_rank *r, float *send_next, float *send_prev,
+                     struct chunk_queues *inputs, int recv_prev_chunk, struct chunk_queues *grads,
+                     int recv_next_chunk)
+{
+	float *input = NULL, *grad = NULL;
+
+	tt_p2p(r, send_next, send_prev, recv_prev_chunk >= 0 ? &input : NULL,
+	       recv_next_chunk >= 0 ? &grad : NULL);
+	if (recv_prev_chunk >= 0)
+		queue_push(inputs, recv_prev_chunk, input);
+	if (recv_next_chunk >= 0)
+		queue_push(grads, recv_next_chunk, grad);
+}
+
+/*
+ * Megatron's forward_backward_pipelining_with_interleaving (without overlapped p2p): the
+ * M micro-batches run through each of the V chunks, M*V virtual micro-batches in all;
+ * stage s runs 2 (P - s - 1) + (V - 1) P warm-up forwards, then one forward and one
+ * backward with a single exchange, then the remaining backwards. The pipeline is a ring:
+ * the last stage's chunk c feeds the first stage's chunk c + 1. The exchanges are
+ * Megatron's, in one NCCL group each, which is what keeps the stages from waiting on each
+ * other. Every chunk takes micro-batches in order 0..M-1 both ways, so each layer's
+ * gradient accumulates in the same order as in 1F1B. The CLI asks for P >= 3, as
+ * Megatron does (with P = 2, both neighbours are one rank), and M % P == 0.
+ */
+static void pipeline_interleaved(struct tt_rank *r, struct tt_worker *w, struct microbatch *m)
+{
+	int pp = r->cfg->pp, chunks = r->chunks, total = r->cfg->microbatches * chunks;
+	int warmup = (pp - r->stage - 1) * 2 + (chunks - 1) * pp;
+	struct chunk_queues inputs, grads;
+
+	if (warmup > total)
+		warmup = total;
+	int remaining = total - warmup;
+	queues_init(&inputs, r);
+	queues_init(&grads, r);
+
+	if (!r->first_stage)
+		exchange(r, NULL, NULL, &inputs, 0, &grads, -1);
+	for (int k = 0; k < warmup; k++) {
+		float *out = forward_virtual(r, m, &inputs, k);
+		int next = chunk_of(r, k + 1, true);
+		bool recv_prev = !(r->first_stage && next == 0) && k != total - 1;
+		bool recv_next = k == warmup - 1 && remaining > 0 && !r->last_stage;
+
+		exchange(r, out, NULL, &inputs, recv_prev ? next : -1, &grads,
+		         recv_next ? chunks - 1 : -1);
+	}
+	for (int k = 0; k < remaining; k++) {
+		int forward_k = k + warmup;
+		float *out = forward_virtual(r, m, &inputs, forward_k);
+		float *dx = backward_virtual(r, w, m, &grads, k);
+		int next_forward, next_backward;
+		bool recv_prev = true, recv_next = true;
+
+		/* The first stage receives from the last one's chunk P - 1 virtual micro-batches
+		 * back; the last stage from the first one's, likewise. */
+		if (r->first_stage) {
+			next_forward = chunk_of(r, forward_k - (pp - 1), true);
+			recv_prev = next_forward != chunks - 1;
+			next_forward++;
+		} else {
+			next_forward = chunk_of(r, forward_k + 1, true);
+		}
+		if (r->last_stage) {
+			next_backward = chunk_of(r, k - (pp - 1), false);
+			recv_next = next_backward != 0;
+			next_backward--;
+		} else {
+			next_backward = chunk_of(r, k + 1, false);
+		}
+		if (k == remaining - 1)
+			recv_prev = false;
+		exchange(r, out, dx, &inputs, recv_prev ? next_forward : -1, &grads,
+		         recv_next ? next_backward : -1);
+	}
+	if (remaining == 0 && !r->last_stage)
+		exchange(r, NULL, NULL, &inputs, -1, &grads, chunks - 1);
+	for (int k = remaining; k < total; k++) {
+		float *dx = backward_virtual(r, w, m, &grads, k);
+		int next = chunk_of(r, k + 1, false);
+		bool recv_next = !(r->last_stage && next == chunks - 1) && k != total - 1;
+
+		exchange(r, NULL, dx, &inputs, -1, &grads, recv_next ? next : -1);
+	}
+	queues_free(&inputs);
+	queues_free(&grads);
+}
+
+/* ---- A step ---------------------------------------------------------------------------------- */
 
 static uint64_t fnv1a(const void *data, size_t bytes)
 {
@@ -232,19 +438,38 @@ float tt_forward_backward(struct tt_rank *r, struct tt_worker *w)
 	tt_check_cuda(cudaMemsetAsync(r->grads, 0, grad_bytes, r->compute), "cudaMemsetAsync");
 	tt_check_cuda(cudaMemsetAsync(r->loss_sum, 0, sizeof(float), r->compute),
 	              "cudaMemsetAsync");
-	pipeline(r, w, m);
+	if (r->chunks > 1)
+		pipeline_interleaved(r, w, m);
+	else
+		pipeline(r, w, m);
 	free(m);
-	tt_dp_allreduce_grads(r);
+	if (r->ddp)
+		tt_ddp_finish(r);
+	else
+		tt_dp_allreduce_grads(r);
 	if (r->last_stage) {
 		int64_t tokens = r->real.tokens * r->cfg->microbatches * r->cfg->dp;
 		tt_check_cuda(tt_scale(r->compute, r->loss_sum, r->loss_sum, 1.0f / (float)tokens,
 		                       1, (struct tt_vcost){1, 8}),
 		              "tt_scale");
 		tt_dp_allreduce_scalar(r, r->loss_sum);
-		tt_check_cuda(cudaMemcpy(&loss, r->loss_sum, sizeof(float), cudaMemcpyDeviceToHost),
-		              "cudaMemcpy");
+		tt_copy_to_host(r, &loss, r->loss_sum, sizeof(float));
 	}
 	return loss;
+}
+
+/* torch.optim.Adam creates its state at the first step(): with --lazy-optimizer, m and v
+ * are allocated here, with cudaMalloc as a cold caching allocator would, and zeroed. */
+static void create_adam_state(struct tt_rank *r)
+{
+	size_t bytes = (size_t)r->param_count * sizeof(float);
+
+	if (r->adam_m)
+		return;
+	tt_check_cuda(cudaMalloc((void **)&r->adam_m, bytes), "cudaMalloc");
+	tt_check_cuda(cudaMalloc((void **)&r->adam_v, bytes), "cudaMalloc");
+	tt_check_cuda(cudaMemsetAsync(r->adam_m, 0, bytes, r->compute), "cudaMemsetAsync");
+	tt_check_cuda(cudaMemsetAsync(r->adam_v, 0, bytes, r->compute), "cudaMemsetAsync");
 }
 
 void tt_step(struct tt_rank *r, struct tt_worker *w, struct tt_step_result *out)
@@ -261,10 +486,10 @@ void tt_step(struct tt_rank *r, struct tt_worker *w, struct tt_step_result *out)
 	}
 	out->loss = tt_forward_backward(r, w);
 	out->has_loss = r->last_stage;
-	tt_check_cuda(cudaMemcpy(host_grads, r->grads, grad_bytes, cudaMemcpyDeviceToHost),
-	              "cudaMemcpy");
+	tt_copy_to_host(r, host_grads, r->grads, grad_bytes);
 	out->grad_hash = fnv1a(host_grads, grad_bytes);
 	free(host_grads);
+	create_adam_state(r);
 	tt_check_cuda(tt_adam(r->compute, r->params, r->grads, r->adam_m, r->adam_v, r->param_count,
 	                      adam, adam_cost),
 	              "tt_adam");

@@ -2,12 +2,15 @@
 /*
  * tinytrain end to end, through its command line: determinism, the recompute baselines
  * (same results, less memory, more time), parallel layouts against one rank, the
- * full-recompute overhead of Korthikanti et al., and usage errors.
+ * full-recompute overhead of Korthikanti et al., the shapes of real trainers (schedules,
+ * launch APIs, lazy optimizer state, DDP buckets, compute streams: same bits, and the
+ * launch count as simgpu sees it), and usage errors.
  */
 #include <inttypes.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +27,7 @@ struct record {
 	int has_loss;
 	double loss;
 	char grad_hash[17];
-	uint64_t peak_bytes, step_time_ns;
+	uint64_t peak_bytes, step_time_ns, launches;
 };
 
 struct run {
@@ -34,14 +37,15 @@ struct run {
 	int count;
 };
 
-/* Runs tinytrain with args; stdout is kept, stderr goes to err_to ("/dev/null" or "&1"). */
-static struct run run_tinytrain(const char *args, const char *err_to)
+/* Runs tinytrain with args under the environment assignments env ("" for none); stdout is
+ * kept, stderr goes to err_to ("/dev/null" or "&1"). */
+static struct run run_with_env(const char *env, const char *args, const char *err_to)
 {
 	struct run r = {0};
 	char cmd[8192];
 	size_t cap = 1 << 16, len = 0;
 
-	snprintf(cmd, sizeof(cmd), "%s %s 2>%s", tinytrain, args, err_to);
+	snprintf(cmd, sizeof(cmd), "%s %s %s 2>%s", env, tinytrain, args, err_to);
 	FILE *p = popen(cmd, "r");
 	assert_non_null(p);
 	r.out = malloc(cap);
@@ -63,14 +67,24 @@ static struct run run_tinytrain(const char *args, const char *err_to)
 		           "\"peak_bytes\":%" SCNu64 ",\"step_time_ns\":%" SCNu64 "}",
 		           &rec->step, &rec->rank, loss, rec->grad_hash, &rec->peak_bytes,
 		           &rec->step_time_ns) == 6) {
+			const char *launches = strstr(line, ",\"launches\":");
+			const char *end = strchr(line, '\n');
 			rec->has_loss = strcmp(loss, "null") != 0;
 			rec->loss = rec->has_loss ? atof(loss) : 0;
+			if (launches && (!end || launches < end))
+				rec->launches =
+				        strtoull(launches + strlen(",\"launches\":"), NULL, 10);
 			r.count++;
 		}
 		line = strchr(line, '\n');
 		line = line ? line + 1 : NULL;
 	}
 	return r;
+}
+
+static struct run run_tinytrain(const char *args, const char *err_to)
+{
+	return run_with_env("", args, err_to);
 }
 
 static struct run run_ok(const char *args)
@@ -223,6 +237,285 @@ static void test_switching_off_a_hazard_keeps_the_results(void **state)
 	free(all_on.out);
 }
 
+/* ---- Shapes of real trainers ------------------------------------------------------------ */
+
+/* Every line of b has the same step, rank, loss and gradient hash as a's (and launches, if
+ * same_launches): the same results, bit for bit. */
+static void expect_same_results(const struct run *a, const struct run *b, bool same_launches,
+                                const char *what)
+{
+	if (a->count != b->count || a->count == 0)
+		fail_msg("%s: %d lines against %d", what, b->count, a->count);
+	for (int i = 0; i < a->count; i++) {
+		const struct record *x = &a->lines[i], *y = &b->lines[i];
+		if (x->step != y->step || x->rank != y->rank || x->has_loss != y->has_loss ||
+		    x->loss != y->loss || strcmp(x->grad_hash, y->grad_hash) ||
+		    (same_launches && x->launches != y->launches))
+			fail_msg("%s: step %d rank %d differs (loss %.9g/%.9g, hash %s/%s, "
+			         "launches %" PRIu64 "/%" PRIu64 ")",
+			         what, x->step, x->rank, x->loss, y->loss, x->grad_hash,
+			         y->grad_hash, x->launches, y->launches);
+	}
+}
+
+/* The loss of each step: the last stage's, which every schedule must reproduce. */
+static void expect_same_losses(const struct run *a, const struct run *b, const char *what)
+{
+	int compared = 0;
+
+	for (int i = 0; i < a->count; i++) {
+		if (!a->lines[i].has_loss)
+			continue;
+		assert_true(i < b->count && b->lines[i].has_loss);
+		if (a->lines[i].loss != b->lines[i].loss)
+			fail_msg("%s: step %d loss %.9g, want %.9g", what, a->lines[i].step,
+			         b->lines[i].loss, a->lines[i].loss);
+		compared++;
+	}
+	assert_true(compared > 0);
+}
+
+static struct run run_with(const char *base, const char *extra)
+{
+	char args[512];
+
+	snprintf(args, sizeof(args), "%s %s", base, extra);
+	return run_ok(args);
+}
+
+/*
+ * GPipe runs the backwards in 1F1B's micro-batch order: the same gradients, bit for bit,
+ * with every micro-batch's activations alive at once (more memory). The interleaved
+ * schedule puts other layers on each rank (other hashes) but computes the same losses,
+ * with a smaller pipeline bubble (less time).
+ */
+static void test_schedules_give_the_same_bits(void **state)
+{
+	const char *two = "--nproc 2 --pp 2 --layers 4 --microbatches 4 --steps 2";
+	const char *four = "--nproc 4 --pp 4 --layers 8 --microbatches 4 --steps 2";
+	struct run one_f_one_b = run_with(two, "--schedule 1f1b"),
+	           gpipe = run_with(two, "--schedule gpipe");
+
+	expect_same_results(&one_f_one_b, &gpipe, true, "gpipe against 1f1b");
+	assert_true(gpipe.lines[0].peak_bytes > one_f_one_b.lines[0].peak_bytes);
+	free(one_f_one_b.out);
+	free(gpipe.out);
+
+	one_f_one_b = run_ok(four);
+	gpipe = run_with(four, "--schedule gpipe");
+	struct run interleaved = run_with(four, "--schedule interleaved --virtual-stages 2");
+	expect_same_results(&one_f_one_b, &gpipe, true, "gpipe against 1f1b, 4 stages");
+	expect_same_losses(&one_f_one_b, &interleaved, "interleaved against 1f1b");
+	assert_string_not_equal(interleaved.lines[0].grad_hash, one_f_one_b.lines[0].grad_hash);
+	for (int i = 0; i < interleaved.count; i++)
+		assert_true(interleaved.lines[i].step_time_ns < one_f_one_b.lines[i].step_time_ns);
+	free(one_f_one_b.out);
+	free(gpipe.out);
+	free(interleaved.out);
+}
+
+/* One micro-batch through two stages (no steady 1F1B phase at all) is the one-rank step. */
+static void test_one_microbatch_runs_through_a_pipeline(void **state)
+{
+	const char *pipelined = "--nproc 2 --pp 2 --layers 2 --microbatches 1 --steps 2";
+	struct run single = run_ok("--nproc 1 --layers 2 --microbatches 1 --steps 2");
+
+	for (int s = 0; s < 2; s++) {
+		struct run r = run_with(pipelined, s ? "--schedule gpipe" : "--schedule 1f1b");
+		assert_int_equal(r.count, 4);
+		for (int i = 0; i < r.count; i++) {
+			assert_int_equal(r.lines[i].has_loss, r.lines[i].rank == 1);
+			if (r.lines[i].has_loss)
+				assert_true(r.lines[i].loss == single.lines[r.lines[i].step].loss);
+		}
+		free(r.out);
+	}
+	free(single.out);
+}
+
+/* The sum of simgpu's counters (SIMGPU_COUNTERS=stderr: "symbol count" lines, one set per
+ * process) for symbol, in a run's merged output. */
+static uint64_t counter(const char *out, const char *symbol)
+{
+	size_t len = strlen(symbol);
+	uint64_t total = 0;
+
+	for (const char *line = out; line && *line;) {
+		if (!strncmp(line, symbol, len) && line[len] == ' ')
+			total += strtoull(line + len + 1, NULL, 10);
+		line = strchr(line, '\n');
+		line = line ? line + 1 : NULL;
+	}
+	return total;
+}
+
+/* Every rank launches the same number of kernels in every step, more than none. */
+static uint64_t expect_steady_launches(const struct run *r)
+{
+	uint64_t total = 0;
+
+	for (int i = 0; i < r->count; i++) {
+		const struct record *rec = &r->lines[i], *first = &r->lines[rec->rank];
+		assert_int_equal(first->step, 0);
+		assert_true(rec->launches > 0);
+		if (rec->launches != first->launches)
+			fail_msg("rank %d launched %" PRIu64 " kernels in step %d, %" PRIu64
+			         " in step 0",
+			         rec->rank, rec->launches, rec->step, first->launches);
+		total += rec->launches;
+	}
+	return total;
+}
+
+/*
+ * Each --launch mode gives the same bits and launch counts, and goes through the APIs it
+ * names: simgpu counts, over all ranks, as many calls to them as tinytrain counted
+ * launches, and none to the others. (simgpu's runtime calls the driver's cuLaunchKernel
+ * and cuLaunchKernelEx itself, so those are only checked where the runtime is unused.)
+ */
+static void test_launch_apis_give_the_same_bits_and_counts(void **state)
+{
+	const char *args = "--nproc 2 --pp 2 --layers 2 --microbatches 2 --steps 3";
+	const struct {
+		const char *mode;
+		const char *launched_by[2]; /* their counts add up to the launches */
+		const char *unused[2];
+	} cases[] = {
+	        {"runtime", {"cudaLaunchKernel"}, {"cudaLaunchKernelExC", "cudaGetFuncBySymbol"}},
+	        {"ex", {"cudaLaunchKernelExC"}, {"cudaLaunchKernel", "cudaGetFuncBySymbol"}},
+	        {"driver", {"cuLaunchKernel"}, {"cudaLaunchKernel", "cudaLaunchKernelExC"}},
+	        {"driver-ex", {"cuLaunchKernelEx"}, {"cudaLaunchKernel", "cudaLaunchKernelExC"}},
+	        {"mixed", {"cudaLaunchKernel", "cuLaunchKernelEx"}, {"cudaLaunchKernelExC"}},
+	};
+	struct run reference = {0};
+	char mode_args[256];
+
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		snprintf(mode_args, sizeof(mode_args), "%s --launch %s", args, cases[c].mode);
+		struct run r = run_with_env("SIMGPU_COUNTERS=stderr", mode_args, "&1");
+		if (r.exit_code != 0)
+			fail_msg("--launch %s exited %d", cases[c].mode, r.exit_code);
+		assert_int_equal(r.count, 6);
+		uint64_t launches = expect_steady_launches(&r), counted = 0;
+		for (int i = 0; i < 2 && cases[c].launched_by[i]; i++) {
+			uint64_t n = counter(r.out, cases[c].launched_by[i]);
+			if (n == 0)
+				fail_msg("--launch %s: no call to %s", cases[c].mode,
+				         cases[c].launched_by[i]);
+			counted += n;
+		}
+		for (int i = 0; i < 2 && cases[c].unused[i]; i++) {
+			uint64_t n = counter(r.out, cases[c].unused[i]);
+			if (n)
+				fail_msg("--launch %s: %" PRIu64 " calls to %s", cases[c].mode, n,
+				         cases[c].unused[i]);
+		}
+		if (counted != launches)
+			fail_msg("--launch %s: simgpu saw %" PRIu64 " launches, tinytrain %" PRIu64,
+			         cases[c].mode, counted, launches);
+		if (c == 0) {
+			reference = r;
+			continue;
+		}
+		expect_same_results(&reference, &r, true, cases[c].mode);
+		free(r.out);
+	}
+	free(reference.out);
+}
+
+/* Adam's state made at the first step (cudaMalloc, zeroed) computes the same bits, and the
+ * first step's peak is lower without it. */
+static void test_lazy_optimizer_gives_the_same_bits(void **state)
+{
+	const char *args = "--nproc 2 --pp 2 --layers 2 --microbatches 2 --steps 3";
+	struct run eager = run_ok(args), lazy = run_with(args, "--lazy-optimizer");
+
+	expect_same_results(&eager, &lazy, true, "--lazy-optimizer");
+	for (int rank = 0; rank < 2; rank++)
+		assert_true(lazy.lines[rank].peak_bytes < eager.lines[rank].peak_bytes);
+	free(eager.out);
+	free(lazy.out);
+}
+
+/*
+ * Bucketed all-reduces sum the same pairs of elements as the one flat all-reduce: the same
+ * bits for any bucket size, with a pipeline too. They overlap the backward (a shorter
+ * step) and their flat buffers are cudaMalloc'd. With --dp 1 the switch does nothing.
+ */
+static void test_ddp_buckets_give_the_same_bits(void **state)
+{
+	const char *dp = "--nproc 2 --dp 2 --layers 2 --microbatches 2 --steps 2";
+	const char *pp_dp = "--nproc 4 --pp 2 --dp 2 --layers 2 --microbatches 2 --steps 2";
+	const char *sizes[] = {"--ddp-buckets 1", "--ddp-buckets 64", "--ddp-buckets 100000"};
+	struct run flat = run_ok(dp);
+	char args[256];
+
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		snprintf(args, sizeof(args), "%s %s", dp, sizes[i]);
+		struct run buckets = run_with_env("SIMGPU_COUNTERS=stderr", args, "&1");
+		assert_int_equal(buckets.exit_code, 0);
+		expect_same_results(&flat, &buckets, true, sizes[i]);
+		assert_true(counter(buckets.out, "cudaMalloc") > 0);
+		if (i == 1)
+			for (int l = 0; l < flat.count; l++)
+				assert_true(buckets.lines[l].step_time_ns <
+				            flat.lines[l].step_time_ns);
+		free(buckets.out);
+	}
+	free(flat.out);
+
+	flat = run_with(pp_dp, "--schedule gpipe");
+	struct run buckets = run_with(pp_dp, "--schedule gpipe --ddp-buckets 16");
+	expect_same_results(&flat, &buckets, true, "--ddp-buckets 16 with --pp 2");
+	free(flat.out);
+	free(buckets.out);
+
+	flat = run_ok("--layers 2 --steps 2");
+	buckets = run_ok("--layers 2 --steps 2 --ddp-buckets 16");
+	assert_string_equal(flat.out, buckets.out);
+	free(flat.out);
+	free(buckets.out);
+}
+
+/* Computing on the legacy stream, the handle 0 or a created non-blocking stream gives the
+ * same bits (the last needs its explicit synchronisation before each copy to the host). */
+static void test_compute_streams_give_the_same_bits(void **state)
+{
+	const char *args = "--nproc 4 --pp 2 --dp 2 --layers 2 --microbatches 2 --steps 2";
+	struct run legacy = run_with(args, "--compute-stream legacy");
+	struct run null_handle = run_with(args, "--compute-stream null");
+	struct run created = run_with(args, "--compute-stream created --ddp-buckets 16");
+
+	expect_same_results(&legacy, &null_handle, true, "--compute-stream null");
+	expect_same_results(&legacy, &created, true, "--compute-stream created");
+	free(legacy.out);
+	free(null_handle.out);
+	free(created.out);
+}
+
+/* --report-saved names each rank's layer count, one saved size per layer. */
+static void test_report_saved_counts_local_layers(void **state)
+{
+	struct run r = run_ok("--nproc 4 --pp 4 --layers 8 --microbatches 4 --steps 1 "
+	                      "--schedule interleaved --virtual-stages 2 --report-saved");
+
+	for (int rank = 0; rank < 4; rank++) {
+		char key[64];
+		snprintf(key, sizeof(key), "{\"step\":-1,\"rank\":%d,\"saved_layer_bytes\":[",
+		         rank);
+		const char *line = strstr(r.out, key);
+		assert_non_null(line);
+		const char *end = strchr(line, '\n');
+		const char *layers = strstr(line, "],\"layers\":2}");
+		assert_true(layers && layers < end);
+		int commas = 0;
+		for (const char *p = line + strlen(key); p < layers; p++)
+			commas += *p == ',';
+		assert_int_equal(commas, 1);
+	}
+	free(r.out);
+}
+
 static void expect_usage_error(const char *args, const char *message)
 {
 	struct run r = run_tinytrain(args, "&1");
@@ -242,6 +535,19 @@ static void test_bad_arguments_are_usage_errors(void **state)
 	expect_usage_error("--layers two", "not a positive integer");
 	expect_usage_error("--tp 16 --nproc 16", "must divide the heads");
 	expect_usage_error("--no-hazard everything", "unknown hazard");
+	expect_usage_error("--ddp-buckets 0", "--ddp-buckets '0' is not a positive integer");
+	expect_usage_error("--schedule foo", "unknown --schedule 'foo' (1f1b|gpipe|interleaved)");
+	expect_usage_error("--launch cuda", "unknown --launch 'cuda'");
+	expect_usage_error("--compute-stream other", "unknown --compute-stream 'other'");
+	expect_usage_error("--virtual-stages 2", "needs --schedule interleaved");
+	expect_usage_error("--schedule interleaved --pp 4 --layers 8", "--virtual-stages V >= 2");
+	expect_usage_error("--schedule interleaved --virtual-stages 2 --pp 2 --layers 4",
+	                   "needs --pp >= 3");
+	expect_usage_error("--schedule interleaved --virtual-stages 2 --pp 3 --layers 9",
+	                   "not divisible by --pp * --virtual-stages");
+	expect_usage_error("--schedule interleaved --virtual-stages 2 --pp 3 --layers 6 "
+	                   "--microbatches 4",
+	                   "--microbatches 4 is not divisible by --pp 3");
 
 	struct run help = run_tinytrain("--help", "/dev/null");
 	assert_int_equal(help.exit_code, 0);
@@ -263,6 +569,13 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_parallel_layouts_match_one_rank),
 	        cmocka_unit_test(test_recompute_overheads_match_megatron_measurements),
 	        cmocka_unit_test(test_switching_off_a_hazard_keeps_the_results),
+	        cmocka_unit_test(test_schedules_give_the_same_bits),
+	        cmocka_unit_test(test_one_microbatch_runs_through_a_pipeline),
+	        cmocka_unit_test(test_launch_apis_give_the_same_bits_and_counts),
+	        cmocka_unit_test(test_lazy_optimizer_gives_the_same_bits),
+	        cmocka_unit_test(test_ddp_buckets_give_the_same_bits),
+	        cmocka_unit_test(test_compute_streams_give_the_same_bits),
+	        cmocka_unit_test(test_report_saved_counts_local_layers),
 	        cmocka_unit_test(test_bad_arguments_are_usage_errors),
 	};
 	return cmocka_run_group_tests_name("tinytrain_run", tests, NULL, NULL);

@@ -28,6 +28,57 @@ enum tt_recompute {
 #undef TT_RECOMPUTE_ENUM
 };
 
+/*
+ * Pipeline schedules (--schedule): Megatron's 1F1B; GPipe (every forward, then every
+ * backward in the same micro-batch order); Megatron's interleaved 1F1B over
+ * --virtual-stages model chunks per rank.
+ */
+#define TT_SCHEDULES(X)        \
+	X(ONE_F_ONE_B, "1f1b") \
+	X(GPIPE, "gpipe")      \
+	X(INTERLEAVED, "interleaved")
+
+enum tt_schedule {
+#define TT_SCHEDULE_ENUM(id, name) TT_SCHEDULE_##id,
+	TT_SCHEDULES(TT_SCHEDULE_ENUM)
+#undef TT_SCHEDULE_ENUM
+};
+
+/*
+ * The stream the compute runs on (--compute-stream): the handle cudaStreamLegacy; the
+ * handle 0, as PyTorch passes its default stream; or a created non-blocking stream, as
+ * torch.cuda.Stream() makes.
+ */
+#define TT_COMPUTE_STREAMS(X)  \
+	X(LEGACY, "legacy")    \
+	X(NULL_HANDLE, "null") \
+	X(CREATED, "created")
+
+enum tt_compute_stream {
+#define TT_COMPUTE_STREAM_ENUM(id, name) TT_COMPUTE_STREAM_##id,
+	TT_COMPUTE_STREAMS(TT_COMPUTE_STREAM_ENUM)
+#undef TT_COMPUTE_STREAM_ENUM
+};
+
+/*
+ * Which launch API each class of kernel goes through (--launch): X(id, name, GEMMs,
+ * the rest), with the APIs of kernels.h's TT_LAUNCH_APIS. "mixed" is what a PyTorch
+ * job looks like: cuBLASLt launches its GEMMs with cuLaunchKernelEx, ATen its
+ * element-wise kernels with cudaLaunchKernel.
+ */
+#define TT_LAUNCH_MODES(X)                              \
+	X(RUNTIME, "runtime", RUNTIME, RUNTIME)         \
+	X(RUNTIME_EX, "ex", RUNTIME_EX, RUNTIME_EX)     \
+	X(DRIVER, "driver", DRIVER, DRIVER)             \
+	X(DRIVER_EX, "driver-ex", DRIVER_EX, DRIVER_EX) \
+	X(MIXED, "mixed", DRIVER_EX, RUNTIME)
+
+enum tt_launch_mode {
+#define TT_LAUNCH_MODE_ENUM(id, name, gemm, other) TT_LAUNCH_MODE_##id,
+	TT_LAUNCH_MODES(TT_LAUNCH_MODE_ENUM)
+#undef TT_LAUNCH_MODE_ENUM
+};
+
 /* The shape of a GPT model: hidden size, heads, sequence length, micro-batch size, vocabulary. */
 struct tt_dims {
 	int hidden, heads, seq, batch, vocab;
@@ -38,6 +89,14 @@ struct tt_config {
 	int layers, microbatches, steps;
 	uint64_t seed;
 	enum tt_recompute recompute;
+	enum tt_schedule schedule;
+	int virtual_stages; /* model chunks per rank: 1 unless interleaved */
+	enum tt_compute_stream compute_stream;
+	enum tt_launch_mode launch;
+	/* Adam's state is allocated at the first optimizer step, not at start-up. */
+	bool lazy_optimizer;
+	/* DDP-style gradient buckets of about this many KiB; 0: one all-reduce per step. */
+	int ddp_bucket_kb;
 	struct tt_dims real; /* what the arithmetic runs on */
 	struct tt_dims virt; /* what the cost model and communication sizes describe */
 	const char *virtual_name;
