@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "dump.h"
+#include "launch_attrs.h"
 #include "log.h"
 
 #define BUFFER_BYTES ((size_t)64 << 10)
@@ -232,11 +233,15 @@ static void payload_copy(const struct lynx_event *ev)
 	put_i64(ev->u.copy.direction);
 }
 
-/* The parameter bytes follow the struct; never more than the record holds. */
+/* The parameter bytes and a launch config's attributes follow the struct (launch_attrs.h);
+ * never more than the record holds. */
 static void payload_launch(const struct lynx_event *ev)
 {
 	size_t room = ev->size > sizeof(*ev) ? ev->size - sizeof(*ev) : 0;
 	size_t n = ev->u.launch.param_bytes < room ? ev->u.launch.param_bytes : room;
+	const CUlaunchAttribute *attrs = lynx_launch_attrs_of(ev);
+	size_t attrs_at = lynx_launch_attrs_offset(ev->u.launch.param_bytes);
+	uint32_t recorded = attrs ? lynx_launch_attrs_recorded(ev->u.launch.attr_count) : 0;
 
 	const char *name = dump.kernel_name ? dump.kernel_name(ev->u.launch.function) : NULL;
 
@@ -257,6 +262,16 @@ static void payload_launch(const struct lynx_event *ev)
 	put_hex_bytes((const unsigned char *)(ev + 1), n);
 	key("param_count");
 	put_u64(ev->u.launch.param_count);
+	key("attrs");
+	put("[");
+	for (uint32_t i = 0; i < recorded && attrs_at + (i + 1) * sizeof(*attrs) <= room; i++) {
+		if (i)
+			put(",");
+		put_u64((uint64_t)attrs[i].id);
+	}
+	put("]");
+	key("attr_count");
+	put_u64(ev->u.launch.attr_count);
 }
 
 static void payload_sync(const struct lynx_event *ev)

@@ -13,9 +13,13 @@
  * The payload keys depend on the kind's payload (events.def):
  *   mem     "ptr","bytes"
  *   copy    "dst","src","bytes","dir"
- *   launch  "function","grid":[x,y,z],"block":[x,y,z],"shared","params","param_count"
+ *   launch  "function","grid":[x,y,z],"block":[x,y,z],"shared","params","param_count",
+ *           "attrs":[id,...],"attr_count"
  *           (params: the recorded parameter bytes in hex, two digits per byte, in memory
- *           order; empty when the hook records no parameters, e.g. runtime launches)
+ *           order; empty when the hook records no parameters, e.g. runtime launches;
+ *           attr_count: the attributes of a launch config (cuLaunchKernelEx), attrs the
+ *           ids of those recorded (launch_attrs.h); 0 and [] for other launches, and for
+ *           runtime launches, whose driver launch beneath records them)
  *   sync    "handle"
  *   nccl    "comm","send","recv","count","type","op","peer","group_depth"
  *   none    nothing more

@@ -449,7 +449,7 @@ static void act(uint32_t t, CUstream stream)
 /* The driver launch nested in this thread's current top-level call, for exec_capture(). */
 static __thread struct {
 	struct lynx_event event;
-	unsigned char payload[4096]; /* hooks_launch.c's MAX_PARAM_BYTES */
+	unsigned char payload[LYNX_LAUNCH_MAX_PAYLOAD]; /* parameters and attributes */
 	bool waiting;
 } nested_launch __attribute__((tls_model("initial-exec")));
 
@@ -471,11 +471,15 @@ void lynx_exec_after(const struct lynx_event *ev)
 	    (ev->kind == LYNX_EV_LAUNCH || ev->kind == LYNX_EV_COPY || ev->kind == LYNX_EV_MEMSET ||
 	     ev->kind == LYNX_EV_COLL || ev->kind == LYNX_EV_P2P))
 		note_stream(stream_of((enum lynx_hook_id)ev->hook, ev->stream));
+	/* Each launch once: a runtime launch by the driver launch it made (which carries the
+	 * parameters and attributes), never by both. */
 	if (ev->kind == LYNX_EV_LAUNCH && ex.tracking && ex.replayable[ev->hook])
 		exec_capture(ev); /* a driver launch called by the program itself */
 	else if (ev->kind == LYNX_EV_LAUNCH && ex.tracking && nested &&
 	         lynx_hooks[ev->hook].layer == LYNX_LAYER_RUNTIME)
 		exec_capture(&nested_launch.event); /* the runtime's launch, made by the driver's */
+	else if (ev->kind == LYNX_EV_LAUNCH && ex.tracking)
+		exec_unseen_launch(ev); /* a runtime launch with no driver launch seen beneath */
 	if (lynx_prof_script_counts_alloc(&pe)) {
 		ex.ordinal += ex.tracking;
 		goto out;
@@ -734,8 +738,8 @@ static void classify_hooks(void)
 			ex.frees[id] |= !strcmp(s, frees[i]);
 		ex.async_free[id] = ex.frees[id] && strstr(s, "Async");
 		ex.async_alloc[id] = ex.serves[id] && strstr(s, "Async");
-		ex.replayable[id] =
-		        !strcmp(s, "cuLaunchKernel") || !strcmp(s, "cuLaunchKernel_ptsz");
+		ex.replayable[id] = lynx_hooks[id].layer == LYNX_LAYER_DRIVER &&
+		                    lynx_hooks[id].kind == LYNX_EV_LAUNCH;
 	}
 }
 

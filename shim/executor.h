@@ -24,7 +24,8 @@
  *
  * What the plan says and what is done: OFFLOAD is done as above. RECOMPUTE decisions are
  * done by kernel replay (replay.h). The tracker captures each such activation's
- * producer: the first cuLaunchKernel after its allocation whose parameters name it, and
+ * producer: the first driver launch (cuLaunchKernel or cuLaunchKernelEx, made by the program
+ * or by the runtime's launch it called) after its allocation whose parameters name it, and
  * the launches of the same function right after it that name it too. The first
  * instance is still evicted by copy; when the guard restores it, the producer is replayed
  * into scratch beside it and examined (lynx_replay_examine, the device idle): only a
@@ -237,9 +238,9 @@ static inline void lynx_exec_window(enum lynx_hook_id id, uint64_t send, uint64_
 /* After a top-level call of the program returned, with its event (the tracker). */
 void lynx_exec_after(const struct lynx_event *ev);
 
-/* After a driver launch nested in the program's call (the runtime's cudaLaunchKernel
- * calling cuLaunchKernel), with its event and parameter bytes: producers are captured from
- * these. */
+/* After a driver launch nested in the program's call (the runtime's cudaLaunchKernel or
+ * cudaLaunchKernelExC calling cuLaunchKernel or cuLaunchKernelEx), with its event, parameter
+ * bytes and attributes: producers are captured from these. */
 void lynx_exec_launched(const struct lynx_event *ev);
 
 /* The counters so far. */

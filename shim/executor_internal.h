@@ -23,6 +23,7 @@
 
 #include "arena.h"
 #include "executor.h"
+#include "launch_attrs.h"
 #include "replay.h"
 
 /* Actions kept for the executor's trace: the first ones of a run (about 3 MB). */
@@ -89,11 +90,13 @@ enum buf_state {
 	BUF_EVICTED,    /* unmapped, address kept; the bytes are in host memory */
 };
 
-/* A launch of a producer, as captured before its examination: the parameters, and the
- * allocation each pointer word named as it ran (so that the examination can refuse a
- * producer whose inputs were freed since: replaying it would read unmapped memory). */
+/* A launch of a producer, as captured before its examination: the parameters and a launch
+ * config's attributes, and the allocation each pointer word named as it ran (so that the
+ * examination can refuse a producer whose inputs were freed since: replaying it would read
+ * unmapped memory). */
 struct captured_launch {
 	struct lynx_replay_kernel kernel;
+	CUlaunchAttribute attrs[LYNX_LAUNCH_MAX_ATTRS]; /* kernel.attrs points here */
 	uint32_t n_pointers;
 	bool too_many_pointers;
 	struct pointer_word {
@@ -135,9 +138,10 @@ struct exec_buf {
 	 * yet; captured: this instance's producer was seen (and, once replayed, the segment
 	 * holds its parameters; misfit: a launch did not fit the segment); by_replay: this
 	 * instance was evicted without a copy; examine: it was restored by copy, and its
-	 * producer is examined at its next use. */
+	 * producer is examined at its next use; unseen: a launch whose parameters Lynx did not
+	 * see came while its producer was awaited, and may have been it (exec_unseen_launch). */
 	enum producer_state producer;
-	bool awaiting, captured, misfit, by_replay, examine;
+	bool awaiting, captured, misfit, by_replay, examine, unseen;
 	bool copied_out; /* this instance was offloaded: `host` holds its bytes */
 	enum window_state window;
 	uint32_t window_token; /* LYNX_EXEC_NO_WINDOW: none */
@@ -204,8 +208,9 @@ struct exec_state {
 	bool frees[LYNX_HOOK_COUNT];  /* frees of such allocations; async_free: stream-ordered */
 	bool async_free[LYNX_HOOK_COUNT];
 	bool async_alloc[LYNX_HOOK_COUNT];
-	/* Launches a producer may be captured from: cuLaunchKernel and its per-thread form
-	 * (cuLaunchKernelEx's attributes are not recorded, so it cannot be replayed). */
+	/* Launches a producer may be captured from: the driver's (cuLaunchKernel,
+	 * cuLaunchKernelEx and their per-thread forms), whose events carry the parameters and
+	 * a launch config's attributes. The runtime's launches reach them (nested). */
 	bool replayable[LYNX_HOOK_COUNT];
 	/* Replay: its driver table, the activations whose producer is awaited, and what
 	 * examinations concluded (the first reason of each verdict, for the summary). */
@@ -258,6 +263,7 @@ struct exec_buf *find_buf(CUdeviceptr addr);
 void end_capture(struct exec_buf *b);
 void await_producer(struct exec_buf *b);
 void exec_capture(const struct lynx_event *ev);
+void exec_unseen_launch(const struct lynx_event *ev);
 void note_stream(CUstream stream);
 void exec_examine(struct exec_buf *b, CUstream stream);
 int exec_restore(struct exec_buf *b, CUstream stream);

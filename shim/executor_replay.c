@@ -53,7 +53,9 @@ void end_capture(struct exec_buf *b)
 			break;
 		}
 	}
-	if (b->awaiting && b->producer == PRODUCER_REPLAYED)
+	if (b->awaiting && b->unseen)
+		b->captured = false; /* its producer may be the launch that was not seen */
+	else if (b->awaiting && b->producer == PRODUCER_REPLAYED)
 		b->captured =
 		        !b->misfit && b->n_launches == lynx_replay_segment_kernels(b->segment);
 	else if (b->awaiting)
@@ -66,7 +68,7 @@ void end_capture(struct exec_buf *b)
  * producer. */
 void await_producer(struct exec_buf *b)
 {
-	b->captured = b->misfit = b->examine = b->copied_out = false;
+	b->captured = b->misfit = b->examine = b->copied_out = b->unseen = false;
 	b->n_launches = 0;
 	if (b->action != LYNX_EXEC_RECOMPUTE || !ex.can_replay || b->producer == PRODUCER_REFUSED ||
 	    ex.n_awaiting >= MAX_AWAITING)
@@ -104,6 +106,10 @@ static void keep_launch(struct exec_buf *b, const struct lynx_replay_kernel *k)
 	memcpy(c->params, k->params, k->param_bytes);
 	c->kernel = *k;
 	c->kernel.params = c->params;
+	if (k->attrs)
+		memcpy(c->attrs, k->attrs,
+		       lynx_launch_attrs_recorded(k->attr_count) * sizeof(*k->attrs));
+	c->kernel.attrs = k->attrs ? c->attrs : NULL;
 	c->n_pointers = 0;
 	c->too_many_pointers = false;
 	for (uint32_t at = 0; at + 8 <= k->param_bytes; at += 8) {
@@ -179,6 +185,37 @@ void exec_capture(const struct lynx_event *ev)
 			i++;
 		} else if (!b->n_launches && b->addr) {
 			i++; /* its producer has not started yet */
+		} else {
+			end_capture(b); /* moves the last one to i */
+		}
+	}
+}
+
+/*
+ * A successful launch of the program's whose parameters Lynx did not see (locked): a runtime
+ * launch that reached no driver launch Lynx hooks, as a runtime that called its driver by
+ * another way would make. It may be the producer of any activation whose producer has not
+ * started: capturing the next launch that names one would take a consumer for its producer
+ * (whose replay then differs from the activation from its first byte). So such an instance
+ * is offloaded, not examined or replayed; a producer under way ends, as at any other launch.
+ */
+void exec_unseen_launch(const struct lynx_event *ev)
+{
+	if (!ex.n_awaiting || ev->result != CUDA_SUCCESS || (ev->flags & LYNX_EVENT_CAPTURED))
+		return;
+	ex.launch_serial++;
+	for (uint32_t i = 0; i < ex.n_awaiting;) {
+		struct exec_buf *b = ex.awaiting[i];
+		if (!b->n_launches && b->addr) {
+			if (!b->unseen)
+				lynx_warn_once(
+				        "recompute mode: %s launched a kernel whose parameters "
+				        "Lynx cannot see (no driver launch beneath it); "
+				        "activations allocated before it are offloaded in that "
+				        "iteration, not recomputed",
+				        lynx_hooks[ev->hook].symbol);
+			b->unseen = true;
+			i++;
 		} else {
 			end_capture(b); /* moves the last one to i */
 		}

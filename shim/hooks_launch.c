@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Driver launches (cuLaunchKernel, cuLaunchKernelEx and their per-thread forms): each
- * recorded with its function, geometry and parameter bytes. Parameter layouts come from
+ * recorded with its function, geometry and parameter bytes, given as kernelParams or packed
+ * in `extra`, and a launch config's attributes (launch_attrs.h). Parameter layouts come from
  * cuFuncGetParamInfo (or cuKernelGetParamInfo, for CUkernel handles), asked once per
  * function and cached in an insert-only, lock-free table.
  */
@@ -11,12 +12,13 @@
 
 #include "executor.h"
 #include "hooks.h"
+#include "launch_attrs.h"
 #include "log.h"
 #include "record.h"
 
 /* Parameters beyond these are not captured (the event says how many there were). */
 #define MAX_PARAMS 128
-#define MAX_PARAM_BYTES 4096
+#define MAX_PARAM_BYTES LYNX_LAUNCH_MAX_PARAM_BYTES
 #define CACHE_SLOTS 4096 /* power of two; functions beyond it are looked up every launch */
 
 struct func_info {
@@ -215,14 +217,17 @@ launch_begin(struct lynx_call *call, enum lynx_hook_id id, CUfunction f, CUstrea
 	return info;
 }
 
-/* After the real call: what was launched, where, with which parameters. */
+/* After the real call: what was launched, where, with which parameters, and (config not
+ * NULL: cuLaunchKernelEx) with which attributes. */
 static inline __attribute__((always_inline)) void
 launch_end(struct lynx_call *call, const struct func_info *info, CUfunction f,
            const uint32_t grid[3], const uint32_t block[3], uint32_t shared, CUstream stream,
-           void **params, void **extra, CUresult result)
+           const CUlaunchConfig *config, void **params, void **extra, CUresult result)
 {
-	uint32_t payload =
+	uint32_t param_bytes =
 	        info ? (info->bytes < MAX_PARAM_BYTES ? info->bytes : MAX_PARAM_BYTES) : 0;
+	uint32_t payload = config ? lynx_launch_payload_bytes(param_bytes, true, config->numAttrs)
+	                          : param_bytes;
 
 	if (lynx_call_reserve(call, payload)) {
 		lynx_record_launch(call->event, (uint64_t)(uintptr_t)f, grid[0], grid[1], grid[2],
@@ -230,6 +235,8 @@ launch_end(struct lynx_call *call, const struct func_info *info, CUfunction f,
 		                   (uint64_t)(uintptr_t)stream);
 		if (info)
 			capture_params(call->event, info, params, extra);
+		if (config)
+			lynx_launch_attrs_record(call->event, config->attrs, config->numAttrs);
 	}
 	lynx_call_end(call, result);
 }
@@ -246,7 +253,7 @@ CUresult lynx_active_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int 
 	                                               params, extra);
 
 	launch_end(&call, info, f, (uint32_t[]){gx, gy, gz}, (uint32_t[]){bx, by, bz}, shared,
-	           stream, params, extra, result);
+	           stream, NULL, params, extra, result);
 	return result;
 }
 
@@ -262,11 +269,12 @@ CUresult lynx_active_cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned
 	                                                    stream, params, extra);
 
 	launch_end(&call, info, f, (uint32_t[]){gx, gy, gz}, (uint32_t[]){bx, by, bz}, shared,
-	           stream, params, extra, result);
+	           stream, NULL, params, extra, result);
 	return result;
 }
 
-/* cuLaunchKernelEx: the geometry and stream come in the config (attributes not recorded). */
+/* cuLaunchKernelEx: the geometry and stream come in the config, with attributes. A NULL
+ * config is the driver's to refuse: recorded as a launch with no geometry. */
 static void config_dims(const CUlaunchConfig *config, uint32_t grid[3], uint32_t block[3])
 {
 	grid[0] = config ? config->gridDimX : 0;
@@ -288,7 +296,7 @@ CUresult lynx_active_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f
 
 	config_dims(config, grid, block);
 	launch_end(&call, info, f, grid, block, config ? config->sharedMemBytes : 0,
-	           config ? config->hStream : NULL, params, extra, result);
+	           config ? config->hStream : NULL, config, params, extra, result);
 	return result;
 }
 
@@ -303,6 +311,6 @@ CUresult lynx_active_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunct
 
 	config_dims(config, grid, block);
 	launch_end(&call, info, f, grid, block, config ? config->sharedMemBytes : 0,
-	           config ? config->hStream : NULL, params, extra, result);
+	           config ? config->hStream : NULL, config, params, extra, result);
 	return result;
 }

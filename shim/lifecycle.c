@@ -19,6 +19,7 @@
 #include "dump.h"
 #include "executor.h"
 #include "hooks.h"
+#include "launch_attrs.h"
 #include "lifecycle.h"
 #include "log.h"
 #include "profiling.h"
@@ -444,9 +445,9 @@ int lynx_job_world(void)
 /*
  * The event of a top-level call that the recorder could not take (a full ring, no
  * recorder) while the executor follows the calls: the tracker needs it all the same. Room
- * for hooks_launch.c's parameter bytes.
+ * for hooks_launch.c's parameter bytes and launch attributes.
  */
-#define SCRATCH_PAYLOAD 4096
+#define SCRATCH_PAYLOAD LYNX_LAUNCH_MAX_PAYLOAD
 static __thread struct {
 	struct lynx_event event;
 	unsigned char payload[SCRATCH_PAYLOAD];

@@ -61,6 +61,10 @@ struct lynx_event {
 			uint64_t function; /* CUfunction / CUkernel / host stub as launched */
 			uint32_t grid[3], block[3], shared_mem;
 			uint32_t param_count, param_bytes; /* payload: param_bytes packed bytes */
+			/* Made with a launch config (cuLaunchKernelEx), with attr_count
+			 * attributes: the payload holds them too (launch_attrs.h). */
+			uint16_t attr_count;
+			uint8_t config;
 		} launch;
 		struct {
 			uint64_t handle; /* stream or event concerned */

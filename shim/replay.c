@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "launch_attrs.h"
 #include "log.h"
 #include "recorder.h"
 #include "replay.h"
@@ -25,15 +26,21 @@ struct replay_kernel {
 	 * a pointer can be. Padding and words straddling two parameters are never rewritten. */
 	uint32_t *words;
 	uint32_t word_count;
+	/* Launched with a launch config: replayed through cuLaunchKernelEx with the attributes
+	 * launch_attrs.h keeps, normalised. */
+	bool config;
+	uint32_t attr_count;
+	CUlaunchAttribute attrs[LYNX_LAUNCH_MAX_ATTRS];
 };
 
 struct lynx_replay_segment {
 	struct lynx_replay_driver driver;
 	struct replay_kernel *kernels;
 	size_t count;
-	const char *unsupported; /* why the first unreplayable kernel is so, or NULL */
+	const char *unsupported; /* why the first unreplayable kernel is so (reason), or NULL */
 	size_t unsupported_kernel;
-	/* The working copy that a launch rewrites: cuLaunchKernel copies the parameters before
+	char reason[160];
+	/* The working copy that a launch rewrites: a launch copies the parameters before
 	 * it returns, so one buffer serves every kernel in turn. */
 	unsigned char *work;
 	void **args;
@@ -100,6 +107,9 @@ bool lynx_replay_kernel_from_event(const struct lynx_event *event, struct lynx_r
 	        .param_count = event->u.launch.param_count,
 	        .param_bytes = event->u.launch.param_bytes,
 	        .params = event->u.launch.param_bytes ? (const void *)(event + 1) : NULL,
+	        .config = event->u.launch.config,
+	        .attr_count = event->u.launch.attr_count,
+	        .attrs = lynx_launch_attrs_of(event),
 	};
 	return true;
 }
@@ -176,11 +186,12 @@ static int find_words(struct replay_kernel *kernel, const uint32_t *sizes)
 	return 0;
 }
 
-/* Copies one recorded kernel and its layout. Returns 0 or -ENOMEM; *why says if it cannot be
- * replayed (the kernel is kept, without layout). */
+/* Copies one recorded kernel, its layout and the attributes its replay passes. Returns 0 or
+ * -ENOMEM; *why says if it cannot be replayed (the kernel is kept, without layout), in
+ * text[0..text_size) when the reason names a number. */
 static int prepare_kernel(const struct lynx_replay_driver *driver,
                           const struct lynx_replay_kernel *recorded, struct replay_kernel *kernel,
-                          const char **why)
+                          const char **why, char *text, size_t text_size)
 {
 	uint32_t *sizes;
 	int err = -ENOMEM;
@@ -192,12 +203,17 @@ static int prepare_kernel(const struct lynx_replay_driver *driver,
 	        .shared_mem = recorded->shared_mem,
 	        .param_count = recorded->param_count,
 	        .param_bytes = recorded->params ? recorded->param_bytes : 0,
+	        .config = recorded->config,
 	};
 	kernel->params = malloc(kernel->param_bytes ? kernel->param_bytes : 1);
 	if (!kernel->params)
 		return -ENOMEM;
 	if (kernel->param_bytes)
 		memcpy(kernel->params, recorded->params, kernel->param_bytes);
+	if (recorded->config &&
+	    (*why = lynx_launch_attrs_select(recorded->attrs, recorded->attr_count, kernel->attrs,
+	                                     &kernel->attr_count, text, text_size)))
+		return 0;
 	/* Checked before asking the driver, and before sizing arrays by the count: every
 	 * parameter takes at least one byte. */
 	if (recorded->param_count && !recorded->params) {
@@ -257,11 +273,14 @@ int lynx_replay_segment_create(const struct lynx_replay_driver *driver,
 	segment->count = count;
 	for (size_t i = 0; i < count; i++) {
 		const char *why = NULL;
+		char text[sizeof(segment->reason)];
 
-		if (prepare_kernel(driver, &kernels[i], &segment->kernels[i], &why))
+		if (prepare_kernel(driver, &kernels[i], &segment->kernels[i], &why, text,
+		                   sizeof(text)))
 			goto out_destroy;
 		if (why && !segment->unsupported) {
-			segment->unsupported = why;
+			snprintf(segment->reason, sizeof(segment->reason), "%s", why);
+			segment->unsupported = segment->reason;
 			segment->unsupported_kernel = i;
 		}
 		/* Only kernels that can be replayed are ever copied into the working buffers. */
@@ -297,18 +316,27 @@ const char *lynx_replay_segment_unsupported(const struct lynx_replay_segment *se
 int lynx_replay_segment_refresh(struct lynx_replay_segment *segment, size_t index,
                                 const struct lynx_replay_kernel *kernel)
 {
+	CUlaunchAttribute attrs[LYNX_LAUNCH_MAX_ATTRS];
+	uint32_t attr_count = 0;
 	struct replay_kernel *k;
+	char why[sizeof(segment->reason)];
 
 	if (!kernel || index >= segment->count)
 		return -EINVAL;
 	k = &segment->kernels[index];
 	if (kernel->function != k->function || kernel->shared_mem != k->shared_mem ||
 	    kernel->param_count != k->param_count || kernel->param_bytes != k->param_bytes ||
-	    (kernel->param_bytes && !kernel->params))
+	    (kernel->param_bytes && !kernel->params) || kernel->config != k->config)
 		return -EINVAL;
 	for (int i = 0; i < 3; i++)
 		if (kernel->grid[i] != k->grid[i] || kernel->block[i] != k->block[i])
 			return -EINVAL;
+	/* The attributes a replay passes, normalised: those it drops may differ (an event). */
+	if (kernel->config &&
+	    (lynx_launch_attrs_select(kernel->attrs, kernel->attr_count, attrs, &attr_count, why,
+	                              sizeof(why)) ||
+	     attr_count != k->attr_count || memcmp(attrs, k->attrs, attr_count * sizeof(*attrs))))
+		return -EINVAL;
 	if (k->param_bytes)
 		memcpy(k->params, kernel->params, k->param_bytes);
 	return 0;
@@ -337,6 +365,33 @@ static bool redirects_valid(const struct lynx_replay_redirect *redirects, size_t
 		    redirects[i].from + redirects[i].size < redirects[i].from)
 			return false;
 	return true;
+}
+
+/* Launches one kernel on stream, through the entry point it was launched with; the config's
+ * attributes are the kept ones, its stream the replay's. */
+static CUresult launch_one(const struct lynx_replay_driver *driver, struct replay_kernel *kernel,
+                           CUstream stream, void **args)
+{
+	CUlaunchConfig config;
+
+	if (!kernel->config)
+		return driver->launch_kernel(kernel->function, kernel->grid[0], kernel->grid[1],
+		                             kernel->grid[2], kernel->block[0], kernel->block[1],
+		                             kernel->block[2], kernel->shared_mem, stream, args,
+		                             NULL);
+	config = (CUlaunchConfig){
+	        .gridDimX = kernel->grid[0],
+	        .gridDimY = kernel->grid[1],
+	        .gridDimZ = kernel->grid[2],
+	        .blockDimX = kernel->block[0],
+	        .blockDimY = kernel->block[1],
+	        .blockDimZ = kernel->block[2],
+	        .sharedMemBytes = kernel->shared_mem,
+	        .hStream = stream,
+	        .attrs = kernel->attr_count ? kernel->attrs : NULL,
+	        .numAttrs = kernel->attr_count,
+	};
+	return driver->launch_kernel_ex(&config, kernel->function, args, NULL);
 }
 
 /* Rewrites the words of the working copy that point into a from-range; returns how many.
@@ -377,16 +432,14 @@ int lynx_replay_launch(struct lynx_replay_segment *segment, CUstream stream,
 	else if (segment->unsupported)
 		err = -ENOTSUP;
 	for (size_t k = 0; !err && k < segment->count; k++) {
-		const struct replay_kernel *kernel = &segment->kernels[k];
+		struct replay_kernel *kernel = &segment->kernels[k];
 
 		memcpy(segment->work, kernel->params, kernel->param_bytes);
 		stats.rewritten += redirect_words(segment->work, kernel, redirects, redirect_count);
 		for (uint32_t i = 0; i < kernel->param_count; i++)
 			segment->args[i] = segment->work + kernel->offsets[i];
-		stats.error = segment->driver.launch_kernel(
-		        kernel->function, kernel->grid[0], kernel->grid[1], kernel->grid[2],
-		        kernel->block[0], kernel->block[1], kernel->block[2], kernel->shared_mem,
-		        stream, kernel->param_count ? segment->args : NULL, NULL);
+		stats.error = launch_one(&segment->driver, kernel, stream,
+		                         kernel->param_count ? segment->args : NULL);
 		if (stats.error != CUDA_SUCCESS)
 			err = -EIO;
 		else

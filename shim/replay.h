@@ -6,10 +6,13 @@
  *
  * A recorded kernel is what the shim's launch hook keeps (hooks_launch.c): the function
  * handle, geometry, shared memory and the packed parameter bytes, parameter i at the
- * offset cuFuncGetParamInfo gives. Replay relaunches it with cuLaunchKernel and a
- * kernelParams array pointing into a private copy of those bytes. Launch attributes
- * (cuLaunchKernelEx: clusters, cooperative launch, priorities) are not recorded and not
- * replayed: the caller must not build segments from launches that had any.
+ * offset cuFuncGetParamInfo gives, and for a launch made with a launch config
+ * (cuLaunchKernelEx, which the runtime's cudaLaunchKernelExC reaches) its attributes.
+ * Replay relaunches it through the same driver entry point, cuLaunchKernel or
+ * cuLaunchKernelEx, with a kernelParams array pointing into a private copy of those bytes
+ * (a launch that passed them packed in `extra` gets the same bytes), on the stream it is
+ * given; a config's attributes are kept, dropped or refused as launch_attrs.h's
+ * LYNX_LAUNCH_ATTRS says (a refused one makes the kernel one that cannot be replayed).
  *
  * Redirection rewrites, before each launch, every 8-byte-aligned word of the parameter
  * bytes that lies wholly inside one parameter (so also the words of by-value structs) and
@@ -50,6 +53,7 @@
  */
 #define LYNX_REPLAY_DRIVER_CALLS                                                    \
 	LYNX_REPLAY_DRIVER_CALL(launch_kernel, cuLaunchKernel, 4000)                \
+	LYNX_REPLAY_DRIVER_CALL(launch_kernel_ex, cuLaunchKernelEx, 11060)          \
 	LYNX_REPLAY_DRIVER_CALL(func_get_param_info, cuFuncGetParamInfo, 12040)     \
 	LYNX_REPLAY_DRIVER_CALL(kernel_get_param_info, cuKernelGetParamInfo, 12040) \
 	LYNX_REPLAY_DRIVER_CALL(memcpy_dtoh_async, cuMemcpyDtoHAsync, 3020)         \
@@ -81,11 +85,18 @@ struct lynx_replay_kernel {
 	uint32_t param_count; /* parameters the function has, as the recorder saw them */
 	uint32_t param_bytes; /* bytes at params (the recorder may have truncated them) */
 	const void *params;   /* packed: parameter i at its cuFuncGetParamInfo offset; or NULL */
+	/* Launched with a launch config (cuLaunchKernelEx): replayed through it. attr_count:
+	 * the attributes it was given; attrs: the first lynx_launch_attrs_recorded(attr_count)
+	 * of them (launch_attrs.h), or NULL when there are none. */
+	bool config;
+	uint32_t attr_count;
+	const CUlaunchAttribute *attrs;
 };
 
 struct lynx_event;
 /* Fills *out from a LAUNCH event of the recorder (recorder.h), whose payload is the
- * parameter bytes; out->params points into the event. Returns false for another kind. */
+ * parameter bytes and a config's attributes (launch_attrs.h); out->params and out->attrs
+ * point into the event. Returns false for another kind. */
 bool lynx_replay_kernel_from_event(const struct lynx_event *event, struct lynx_replay_kernel *out);
 
 /* Pointers into [from, from + size) are rewritten to the same offset from `to`. */
@@ -106,12 +117,14 @@ struct lynx_replay_segment;
 /*
  * Copies `count` kernels (in launch order) into a new segment and asks the driver for each
  * function's parameter layout (cuFuncGetParamInfo, or cuKernelGetParamInfo for a CUkernel),
- * so that a replay makes no query. driver is copied. A kernel that cannot be replayed from
- * its record (no parameter bytes, parameters beyond the recorded bytes, a parameter count
- * other than the driver's, a layout the driver does not give) does not fail the creation:
- * the segment is then unsupported, which lynx_replay_segment_unsupported says and which
- * replay and verification answer. Returns 0 and *out, -EINVAL (a NULL driver entry, no
- * kernels) or -ENOMEM.
+ * so that a replay makes no query, and the attributes each replay passes (launch_attrs.h).
+ * driver and the attributes are copied. A kernel that cannot be replayed from its record
+ * (no parameter bytes, parameters beyond the recorded bytes, a parameter count other than
+ * the driver's, a layout the driver does not give, a launch attribute refused or not known,
+ * more attributes than a record holds) does not fail the creation: the segment is then
+ * unsupported, which lynx_replay_segment_unsupported says and which replay, verification
+ * and examination answer. Returns 0 and *out, -EINVAL (a NULL driver entry, no kernels) or
+ * -ENOMEM.
  */
 int lynx_replay_segment_create(const struct lynx_replay_driver *driver,
                                const struct lynx_replay_kernel *kernels, size_t count,
@@ -124,9 +137,11 @@ size_t lynx_replay_segment_kernels(const struct lynx_replay_segment *segment);
 /*
  * Replaces kernel `index`'s parameter bytes with kernel->params: a later launch of the same
  * producer (another iteration's pointers). It must have the same function, geometry, shared
- * memory, param_count and param_bytes as the kernel recorded at creation; otherwise, or for
- * an index out of range, it returns -EINVAL and nothing changes. Returns 0. It copies into
- * the segment's existing buffer: no allocation, no lock, no driver call.
+ * memory, param_count and param_bytes as the kernel recorded at creation, and be launched
+ * the same way (with a launch config or not, and then with the same attributes once those a
+ * replay drops are left out); otherwise, or for an index out of range, it returns -EINVAL
+ * and nothing changes. Returns 0. It copies into the segment's existing buffer: no
+ * allocation, no lock, no driver call.
  */
 int lynx_replay_segment_refresh(struct lynx_replay_segment *segment, size_t index,
                                 const struct lynx_replay_kernel *kernel);
@@ -136,8 +151,8 @@ int lynx_replay_segment_refresh(struct lynx_replay_segment *segment, size_t inde
 uint64_t lynx_replay_segment_word(const struct lynx_replay_segment *segment, size_t kernel,
                                   uint32_t offset);
 
-/* NULL if every kernel can be replayed; otherwise why not (a static string), and the first
- * such kernel's index in *kernel (if kernel is not NULL). */
+/* NULL if every kernel can be replayed; otherwise why not (valid while the segment is), and
+ * the first such kernel's index in *kernel (if kernel is not NULL). */
 const char *lynx_replay_segment_unsupported(const struct lynx_replay_segment *segment,
                                             size_t *kernel);
 
@@ -149,10 +164,12 @@ struct lynx_replay_stats {
 };
 
 /*
- * Launches the segment's kernels in order on `stream`, each with its parameter words
- * redirected through redirects[0..redirect_count) (the first range that contains a word
- * wins). It does not wait for them. No allocation and no lock: the cost is a copy of each
- * kernel's parameter bytes and O(words x redirects) compares, then the launch.
+ * Launches the segment's kernels in order on `stream`, each through the entry point it was
+ * launched with (cuLaunchKernelEx with its kept attributes, or cuLaunchKernel) and with its
+ * parameter words redirected through redirects[0..redirect_count) (the first range that
+ * contains a word wins). It does not wait for them. No allocation and no lock: the cost is
+ * a copy of each kernel's parameter bytes and O(words x redirects) compares, then the
+ * launch.
  * Returns 0 (all launched); -ENOTSUP (the segment is unsupported: nothing launched);
  * -EINVAL (a redirect with from 0, size 0, or a range that wraps: nothing launched); -EIO
  * (a launch failed: out->launched kernels before it are queued, the rest are not).

@@ -11,6 +11,10 @@
  *                     the pool by name, the pool's used and reserved bytes, trim
  *   probe module N    as Triton: loads a module and a library naming the probe's kernel
  *                     through driver entry points, launches it N times through each
+ *   probe ex N        launches with a launch config and two attributes (a cluster, and
+ *                     programmatic serialisation), N times each way: cudaLaunchKernelExC,
+ *                     cudaLaunchKernelExC_ptsz, cuLaunchKernelEx with kernelParams and
+ *                     cuLaunchKernelEx_ptsz with the parameters packed in `extra`
  * Exits 0 when every call succeeded (and the sums and byte counts are right).
  */
 #include <cuda.h>
@@ -27,6 +31,10 @@
 
 #define THREADS 8
 #define GRAPH_KERNELS 3
+
+/* The CUDA 13 headers declare the per-thread forms only when the runtime is built. */
+cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *config, const void *func,
+                                     void **args);
 
 static const void *kernel;
 static long per_thread;
@@ -220,16 +228,22 @@ static int run_pool(long count)
 	return bad;
 }
 
-static void *driver_entry(const char *name)
+/* A driver function, as the runtime hands it out: flags cudaEnableDefault, or
+ * cudaEnablePerThreadDefaultStream for the _ptsz form. */
+static void *driver_entry_flags(const char *name, unsigned long long flags)
 {
 	enum cudaDriverEntryPointQueryResult found;
 	void *fn = NULL;
 
-	if (failed(cudaGetDriverEntryPointByVersion(name, &fn, 13000, cudaEnableDefault, &found),
-	           name) ||
+	if (failed(cudaGetDriverEntryPointByVersion(name, &fn, 13000, flags, &found), name) ||
 	    found != cudaDriverEntryPointSuccess)
 		return NULL;
 	return fn;
+}
+
+static void *driver_entry(const char *name)
+{
+	return driver_entry_flags(name, cudaEnableDefault);
 }
 
 static int failed_driver(CUresult res, const char *what)
@@ -293,6 +307,80 @@ static int run_module(long launches)
 	return bad;
 }
 
+/* Launches with a launch config, `launches` times each way (the usage above); the driver's
+ * on the stream the runtime's legacy form uses, the per-thread forms on the per-thread
+ * default stream (0). */
+static int run_ex(long launches)
+{
+	PFN_cuLaunchKernelEx_v11060 launch_ex = driver_entry("cuLaunchKernelEx");
+	PFN_cuLaunchKernelEx_v11060 launch_ex_ptsz =
+	        driver_entry_flags("cuLaunchKernelEx", cudaEnablePerThreadDefaultStream);
+	cudaLaunchAttribute attrs[2] = {
+	        {.id = cudaLaunchAttributeClusterDimension, .val.clusterDim = {1, 1, 1}},
+	        {.id = cudaLaunchAttributeProgrammaticStreamSerialization,
+	         .val.programmaticStreamSerializationAllowed = 1},
+	};
+	CUlaunchAttribute cu_attrs[2] = {
+	        {.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, .value.clusterDim = {1, 1, 1}},
+	        {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+	         .value.programmaticStreamSerializationAllowed = 1},
+	};
+	cudaStream_t stream;
+	float *x, one = 1.0f, sum = 0;
+	unsigned char packed[8 + sizeof(float)];
+	size_t packed_bytes = sizeof(packed);
+	void *args[] = {&x, &one};
+	void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, packed, CU_LAUNCH_PARAM_BUFFER_SIZE,
+	                 &packed_bytes, CU_LAUNCH_PARAM_END};
+	int bad = !launch_ex || !launch_ex_ptsz;
+
+	bad |= failed(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+	bad |= failed(cudaMalloc((void **)&x, sizeof(float)), "cudaMalloc");
+	bad |= failed(cudaMemset(x, 0, sizeof(float)), "cudaMemset");
+	/* probe_add's parameters packed at their offsets: the pointer, then the float. */
+	memcpy(packed, &x, sizeof(x));
+	memcpy(packed + 8, &one, sizeof(one));
+	cudaLaunchConfig_t config = {.gridDim = {1, 1, 1},
+	                             .blockDim = {32, 1, 1},
+	                             .stream = stream,
+	                             .attrs = attrs,
+	                             .numAttrs = 2};
+	cudaLaunchConfig_t config_ptsz = config;
+	config_ptsz.stream = 0;
+	CUlaunchConfig cu_config = {.gridDimX = 1,
+	                            .gridDimY = 1,
+	                            .gridDimZ = 1,
+	                            .blockDimX = 32,
+	                            .blockDimY = 1,
+	                            .blockDimZ = 1,
+	                            .hStream = (CUstream)stream,
+	                            .attrs = cu_attrs,
+	                            .numAttrs = 2};
+	CUlaunchConfig cu_config_ptsz = cu_config;
+	cu_config_ptsz.hStream = NULL;
+	for (long i = 0; i < launches && !bad; i++) {
+		bad |= failed(cudaLaunchKernelExC(&config, kernel, args), "cudaLaunchKernelExC");
+		bad |= failed(cudaLaunchKernelExC_ptsz(&config_ptsz, kernel, args),
+		              "cudaLaunchKernelExC_ptsz");
+		bad |= failed_driver(launch_ex(&cu_config, (CUfunction)kernel, args, NULL),
+		                     "cuLaunchKernelEx");
+		bad |= failed_driver(
+		        launch_ex_ptsz(&cu_config_ptsz, (CUfunction)kernel, NULL, extra),
+		        "cuLaunchKernelEx_ptsz");
+	}
+	bad |= failed(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+	bad |= failed(cudaMemcpy(&sum, x, sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
+	if (!bad && sum != (float)(4 * launches)) {
+		fprintf(stderr, "probe: the launches summed %g, want %ld\n", sum, 4 * launches);
+		bad = 1;
+	}
+	bad |= failed(cudaFree(x), "cudaFree");
+	bad |= failed(cudaStreamDestroy(stream), "cudaStreamDestroy");
+	if (!bad)
+		printf("probe ex: 4 x %ld launches = %g\n", launches, sum);
+	return bad;
+}
+
 int main(int argc, char **argv)
 {
 	struct simgpu_kernel_desc desc = {
@@ -315,7 +403,9 @@ int main(int argc, char **argv)
 		return run_pool(atol(argv[2]));
 	if (argc == 3 && !strcmp(argv[1], "module"))
 		return run_module(atol(argv[2]));
+	if (argc == 3 && !strcmp(argv[1], "ex"))
+		return run_ex(atol(argv[2]));
 	fprintf(stderr, "usage: probe threads N | probe fork | probe graph N | probe pool N | "
-	                "probe module N\n");
+	                "probe module N | probe ex N\n");
 	return 2;
 }

@@ -3,8 +3,9 @@
  * The event dump (LYNX_EVENTS, shim/dump.c): each payload written as dump.h documents, long
  * lines across buffer writes; and under LD_PRELOAD on simgpu, one file per process whose
  * every line is strict JSON, with exactly as many events as the recorder counted, launch
- * parameters and nested launches as recorded, through exit, fork and SIGTERM; nothing
- * written without the setting, one warning and no other change with a bad path.
+ * parameters and nested launches as recorded (launch configs too: each launch once, its
+ * attributes with the driver launch), through exit, fork and SIGTERM; nothing written
+ * without the setting, one warning and no other change with a bad path.
  */
 #include <dirent.h>
 #include <setjmp.h>
@@ -24,6 +25,7 @@
 
 #include "../harness.h"
 #include "dump.h"
+#include "launch_attrs.h"
 #include "recorder.h"
 
 /* tinytrain's tt_gemm: 15 parameters and the virtual cost (tests/tinytrain/kernels_table.h),
@@ -48,12 +50,14 @@ static const char *const common_keys[] = {"t",      "tid",    "hook",   "kind",
 
 static const struct {
 	const char *payload;
-	const char *keys[9]; /* NULL-terminated */
+	const char *keys[10]; /* NULL-terminated */
 } payload_keys[] = {
         {"none", {NULL}},
         {"mem", {"ptr", "bytes"}},
         {"copy", {"dst", "src", "bytes", "dir"}},
-        {"launch", {"function", "name", "grid", "block", "shared", "params", "param_count"}},
+        {"launch",
+         {"function", "name", "grid", "block", "shared", "params", "param_count", "attrs",
+          "attr_count"}},
         {"sync", {"handle"}},
         {"nccl", {"comm", "send", "recv", "count", "type", "op", "peer", "group_depth"}},
 };
@@ -297,6 +301,8 @@ static void test_each_payload_is_written_as_documented(void **state)
 	assert_int_equal(num(e, "shared"), 48);
 	assert_string_equal(str(e, "params"), "0001abff10");
 	assert_int_equal(num(e, "param_count"), 2);
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(e, "attrs")), 0);
+	assert_int_equal(num(e, "attr_count"), 0);
 	assert_true(flag(e, "captured"));
 	assert_false(flag(e, "nested"));
 
@@ -357,6 +363,49 @@ static void test_long_lines_cross_buffer_writes_intact(void **state)
 	}
 	assert_string_equal(str(cJSON_GetArrayItem(events, launches), "params"),
 	                    "eeeeeeeeeeeeeeee");
+	cJSON_Delete(events);
+}
+
+/* A launch config's attributes: their ids after the parameters; a launch with more than a
+ * record holds lists those it holds and counts them all. */
+static void test_a_launch_config_is_written_with_its_attribute_ids(void **state)
+{
+	char prefix[1200], path[1300];
+	struct test_event t;
+	CUlaunchAttribute attrs[LYNX_LAUNCH_MAX_ATTRS + 1];
+	struct lynx_event *ev;
+
+	memset(attrs, 0, sizeof(attrs));
+	for (int i = 0; i <= LYNX_LAUNCH_MAX_ATTRS; i++)
+		attrs[i].id = (CUlaunchAttributeID)(i + 1);
+	unit_paths("config", prefix, path);
+	assert_int_equal(lynx_dump_open(prefix, test_hook_name, 3, NULL), 0);
+	/* The hook writes past the header, into the record: give it the whole record. */
+	ev = event(&t, 1, LYNX_EV_LAUNCH, lynx_launch_payload_bytes(5, true, 2));
+	ev->u.launch.param_bytes = 5;
+	memcpy(t.payload, "\x00\x01\xab\xff\x10", 5);
+	lynx_launch_attrs_record((struct lynx_event *)(void *)&t,
+	                         (CUlaunchAttribute[]){attrs[3], attrs[5]}, 2);
+	lynx_dump_event(ev, NULL);
+	ev = event(&t, 1, LYNX_EV_LAUNCH,
+	           lynx_launch_payload_bytes(0, true, LYNX_LAUNCH_MAX_ATTRS + 1));
+	lynx_launch_attrs_record((struct lynx_event *)(void *)&t, attrs, LYNX_LAUNCH_MAX_ATTRS + 1);
+	lynx_dump_event(ev, NULL);
+	lynx_dump_close();
+
+	cJSON *events = load_dump(path, getpid(), 3);
+	assert_int_equal(cJSON_GetArraySize(events), 2);
+	cJSON *e = cJSON_GetArrayItem(events, 0);
+	char *ids = cJSON_PrintUnformatted(cJSON_GetObjectItem(e, "attrs"));
+	assert_string_equal(ids, "[4,6]");
+	free(ids);
+	assert_int_equal(num(e, "attr_count"), 2);
+	assert_string_equal(str(e, "params"), "0001abff10"); /* the attributes are not params */
+	e = cJSON_GetArrayItem(events, 1);
+	ids = cJSON_PrintUnformatted(cJSON_GetObjectItem(e, "attrs"));
+	assert_string_equal(ids, "[1,2,3,4,5,6,7,8]");
+	free(ids);
+	assert_int_equal(num(e, "attr_count"), LYNX_LAUNCH_MAX_ATTRS + 1);
 	cJSON_Delete(events);
 }
 
@@ -782,6 +831,89 @@ static void test_eight_threads_are_dumped_completely(void **state)
 }
 
 /* Calls made while a stream captures carry "captured", as counted in calls.<pid>.json. */
+/* The attribute ids of an event, as "[4,6]" (the caller frees it). */
+static char *attr_ids(const cJSON *ev)
+{
+	char *ids = cJSON_PrintUnformatted(cJSON_GetObjectItem(ev, "attrs"));
+
+	assert_non_null(ids);
+	return ids;
+}
+
+/*
+ * Launches with a launch config, each of the four ways 3 times (probe ex): each recorded
+ * once at the top level, where the profiler looks (the runtime's beside no other); the
+ * runtime's made through the driver's cuLaunchKernelEx of its stream semantics, nested
+ * just before it; every driver launch with the parameters, however given (kernelParams or
+ * `extra`), and the config's two attributes.
+ */
+static void test_launch_configs_are_dumped_once_with_their_attributes(void **state)
+{
+	static const char *const top_hooks[] = {"cudaLaunchKernelExC", "cudaLaunchKernelExC_ptsz",
+	                                        "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz"};
+	char dir[1200], cmd[2048];
+	int pids[MAX_PIDS], top[4] = {0}, nested = 0, n;
+	const char *params = NULL;
+
+	fresh_dir(dir, sizeof(dir), "ex");
+	snprintf(cmd, sizeof(cmd), "%s/bin/probe ex 3", build_dir);
+	char *out = run_dumped(dir, cmd);
+	assert_string_equal(out, "probe ex: 4 x 3 launches = 12\n");
+	free(out);
+	assert_int_equal(check_every_process_dumped_every_event(dir), 1);
+	pids_of(dir, "ev", "jsonl", pids);
+	cJSON *events = load_process(dir, pids[0]);
+	n = cJSON_GetArraySize(events);
+	for (int i = 0; i < n; i++) {
+		cJSON *ev = cJSON_GetArrayItem(events, i);
+		const char *hook = str(ev, "hook");
+		if (strcmp(str(ev, "kind"), "launch"))
+			continue;
+		assert_int_equal(num(ev, "result"), 0);
+		if (!strncmp(hook, "cuda", 4)) { /* the runtime's: its driver launch records */
+			assert_false(flag(ev, "nested"));
+			assert_string_equal(str(ev, "params"), "");
+			assert_int_equal(num(ev, "attr_count"), 0);
+		} else {
+			char *ids = attr_ids(ev);
+			assert_string_equal(ids, "[4,6]");
+			free(ids);
+			assert_int_equal(num(ev, "attr_count"), 2);
+			assert_int_equal(num(ev, "param_count"), 2);
+			/* The pointer, then 1.0f: the same bytes however they were passed. */
+			if (!params)
+				params = str(ev, "params");
+			assert_string_equal(str(ev, "params"), params);
+			assert_string_equal(str(ev, "params") + 16, "0000803f");
+		}
+		if (flag(ev, "nested")) {
+			/* The runtime's launch that made it is the thread's next event. */
+			cJSON *outer = NULL;
+			for (int j = i + 1; j < n && !outer; j++)
+				if (num(cJSON_GetArrayItem(events, j), "tid") == num(ev, "tid"))
+					outer = cJSON_GetArrayItem(events, j);
+			assert_non_null(outer);
+			assert_string_equal(str(outer, "hook"),
+			                    !strcmp(hook, "cuLaunchKernelEx")
+			                            ? "cudaLaunchKernelExC"
+			                            : "cudaLaunchKernelExC_ptsz");
+			assert_string_equal(str(outer, "stream"), str(ev, "stream"));
+			nested++;
+			continue;
+		}
+		size_t k = 0;
+		while (k < 4 && strcmp(hook, top_hooks[k]))
+			k++;
+		if (k == 4)
+			fail_msg("a top-level launch through %s", hook);
+		top[k]++;
+	}
+	for (int k = 0; k < 4; k++)
+		assert_int_equal(top[k], 3);
+	assert_int_equal(nested, 6);
+	cJSON_Delete(events);
+}
+
 static void test_captured_calls_are_flagged(void **state)
 {
 	char dir[1200], cmd[2048];
@@ -852,6 +984,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_each_payload_is_written_as_documented),
 	        cmocka_unit_test(test_long_lines_cross_buffer_writes_intact),
+	        cmocka_unit_test(test_a_launch_config_is_written_with_its_attribute_ids),
 	        cmocka_unit_test(test_an_uncreatable_file_leaves_the_dump_off),
 	        cmocka_unit_test(test_tinytrain_dumps_each_recorded_event_once),
 	        cmocka_unit_test(test_launch_lines_carry_their_parameter_bytes),
@@ -864,6 +997,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_a_fork_neither_loses_nor_repeats_lines),
 	        cmocka_unit_test(test_eight_threads_are_dumped_completely),
 	        cmocka_unit_test(test_captured_calls_are_flagged),
+	        cmocka_unit_test(test_launch_configs_are_dumped_once_with_their_attributes),
 	        cmocka_unit_test(test_sigterm_writes_the_buffered_lines),
 	};
 	int failed = cmocka_run_group_tests_name("dump", tests, NULL, NULL);

@@ -6,10 +6,15 @@
  * alone, non-determinism, a pointer read from device memory, in-place accumulation,
  * temporaries, records that cannot be replayed, and launches that fail; then examination
  * (inputs, workspaces, updated operands, memory read or written through pointers stored in
- * device memory, limits) and refreshing a segment's parameters.
+ * device memory, limits) and refreshing a segment's parameters; then launches made with a
+ * launch config (cudaLaunchKernelExC, cuLaunchKernelEx and their per-thread forms, with
+ * kernelParams or `extra`), replayed through cuLaunchKernelEx with the attributes kept, and
+ * attributes that make a launch one that cannot be replayed.
  *
  * Each kernel is first launched for real and recorded the way the shim's launch hook records
- * it: a recorder event whose payload is the packed parameter bytes (cuFuncGetParamInfo).
+ * it: a recorder event whose payload is the packed parameter bytes (cuFuncGetParamInfo), and
+ * a launch config's attributes, copied by the hook's own function (launch_attrs.h).
+ * cuLaunchKernelEx in the replay's table is a spy that keeps the last config it was given.
  * simgpu reads SIMGPU_FAULTS once per process, so the failing-launch suite runs in a child
  * forked before simgpu is loaded.
  */
@@ -23,11 +28,13 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
 #include "../harness.h"
 #include "simgpu_driver.h"
 #include "../simgpu/simgpu.h"
+#include "launch_attrs.h"
 #include "log.h"
 #include "recorder.h"
 #include "replay.h"
@@ -39,6 +46,32 @@ static PFN_cuStreamCreate_v2000 stream_create;
 static PFN_cuStreamDestroy_v4000 stream_destroy;
 static uint64_t (*call_count)(const char *symbol);
 static void (*memory_stats)(struct simgpu_memory_stats *out);
+
+/* simgpu's launches with a launch config: the driver's two forms and the runtime's (its
+ * libcudart.so.13, which reaches the same driver through cuGetProcAddress). */
+static PFN_cuLaunchKernelEx_v11060 launch_ex, launch_ex_ptsz;
+static cudaError_t (*launch_exc)(const cudaLaunchConfig_t *, const void *, void **);
+static cudaError_t (*launch_exc_ptsz)(const cudaLaunchConfig_t *, const void *, void **);
+
+/* What the replay's cuLaunchKernelEx was last given, its attributes copied. */
+static struct {
+	unsigned int calls;
+	CUlaunchConfig config;
+	CUfunction function;
+	CUlaunchAttribute attrs[LYNX_LAUNCH_MAX_ATTRS];
+} spy;
+
+static CUresult spy_launch_kernel_ex(const CUlaunchConfig *config, CUfunction f, void **params,
+                                     void **extra)
+{
+	spy.calls++;
+	spy.config = *config;
+	spy.function = f;
+	memset(spy.attrs, 0, sizeof(spy.attrs));
+	if (config->attrs && config->numAttrs <= LYNX_LAUNCH_MAX_ATTRS)
+		memcpy(spy.attrs, config->attrs, config->numAttrs * sizeof(*config->attrs));
+	return launch_ex(config, f, params, extra);
+}
 
 /* ---- Kernels ----------------------------------------------------------------------------- */
 
@@ -309,6 +342,25 @@ static int simgpu_load(void)
 	if (!stream_create || !stream_destroy ||
 	    lynx_replay_driver_resolve(&driver, simgpu_proc, NULL))
 		return -1;
+	launch_ex = driver.launch_kernel_ex;
+	driver.launch_kernel_ex = spy_launch_kernel_ex;
+	CUdriverProcAddressQueryResult found;
+	if (simgpu_get_proc_address("cuLaunchKernelEx", (void **)&launch_ex_ptsz, 11060,
+	                            CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+	                            &found) != CUDA_SUCCESS ||
+	    found != CU_GET_PROC_ADDRESS_SUCCESS || launch_ex_ptsz == launch_ex)
+		return -1;
+	char path[1200];
+	snprintf(path, sizeof(path), "%s/simgpu/libcudart.so.13", build_dir);
+	void *libcudart = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!libcudart)
+		return -1;
+	launch_exc = (cudaError_t(*)(const cudaLaunchConfig_t *, const void *, void **))dlsym(
+	        libcudart, "cudaLaunchKernelExC");
+	launch_exc_ptsz = (cudaError_t(*)(const cudaLaunchConfig_t *, const void *, void **))dlsym(
+	        libcudart, "cudaLaunchKernelExC_ptsz");
+	if (!launch_exc || !launch_exc_ptsz)
+		return -1;
 	return register_kernels(kernel_register);
 }
 
@@ -349,16 +401,17 @@ static void inputs(float *x)
 		x[i] = (float)i * 0.3713f + 1.0f / 3.0f;
 }
 
-/* A launch recorded as the shim records it: an event, the packed parameters after it. */
+/* A launch recorded as the shim records it: an event, the packed parameters after it, and
+ * a launch config's attributes after those. */
 struct recording {
 	struct lynx_event event;
-	unsigned char payload[256];
+	unsigned char payload[1024];
 };
 
-/* Launches kernel on stream with args, records it into *rec and fills *kernel from the
- * record. */
-static void launch_recorded(CUstream stream, const void *kernel, void **args, struct recording *rec,
-                            struct lynx_replay_kernel *out)
+/* Records kernel's launch with args into *rec (1x1x1 blocks of `threads` threads): the
+ * parameters packed at their cuFuncGetParamInfo offsets. */
+static void record_launch(const void *kernel, void **args, unsigned int threads,
+                          struct recording *rec)
 {
 	CUfunction f = (CUfunction)(uintptr_t)kernel;
 	uint32_t count = 0, bytes = 0;
@@ -376,8 +429,19 @@ static void launch_recorded(CUstream stream, const void *kernel, void **args, st
 	rec->event.u.launch.function = (uint64_t)(uintptr_t)kernel;
 	for (int i = 0; i < 3; i++)
 		rec->event.u.launch.grid[i] = rec->event.u.launch.block[i] = 1;
+	rec->event.u.launch.block[0] = threads;
 	rec->event.u.launch.param_count = count;
 	rec->event.u.launch.param_bytes = bytes;
+}
+
+/* Launches kernel on stream with args, records it into *rec and fills *kernel from the
+ * record. */
+static void launch_recorded(CUstream stream, const void *kernel, void **args, struct recording *rec,
+                            struct lynx_replay_kernel *out)
+{
+	CUfunction f = (CUfunction)(uintptr_t)kernel;
+
+	record_launch(kernel, args, 1, rec);
 	assert_int_equal(driver.launch_kernel(f, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL),
 	                 CUDA_SUCCESS);
 	assert_int_equal(driver.stream_synchronize(stream), CUDA_SUCCESS);
@@ -1380,6 +1444,446 @@ static void test_refresh_takes_a_later_launch_of_the_same_kernel_only(void **sta
 	driver.mem_free(z);
 }
 
+/* ---- Launch configs ---------------------------------------------------------------------- */
+
+/* How a launch with a launch config is made. */
+enum config_way {
+	DRIVER_EX,            /* cuLaunchKernelEx, kernelParams, on the stream given */
+	DRIVER_EX_PTSZ_EXTRA, /* cuLaunchKernelEx_ptsz, `extra`, on the per-thread default stream */
+	RUNTIME_EXC,          /* cudaLaunchKernelExC, on the stream given */
+	RUNTIME_EXC_PTSZ,     /* cudaLaunchKernelExC_ptsz, on the per-thread default stream */
+};
+
+/* An attribute as a trainer's stack frame holds it: value's bytes, `fill` everywhere else. */
+static CUlaunchAttribute attr(CUlaunchAttributeID id, const void *value, size_t bytes,
+                              unsigned char fill)
+{
+	CUlaunchAttribute a;
+
+	memset(&a, fill, sizeof(a));
+	a.id = id;
+	memcpy(&a.value, value, bytes);
+	return a;
+}
+
+/* The same attribute as a replay passes it: the rest zeroed. */
+static CUlaunchAttribute clean(CUlaunchAttributeID id, const void *value, size_t bytes)
+{
+	return attr(id, value, bytes, 0);
+}
+
+/*
+ * Launches kernel with args and a launch config of attrs[0..n) (one block of 32 threads),
+ * one of the four ways, waits for it, and records it as the shim records the driver launch
+ * it is, or that the runtime's launch is made through (the runtime's cudaLaunchAttribute is
+ * the driver's, by layout): the parameters, then the attributes by the hook's own function.
+ * Fills *out from the record.
+ */
+static void launch_config_recorded(CUstream stream, const void *kernel, void **args,
+                                   enum config_way way, const CUlaunchAttribute *attrs, uint32_t n,
+                                   struct recording *rec, struct lynx_replay_kernel *out)
+{
+	CUfunction f = (CUfunction)(uintptr_t)kernel;
+	bool per_thread = way == DRIVER_EX_PTSZ_EXTRA || way == RUNTIME_EXC_PTSZ;
+
+	record_launch(kernel, args, 32, rec);
+	size_t packed_bytes = rec->event.u.launch.param_bytes;
+	assert_true(lynx_launch_payload_bytes((uint32_t)packed_bytes, true, n) <=
+	            sizeof(rec->payload));
+	lynx_launch_attrs_record(&rec->event, attrs, n);
+	CUlaunchConfig config = {.gridDimX = 1,
+	                         .gridDimY = 1,
+	                         .gridDimZ = 1,
+	                         .blockDimX = 32,
+	                         .blockDimY = 1,
+	                         .blockDimZ = 1,
+	                         .hStream = per_thread ? NULL : stream,
+	                         .attrs = (CUlaunchAttribute *)attrs,
+	                         .numAttrs = n};
+	cudaLaunchConfig_t runtime_config = {.gridDim = {1, 1, 1},
+	                                     .blockDim = {32, 1, 1},
+	                                     .stream = per_thread ? NULL : (cudaStream_t)stream,
+	                                     .attrs = (cudaLaunchAttribute *)attrs,
+	                                     .numAttrs = n};
+	void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, rec->payload, CU_LAUNCH_PARAM_BUFFER_SIZE,
+	                 &packed_bytes, CU_LAUNCH_PARAM_END};
+
+	switch (way) {
+	case DRIVER_EX:
+		assert_int_equal(launch_ex(&config, f, args, NULL), CUDA_SUCCESS);
+		break;
+	case DRIVER_EX_PTSZ_EXTRA:
+		assert_int_equal(launch_ex_ptsz(&config, f, NULL, extra), CUDA_SUCCESS);
+		break;
+	case RUNTIME_EXC:
+		assert_int_equal(launch_exc(&runtime_config, kernel, args), cudaSuccess);
+		break;
+	case RUNTIME_EXC_PTSZ:
+		assert_int_equal(launch_exc_ptsz(&runtime_config, kernel, args), cudaSuccess);
+		break;
+	}
+	assert_int_equal(driver.stream_synchronize(per_thread ? CU_STREAM_PER_THREAD : stream),
+	                 CUDA_SUCCESS);
+	assert_true(lynx_replay_kernel_from_event(&rec->event, out));
+	assert_true(out->config);
+	assert_int_equal(out->attr_count, n);
+	assert_int_equal(out->block[0], 32);
+}
+
+/* The spy saw one launch of function on stream, one block of 32 threads, with want[0..n). */
+static void assert_spied(unsigned int calls_before, const void *function, CUstream stream,
+                         const CUlaunchAttribute *want, uint32_t n)
+{
+	assert_int_equal(spy.calls, calls_before + 1);
+	assert_ptr_equal(spy.function, function);
+	assert_ptr_equal(spy.config.hStream, stream);
+	assert_int_equal(spy.config.gridDimX * spy.config.gridDimY * spy.config.gridDimZ, 1);
+	assert_int_equal(spy.config.blockDimX, 32);
+	assert_int_equal(spy.config.blockDimY * spy.config.blockDimZ, 1);
+	assert_int_equal(spy.config.sharedMemBytes, 0);
+	assert_int_equal(spy.config.numAttrs, n);
+	if (n)
+		assert_memory_equal(spy.attrs, want, n * sizeof(*want));
+}
+
+/*
+ * A GEMM-like launch through cuLaunchKernelEx, on a stream of its own, with five attributes:
+ * recorded with them by value; replayed (verified, launched, examined) through
+ * cuLaunchKernelEx only, on the replay's stream, with the cluster and the cooperative launch
+ * and without the three that tie it to the trainer (its stream's serialisation, its
+ * priority, its completion event), bit for bit.
+ */
+static void
+test_a_launch_config_replays_through_cuLaunchKernelEx_with_the_attributes_kept(void **state)
+{
+	struct fixture *f = *state;
+	struct allocations t = {0};
+	CUdeviceptr x = tracked_alloc(&t, N * 4), y = tracked_alloc(&t, N * 4), z;
+	float a = 1.7f, host_x[N], host_y[N], host_z[N];
+	int n = N, on = 1, priority = -2;
+	unsigned int one[3] = {1, 1, 1};
+	struct {
+		CUevent event;
+		int flags;
+	} completion = {(CUevent)(uintptr_t)0x5eed, 0};
+	const CUlaunchAttribute attrs[] = {
+	        attr(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, &on, sizeof(on), 0xab),
+	        attr(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, one, sizeof(one), 0xab),
+	        attr(CU_LAUNCH_ATTRIBUTE_PRIORITY, &priority, sizeof(priority), 0xab),
+	        attr(CU_LAUNCH_ATTRIBUTE_COOPERATIVE, &on, sizeof(on), 0xab),
+	        attr(CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT, &completion, sizeof(completion),
+	             0xab),
+	};
+	const CUlaunchAttribute kept[] = {
+	        clean(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, one, sizeof(one)),
+	        clean(CU_LAUNCH_ATTRIBUTE_COOPERATIVE, &on, sizeof(on)),
+	};
+	struct lynx_replay_operand ops[4];
+	struct lynx_replay_examination how = examination(&t, ops, 4, 1 << 20);
+	struct recording rec;
+	struct lynx_replay_kernel kernel;
+	struct lynx_replay_check check;
+	struct lynx_replay_stats stats;
+	CUstream original;
+
+	assert_int_equal(stream_create(&original, 0), CUDA_SUCCESS);
+	z = device_alloc(N * 4);
+	inputs(host_x);
+	upload(original, x, host_x, sizeof(host_x));
+	launch_config_recorded(original, scale_kernel, (void *[]){&x, &y, &a, &n}, DRIVER_EX, attrs,
+	                       5, &rec, &kernel);
+	assert_memory_equal(kernel.attrs, attrs, sizeof(attrs)); /* as the trainer gave them */
+	download(original, host_y, y, sizeof(host_y));
+	struct lynx_replay_segment *segment = segment_of(&kernel, 1);
+	assert_null(lynx_replay_segment_unsupported(segment, NULL));
+	uint64_t plain = call_count("cuLaunchKernel"), ex = call_count("cuLaunchKernelEx");
+
+	unsigned int calls = spy.calls;
+	assert_int_equal(lynx_replay_verify(segment, f->stream,
+	                                    &(struct lynx_replay_range){y, N * 4}, NULL, 1, NULL, 0,
+	                                    &check),
+	                 LYNX_REPLAY_REPRODUCES);
+	assert_spied(calls, scale_kernel, f->stream, kept, 2);
+
+	calls = spy.calls;
+	assert_int_equal(lynx_replay_launch(segment, f->stream,
+	                                    &(struct lynx_replay_redirect){y, N * 4, z}, 1, &stats),
+	                 0);
+	assert_int_equal(stats.launched, 1);
+	assert_spied(calls, scale_kernel, f->stream, kept, 2);
+	download(f->stream, host_z, z, sizeof(host_z));
+	assert_memory_equal(host_z, host_y, sizeof(host_z));
+
+	remember(f->stream, &t);
+	assert_int_equal(lynx_replay_examine(segment, f->stream,
+	                                     &(struct lynx_replay_range){y, N * 4}, 1, NULL, 0,
+	                                     &how, &check),
+	                 LYNX_REPLAY_REPRODUCES);
+	assert_int_equal(how.operand_count, 1);
+	assert_operand(&ops[0], 0, 0, 0, N * 4, LYNX_REPLAY_INPUT);
+	assert_unchanged(f->stream, &t);
+	/* Every replay went through cuLaunchKernelEx: none through cuLaunchKernel. */
+	assert_int_equal(call_count("cuLaunchKernel"), plain);
+	assert_int_equal(call_count("cuLaunchKernelEx"), ex + (spy.calls - calls) + 1);
+	assert_ptr_equal(spy.config.hStream, f->stream);
+
+	lynx_replay_segment_destroy(segment);
+	driver.mem_free(z);
+	free_allocations(&t);
+	assert_int_equal(stream_destroy(original), CUDA_SUCCESS);
+}
+
+/* cudaLaunchKernelExC and its per-thread form (on the per-thread default stream): recorded
+ * as the driver launch the runtime makes, replayed on the replay's stream, bit for bit. */
+static void test_runtime_launch_configs_replay_bit_for_bit(void **state)
+{
+	struct fixture *f = *state;
+	const enum config_way ways[] = {RUNTIME_EXC, RUNTIME_EXC_PTSZ};
+	unsigned int one[3] = {1, 1, 1};
+	struct {
+		CUevent event;
+		int flags, trigger_at_block_start;
+	} programmatic = {(CUevent)(uintptr_t)0xe7e, 0, 1};
+	const CUlaunchAttribute attrs[] = {
+	        attr(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT, &programmatic, sizeof(programmatic),
+	             0x5a),
+	        attr(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, one, sizeof(one), 0x5a),
+	};
+	const CUlaunchAttribute kept =
+	        clean(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, one, sizeof(one));
+
+	for (size_t w = 0; w < sizeof(ways) / sizeof(ways[0]); w++) {
+		CUdeviceptr x = device_alloc(N * 4), y = device_alloc(N * 4);
+		float a = 0.375f + (float)w, host_x[N];
+		int n = N;
+		struct recording rec;
+		struct lynx_replay_kernel kernel;
+		struct lynx_replay_check check;
+
+		inputs(host_x);
+		upload(f->stream, x, host_x, sizeof(host_x));
+		uint64_t launches =
+		        call_count(w ? "cudaLaunchKernelExC_ptsz" : "cudaLaunchKernelExC");
+		launch_config_recorded(f->stream, scale_kernel, (void *[]){&x, &y, &a, &n}, ways[w],
+		                       attrs, 2, &rec, &kernel);
+		assert_int_equal(call_count(w ? "cudaLaunchKernelExC_ptsz" : "cudaLaunchKernelExC"),
+		                 launches + 1);
+		struct lynx_replay_segment *segment = segment_of(&kernel, 1);
+		unsigned int calls = spy.calls;
+		assert_int_equal(lynx_replay_verify(segment, f->stream,
+		                                    &(struct lynx_replay_range){y, N * 4}, NULL, 1,
+		                                    NULL, 0, &check),
+		                 LYNX_REPLAY_REPRODUCES);
+		assert_int_equal(check.rewritten, 1);
+		assert_spied(calls, scale_kernel, f->stream, &kept, 1);
+		lynx_replay_segment_destroy(segment);
+		driver.mem_free(x);
+		driver.mem_free(y);
+	}
+}
+
+/* cuLaunchKernelEx_ptsz with the parameters packed in `extra` (a by-value struct holding the
+ * pointers): the record's packed bytes replay through kernelParams, redirected, bit for bit,
+ * on the replay's stream rather than the per-thread default stream it ran on. */
+static void test_packed_extra_parameters_replay_like_kernel_params(void **state)
+{
+	struct fixture *f = *state;
+	CUdeviceptr x = device_alloc(N * 4), y = device_alloc(N * 4);
+	struct scale_args args = {(const float *)x, (float *)y, -1.25f, N};
+	CUlaunchMemSyncDomain domain = CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE;
+	const CUlaunchAttribute attrs[] = {
+	        attr(CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN, &domain, sizeof(domain), 0x77)};
+	const CUlaunchAttribute kept =
+	        clean(CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN, &domain, sizeof(domain));
+	float host_x[N];
+	struct recording rec;
+	struct lynx_replay_kernel kernel;
+	struct lynx_replay_check check;
+
+	inputs(host_x);
+	upload(f->stream, x, host_x, sizeof(host_x));
+	launch_config_recorded(f->stream, scale_struct_kernel, (void *[]){&args},
+	                       DRIVER_EX_PTSZ_EXTRA, attrs, 1, &rec, &kernel);
+	assert_int_equal(kernel.param_bytes, sizeof(struct scale_args));
+	struct lynx_replay_segment *segment = segment_of(&kernel, 1);
+	assert_int_equal(lynx_replay_segment_word(segment, 0, 8), y);
+	unsigned int calls = spy.calls;
+	assert_int_equal(lynx_replay_verify(segment, f->stream,
+	                                    &(struct lynx_replay_range){y, N * 4}, NULL, 1, NULL, 0,
+	                                    &check),
+	                 LYNX_REPLAY_REPRODUCES);
+	assert_int_equal(check.rewritten, 1);
+	assert_spied(calls, scale_struct_kernel, f->stream, &kept, 1);
+	lynx_replay_segment_destroy(segment);
+	driver.mem_free(x);
+	driver.mem_free(y);
+}
+
+/*
+ * Attributes a replay cannot honour: one that makes a CUDA graph's node, one Lynx does not
+ * know, more than a record holds, none recorded. Each makes the kernel unsupported with a
+ * reason naming it (verification and examination say UNSUPPORTED, never DIFFERS), and
+ * nothing is launched; the same segment without them reproduces.
+ */
+static void test_a_launch_attribute_a_replay_cannot_honour_is_named_not_a_difference(void **state)
+{
+	struct fixture *f = *state;
+	struct two_kernel_segment s;
+	unsigned int one[3] = {1, 1, 1};
+	struct {
+		int updatable;
+		CUgraphDeviceNode node;
+	} updatable = {1, NULL};
+	int on = 1;
+	CUlaunchAttribute attrs[LYNX_LAUNCH_MAX_ATTRS + 1];
+	const struct {
+		CUlaunchAttributeID id;
+		const void *value;
+		size_t bytes;
+		uint32_t count; /* attributes given */
+		bool recorded;
+		const char *why;
+	} cases[] = {
+	        {CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE, &updatable, sizeof(updatable), 2,
+	         true,
+	         "launch attribute DEVICE_UPDATABLE_KERNEL_NODE (13): it makes a CUDA graph's node "
+	         "(valid only while capturing) and hands the node back"},
+	        {(CUlaunchAttributeID)15, &on, sizeof(on), 2, true,
+	         "launch attribute 15, which Lynx does not know (it may tie the launch to a stream "
+	         "or an event)"},
+	        {CU_LAUNCH_ATTRIBUTE_PRIORITY, &on, sizeof(on), LYNX_LAUNCH_MAX_ATTRS + 1, true,
+	         "9 launch attributes (a record holds at most 8)"},
+	        {CU_LAUNCH_ATTRIBUTE_PRIORITY, &on, sizeof(on), 2, false,
+	         "2 launch attributes, not recorded"},
+	};
+	struct lynx_replay_operand ops[4];
+	struct allocations t = {0};
+	struct lynx_replay_examination how = examination(&t, ops, 4, 1 << 20);
+	struct lynx_replay_range outputs[2];
+	struct lynx_replay_kernel kernels[2];
+	struct lynx_replay_check check;
+	struct lynx_replay_stats stats;
+	struct recording rec;
+	float a = 2.0f;
+	int n = N;
+
+	/* scale(x -> tmp) plainly, then scale(tmp -> y) with a launch config. */
+	run_two_kernels(f->stream, &s);
+	attrs[0] = attr(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, one, sizeof(one), 0);
+	launch_config_recorded(f->stream, scale_kernel, (void *[]){&s.tmp, &s.y, &a, &n}, DRIVER_EX,
+	                       attrs, 1, &rec, &s.kernels[1]);
+	download(f->stream, s.host_y, s.y, sizeof(s.host_y));
+	outputs[0] = (struct lynx_replay_range){s.tmp, N * 4};
+	outputs[1] = (struct lynx_replay_range){s.y, N * 4};
+	t.count = 1;
+	t.base[0] = s.x;
+	t.size[0] = N * 4;
+	uint64_t plain = call_count("cuLaunchKernel"), ex = call_count("cuLaunchKernelEx");
+	unsigned int calls = spy.calls;
+
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		size_t which = 99;
+		for (uint32_t i = 1; i <= LYNX_LAUNCH_MAX_ATTRS; i++)
+			attrs[i] = attr(cases[c].id, cases[c].value, cases[c].bytes, 0);
+		memcpy(kernels, s.kernels, sizeof(kernels));
+		kernels[1].attr_count = cases[c].count;
+		kernels[1].attrs = cases[c].recorded ? attrs : NULL;
+		struct lynx_replay_segment *segment = segment_of(kernels, 2);
+		const char *why = lynx_replay_segment_unsupported(segment, &which);
+		assert_non_null(why);
+		assert_string_equal(why, cases[c].why);
+		assert_int_equal(which, 1);
+		assert_int_equal(
+		        lynx_replay_verify(segment, f->stream, outputs, NULL, 2, NULL, 0, &check),
+		        LYNX_REPLAY_UNSUPPORTED);
+		assert_int_equal(check.kernel, 1);
+		assert_non_null(strstr(check.reason, "kernel 1 cannot be replayed: "));
+		assert_non_null(strstr(check.reason, cases[c].why));
+		assert_int_equal(
+		        lynx_replay_examine(segment, f->stream, outputs, 2, NULL, 0, &how, &check),
+		        LYNX_REPLAY_UNSUPPORTED);
+		assert_non_null(strstr(check.reason, cases[c].why));
+		assert_int_equal(lynx_replay_launch(segment, f->stream, NULL, 0, &stats), -ENOTSUP);
+		assert_int_equal(stats.launched, 0);
+		lynx_replay_segment_destroy(segment);
+	}
+	assert_int_equal(spy.calls, calls);
+	assert_int_equal(call_count("cuLaunchKernel"), plain);
+	assert_int_equal(call_count("cuLaunchKernelEx"), ex);
+
+	/* The kept cluster alone: the two kernels, each through its own entry point. */
+	struct lynx_replay_segment *segment = segment_of(s.kernels, 2);
+	assert_int_equal(lynx_replay_verify(segment, f->stream, outputs, NULL, 2, NULL, 0, &check),
+	                 LYNX_REPLAY_REPRODUCES);
+	assert_int_equal(call_count("cuLaunchKernel"), plain + 1);
+	assert_int_equal(spy.calls, calls + 1);
+	lynx_replay_segment_destroy(segment);
+	free_two_kernels(&s);
+}
+
+/*
+ * A later launch of a producer launched with a config refreshes its segment when the
+ * attributes a replay passes are the same (the trainer's stack bytes around them, and the
+ * ones a replay drops, may differ), and not when those differ or it has no config.
+ */
+static void test_refresh_compares_the_attributes_a_replay_passes(void **state)
+{
+	struct fixture *f = *state;
+	CUdeviceptr x = device_alloc(N * 4), x2 = device_alloc(N * 4), y = device_alloc(N * 4);
+	float a = 1.5f, a2 = -3.0f, host_x[N];
+	int n = N, low = 0, high = -5, on = 1;
+	unsigned int one[3] = {1, 1, 1}, two[3] = {2, 1, 1};
+	struct {
+		CUevent event;
+		int flags;
+	} first = {(CUevent)(uintptr_t)0x1111, 0}, second = {(CUevent)(uintptr_t)0x2222, 0};
+	const CUlaunchAttribute attrs[] = {
+	        attr(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, one, sizeof(one), 0x11),
+	        attr(CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT, &first, sizeof(first), 0x11),
+	        attr(CU_LAUNCH_ATTRIBUTE_PRIORITY, &low, sizeof(low), 0x11),
+	};
+	CUlaunchAttribute later_attrs[] = {
+	        attr(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, one, sizeof(one), 0xee),
+	        attr(CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT, &second, sizeof(second), 0xee),
+	        attr(CU_LAUNCH_ATTRIBUTE_PRIORITY, &high, sizeof(high), 0xee),
+	        attr(CU_LAUNCH_ATTRIBUTE_COOPERATIVE, &on, sizeof(on), 0xee),
+	};
+	struct recording rec, later_rec;
+	struct lynx_replay_kernel kernel, later, other;
+
+	inputs(host_x);
+	upload(f->stream, x, host_x, sizeof(host_x));
+	upload(f->stream, x2, host_x, sizeof(host_x));
+	launch_config_recorded(f->stream, scale_kernel, (void *[]){&x, &y, &a, &n}, DRIVER_EX,
+	                       attrs, 3, &rec, &kernel);
+	struct lynx_replay_segment *segment = segment_of(&kernel, 1);
+	launch_config_recorded(f->stream, scale_kernel, (void *[]){&x2, &y, &a2, &n}, DRIVER_EX,
+	                       later_attrs, 3, &later_rec, &later);
+
+	other = later;
+	other.config = false;
+	assert_int_equal(lynx_replay_segment_refresh(segment, 0, &other), -EINVAL);
+	other = later;
+	other.attrs = later_attrs; /* a cooperative launch now */
+	other.attr_count = 4;
+	assert_int_equal(lynx_replay_segment_refresh(segment, 0, &other), -EINVAL);
+	CUlaunchAttribute wider[3];
+	memcpy(wider, later.attrs, sizeof(wider));
+	wider[0] = attr(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, two, sizeof(two), 0xee);
+	other = later;
+	other.attrs = wider;
+	assert_int_equal(lynx_replay_segment_refresh(segment, 0, &other), -EINVAL);
+	assert_int_equal(lynx_replay_segment_word(segment, 0, 0), x);
+
+	assert_int_equal(lynx_replay_segment_refresh(segment, 0, &later), 0);
+	assert_int_equal(lynx_replay_segment_word(segment, 0, 0), x2);
+
+	lynx_replay_segment_destroy(segment);
+	driver.mem_free(x);
+	driver.mem_free(x2);
+	driver.mem_free(y);
+}
+
 static int run_suite(const char *name, const struct CMUnitTest *tests, size_t count)
 {
 	if (simgpu_load()) {
@@ -1430,6 +1934,18 @@ int main(int argc, char **argv)
 	                                        setup, teardown),
 	        cmocka_unit_test_setup_teardown(
 	                test_refresh_takes_a_later_launch_of_the_same_kernel_only, setup, teardown),
+	        cmocka_unit_test_setup_teardown(
+	                test_a_launch_config_replays_through_cuLaunchKernelEx_with_the_attributes_kept,
+	                setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_runtime_launch_configs_replay_bit_for_bit,
+	                                        setup, teardown),
+	        cmocka_unit_test_setup_teardown(
+	                test_packed_extra_parameters_replay_like_kernel_params, setup, teardown),
+	        cmocka_unit_test_setup_teardown(
+	                test_a_launch_attribute_a_replay_cannot_honour_is_named_not_a_difference,
+	                setup, teardown),
+	        cmocka_unit_test_setup_teardown(
+	                test_refresh_compares_the_attributes_a_replay_passes, setup, teardown),
 	};
 	const struct CMUnitTest faulty[] = {
 	        cmocka_unit_test_setup_teardown(
