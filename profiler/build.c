@@ -135,6 +135,14 @@ static bool is_nccl_call(const struct lynx_prof_event *e)
 	return (e->kind == LYNX_PROF_COLL || e->kind == LYNX_PROF_P2P) && !e->nested;
 }
 
+/* Stream-ordered work the shim times: launches, copies, memsets and NCCL calls. */
+static bool is_stream_work(const struct lynx_prof_event *e)
+{
+	return !e->nested && (e->kind == LYNX_PROF_LAUNCH || e->kind == LYNX_PROF_COPY ||
+	                      e->kind == LYNX_PROF_MEMSET || e->kind == LYNX_PROF_COLL ||
+	                      e->kind == LYNX_PROF_P2P);
+}
+
 /* The program's launches in [first, at). */
 static int32_t launches_before(const struct lynx_prof_trace *t, size_t first, size_t at)
 {
@@ -170,6 +178,108 @@ static struct lynx_profile_time samples_time(struct samples *s)
 	if (s->n_device)
 		return median_time(s->device, s->n_device, LYNX_PROFILE_SOURCE_DEVICE);
 	return median_time(s->host, s->n_host, LYNX_PROFILE_SOURCE_HOST);
+}
+
+static void scale_time(struct lynx_profile_time *t, double factor)
+{
+	if (t->source != LYNX_PROFILE_SOURCE_DEVICE)
+		return;
+	t->ns = (uint64_t)((double)t->ns * factor + 0.5);
+	t->min_ns = (uint64_t)((double)t->min_ns * factor + 0.5);
+	t->max_ns = (uint64_t)((double)t->max_ns * factor + 0.5);
+}
+
+static void scale_kernels(struct lynx_profile_kernels *k, double factor)
+{
+	for (size_t i = 0; k->ns && i < k->count; i++)
+		k->ns[i] = (uint64_t)((double)k->ns[i] * factor + 0.5);
+}
+
+/*
+ * The sample's marks (two per launch) slow the iteration they time when the host, not the
+ * device, sets the pace: short kernels. Layer and kernel device times come from that
+ * iteration, so they are scaled by how much faster the iterations without the sample ran
+ * (factor < 1): Lynx's own cost taken off, in proportion. Device-bound iterations run as
+ * fast either way, and keep their times.
+ */
+static void unsample_layers(struct lynx_profile *p, double factor)
+{
+	for (size_t l = 0; l < p->layer_count; l++) {
+		scale_time(&p->layers[l].forward, factor);
+		scale_time(&p->layers[l].backward, factor);
+		scale_kernels(&p->layers[l].fwd_kernels, factor);
+		scale_kernels(&p->layers[l].bwd_kernels, factor);
+	}
+}
+
+/* An iteration's anchor (see anchored_iteration_time). */
+struct anchor {
+	bool found;
+	size_t ordinal;    /* of the anchor among the iteration's stream work */
+	uint64_t start_ns; /* its device start */
+	bool sampled;      /* the iteration holds kernel-level timing besides */
+};
+
+/* The iteration's first timed piece of stream work that directly follows a host
+ * synchronisation: the shim times that one in every warm-up iteration. */
+static struct anchor iteration_anchor(const struct lynx_prof_trace *t,
+                                      const struct lynx_prof_iteration *it)
+{
+	struct anchor a = {0};
+	bool after_sync = false;
+	size_t work = 0;
+
+	/* An iteration usually begins right after the synchronisation that ended the last. */
+	for (size_t i = it->first; i-- > 0 && !is_stream_work(&t->events[i]);) {
+		if (t->events[i].kind == LYNX_PROF_SYNC && !t->events[i].nested) {
+			after_sync = true;
+			break;
+		}
+	}
+	for (size_t i = it->first; i < it->end; i++) {
+		const struct lynx_prof_event *e = &t->events[i];
+		if (e->kind == LYNX_PROF_SYNC && !e->nested) {
+			after_sync = true;
+			continue;
+		}
+		if (!is_stream_work(e))
+			continue;
+		if (after_sync && is_timed(e) && !a.found)
+			a = (struct anchor){true, work, e->dev_start_ns, a.sampled};
+		else if (e->kind == LYNX_PROF_LAUNCH && is_timed(e))
+			a.sampled = true;
+		after_sync = false;
+		work++;
+	}
+	return a;
+}
+
+/*
+ * The iteration's device time, start to start as the trainer's own step time counts it:
+ * from one iteration's anchor to the next one's at the same place. Iterations that hold
+ * the sample are left out, as its marks slow them. False without such a pair.
+ */
+static bool anchored_iteration_time(const struct lynx_prof_trace *t,
+                                    const struct lynx_prof_iterations *its,
+                                    struct lynx_profile_time *out)
+{
+	uint64_t *periods = calloc(its->count + 1, sizeof(*periods));
+	struct anchor prev = {0};
+	size_t n = 0;
+
+	if (!periods)
+		return false;
+	for (size_t i = 0; i < its->count; i++) {
+		struct anchor a = iteration_anchor(t, &its->iter[i]);
+		if (prev.found && !prev.sampled && a.found && a.ordinal == prev.ordinal &&
+		    a.start_ns > prev.start_ns)
+			periods[n++] = a.start_ns - prev.start_ns;
+		prev = a;
+	}
+	if (n)
+		*out = median_time(periods, n, LYNX_PROFILE_SOURCE_DEVICE);
+	free(periods);
+	return n > 0;
 }
 
 static int kernel_names(const struct lynx_prof_trace *t, const struct lynx_prof_segment *s,
@@ -269,12 +379,96 @@ static int segment_all(struct build *b, char *why, size_t len)
 	return 0;
 }
 
+/* Events [first, end) of forward (or backward) stack m of segmented layers l. */
+static struct lynx_prof_segment stack_of(const struct lynx_prof_layers *l, size_t m, bool backward)
+{
+	const struct lynx_prof_segment *s = backward ? l->bwd : l->fwd;
+	size_t a = m * l->layers, z = a + l->layers - 1;
+
+	/* A backward stack runs its layers last to first. */
+	return backward ? (struct lynx_prof_segment){s[z].first, s[a].end}
+	                : (struct lynx_prof_segment){s[a].first, s[z].end};
+}
+
+/*
+ * Pairs each backward stack with the forward stack it differentiates, by what it reads: the
+ * bytes of buffers that forward stack made. Segmentation numbers stacks in start order,
+ * right for 1F1B and GPipe, where micro-batches run backward in their forward order, but not
+ * for Megatron's interleaved schedule (each model chunk's stacks count as micro-batches, and
+ * the backward visits the chunks last to first). Reorders l->bwd by forward stack; keeps the
+ * order when the data do not pair every stack one to one. O(buffer references).
+ */
+static int pair_backwards(const struct lynx_prof_lifetimes *lt, struct lynx_prof_layers *l)
+{
+	size_t m = l->microbatches, n = l->layers;
+	uint64_t *score = calloc(m * m + 1, sizeof(*score));
+	size_t *match = calloc(m + 1, sizeof(*match));
+	struct lynx_prof_segment *bwd = calloc(m * n + 1, sizeof(*bwd));
+	bool identity = true, *used = calloc(m + 1, sizeof(*used));
+	int err = score && match && bwd && used ? 0 : -ENOMEM;
+
+	for (size_t i = 0; !err && i < lt->count; i++) {
+		const struct lynx_prof_buffer *buf = &lt->buffers[i];
+		size_t f = m, from = 0;
+		for (size_t k = 0; k < m && f == m; k++) {
+			struct lynx_prof_segment s = stack_of(l, k, false);
+			f = buf->alloc_event >= s.first && buf->alloc_event < s.end ? k : m;
+		}
+		for (size_t r = 0; f < m && r < buf->ref_count; r++) {
+			uint32_t ev = lt->refs[buf->first_ref + r].event;
+			for (size_t j = from; j < m; j++) {
+				struct lynx_prof_segment s = stack_of(l, j, true);
+				if (ev >= s.first && ev < s.end) {
+					score[j * m + f] += buf->bytes;
+					from = j; /* references come in event order */
+					break;
+				}
+			}
+		}
+	}
+	/* Greedy: the strongest pair first; every backward stack must find its own. */
+	for (size_t round = 0; !err && round < m; round++) {
+		size_t bj = m, bf = m;
+		for (size_t j = 0; j < m; j++)
+			for (size_t f = 0; f < m && match[j] == 0; f++)
+				if (!used[f] && score[j * m + f] &&
+				    (bj == m || score[j * m + f] > score[bj * m + bf])) {
+					bj = j;
+					bf = f;
+				}
+		if (bj == m)
+			goto out; /* some stack reads nothing a forward made: keep the order */
+		match[bj] = bf + 1;
+		used[bf] = true;
+		identity = identity && bj == bf;
+	}
+	if (!err && !identity) {
+		for (size_t j = 0; j < m; j++)
+			memcpy(&bwd[(match[j] - 1) * n], &l->bwd[j * n], n * sizeof(*bwd));
+		memcpy(l->bwd, bwd, m * n * sizeof(*bwd));
+	}
+out:
+	free(score);
+	free(match);
+	free(bwd);
+	free(used);
+	return err;
+}
+
 /* The lifetimes, classified against every segmented iteration's layers. */
 static int lifetimes(struct build *b, char *why, size_t len)
 {
 	size_t n = 0;
 	int err;
 
+	err = lynx_prof_lifetimes_build(b->t, &b->lt, why, len);
+	if (err)
+		return err;
+	b->have_lt = true;
+	for (size_t i = 0; i < b->its.count; i++)
+		if (b->layers[i].fwd && b->layers[i].microbatches > 1 &&
+		    (err = pair_backwards(&b->lt, &b->layers[i])))
+			return err;
 	b->iter_spans = calloc(b->its.count, sizeof(*b->iter_spans));
 	if (!b->iter_spans)
 		return -ENOMEM;
@@ -300,10 +494,6 @@ static int lifetimes(struct build *b, char *why, size_t len)
 				        {(uint32_t)bw->first, (uint32_t)bw->end}};
 			}
 	}
-	err = lynx_prof_lifetimes_build(b->t, &b->lt, why, len);
-	if (err)
-		return err;
-	b->have_lt = true;
 	struct lynx_prof_structure s = {b->iter_spans, b->its.count, b->spans, b->span_count};
 	return lynx_prof_lifetimes_classify(&b->lt, &s, b->t->count, why, len);
 }
@@ -640,7 +830,10 @@ static int fill_windows(struct build *b, struct lynx_profile *p)
 		if (!is_nccl_call(e))
 			continue;
 		count++;
-		if (e->kind == LYNX_PROF_COLL && containing(pl, n, i))
+		/* Tensor parallelism reduces in every layer's forward too; data parallelism's
+		 * gradient buckets, overlapped with the backward as DDP does, only there. */
+		const struct place *in = containing(pl, n, i);
+		if (e->kind == LYNX_PROF_COLL && in && !in->backward)
 			comms.tp[comm_index(&comms, e->u.nccl.comm)] = true;
 	}
 	p->windows = calloc(count ? count : 1, sizeof(*p->windows));
@@ -675,7 +868,7 @@ static int fill_windows(struct build *b, struct lynx_profile *p)
 		}
 		if (e->kind == LYNX_PROF_P2P) {
 			classify_p2p(e, pl, n, i, w);
-		} else if (in) {
+		} else if (in && comms.tp[comm]) {
 			int32_t ordinal = 0;
 			for (size_t j = in->first; j < i; j++)
 				ordinal +=
@@ -686,7 +879,7 @@ static int fill_windows(struct build *b, struct lynx_profile *p)
 			w->layer = in->layer;
 			w->ordinal = ordinal;
 			w->kernel = launches_before(t, in->first, i);
-		} else if (i >= last_bwd_end && !comms.tp[comm]) {
+		} else if ((i >= last_bwd_end || (in && in->backward)) && !comms.tp[comm]) {
 			w->kind = LYNX_PROFILE_WINDOW_DP_GRAD;
 		}
 		if (is_timed(e))
@@ -738,21 +931,37 @@ static void fill_pipeline(const struct build *b, struct lynx_profile *p)
 	}
 	if (rank < 0)
 		return;
+	/* The stride: the nearest peer (an interleaved schedule's ring also reaches from the
+	 * last stage to the first, the farthest). */
 	for (size_t i = it->first; i < it->end; i++) {
 		const struct lynx_prof_event *e = &t->events[i];
 		int64_t k = (int64_t)e->u.nccl.peer - rank;
 		if (e->kind != LYNX_PROF_P2P || e->nested)
 			continue;
 		k = k < 0 ? -k : k;
-		if (!k || (stride && k != stride))
-			return;
-		stride = k;
+		if (k && (!stride || k < stride))
+			stride = k;
 	}
-	if (size % (uint64_t)stride)
+	if (!stride || size % (uint64_t)stride)
 		return;
 	int32_t stage = (int32_t)(rank / stride);
 	uint32_t stages = (uint32_t)(size / (uint64_t)stride);
-	for (size_t w = 0; w < p->window_count; w++) {
+	bool ring = false;
+	for (size_t i = it->first; i < it->end; i++) {
+		const struct lynx_prof_event *e = &t->events[i];
+		int64_t peer = e->u.nccl.peer, k = peer - rank;
+		if (e->kind != LYNX_PROF_P2P || e->nested || k == stride || k == -stride)
+			continue;
+		/* Megatron's interleaved schedule: the last stage feeds the first's next chunk. */
+		if (stages > 2 && peer % stride == rank % stride &&
+		    ((stage == 0 && peer / stride == stages - 1) ||
+		     ((uint32_t)stage == stages - 1 && peer / stride == 0))) {
+			ring = true;
+			continue;
+		}
+		return;
+	}
+	for (size_t w = 0; w < p->window_count && !ring; w++) {
 		enum lynx_profile_window_kind k = p->windows[w].kind;
 		if ((stage == 0 && k == LYNX_PROFILE_WINDOW_PP_RECV_FWD) ||
 		    ((uint32_t)stage == stages - 1 && k == LYNX_PROFILE_WINDOW_PP_RECV_BWD))
@@ -822,13 +1031,19 @@ int lynx_prof_build_profile(const struct lynx_prof_trace *trace,
 	out->iteration.count = (uint32_t)b.its.count;
 	out->iteration.prefix_events = b.its.prefix_end;
 	out->iteration.events = b.its.iter[b.chosen].end - b.its.iter[b.chosen].first;
-	out->iteration.time = samples_time(&iter_samples);
+	struct lynx_profile_time sampled = samples_time(&iter_samples);
+	bool anchored = anchored_iteration_time(trace, &b.its, &out->iteration.time);
+	if (!anchored)
+		out->iteration.time = sampled;
 	out->warmup_forwards = warmup_forwards(&b.layers[b.chosen]);
 	out->microbatches = (uint32_t)b.layers[b.chosen].microbatches;
 	out->rerun = b.layers[b.chosen].rerun;
 	if ((err = fill_layers(&b, out)) || (err = fill_groups(&b, out)) ||
 	    (err = fill_windows(&b, out)))
 		goto out;
+	if (anchored && sampled.source == LYNX_PROFILE_SOURCE_DEVICE &&
+	    sampled.ns > out->iteration.time.ns)
+		unsample_layers(out, (double)out->iteration.time.ns / (double)sampled.ns);
 	fill_pipeline(&b, out);
 	fill_memory(&b, out);
 	if (opt && opt->script && (err = fill_script(&b, opt->script)))

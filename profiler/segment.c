@@ -295,12 +295,14 @@ out:
 }
 
 /*
- * tok without its collectives (pipeline sends and receives stay). Data parallelism
- * all-reduces gradient buckets during the backward, from the backward's own thread, at
- * places that follow the buckets' sizes, not the layers: a bucket every few layers breaks
- * the backward motif. Without them the layers repeat, and the collectives still fall inside
- * the segments that hold their places. Tensor parallelism's collectives sit at the same
- * place in every layer, so the first look, with them, finds those layers.
+ * tok without its collectives, copies and memsets (kernels, pipeline sends and receives
+ * stay). Data parallelism all-reduces gradient buckets during the backward, from the
+ * backward's own thread, at places that follow the buckets' sizes, not the layers: DDP
+ * copies each finished bucket's gradients into its flat buffer and all-reduces it, every
+ * few layers, which breaks the backward motif. Without them the layers repeat, and what
+ * was left out still falls inside the segments that hold its place. Tensor parallelism's
+ * collectives sit at the same place in every layer, so the first look, with them, finds
+ * those layers.
  */
 static int without_collectives(const struct lynx_prof_trace *trace,
                                const struct lynx_prof_tokens *tok, struct lynx_prof_tokens *out)
@@ -313,7 +315,8 @@ static int without_collectives(const struct lynx_prof_trace *trace,
 		return -ENOMEM;
 	}
 	for (size_t i = 0; i < tok->count; i++) {
-		if (trace->events[tok->event[i]].kind == LYNX_PROF_COLL)
+		enum lynx_prof_kind kind = trace->events[tok->event[i]].kind;
+		if (kind == LYNX_PROF_COLL || kind == LYNX_PROF_COPY || kind == LYNX_PROF_MEMSET)
 			continue;
 		out->sig[out->count] = tok->sig[i];
 		out->event[out->count++] = tok->event[i];
@@ -343,7 +346,7 @@ int lynx_prof_segment_layers(const struct lynx_prof_trace *trace,
 			                       sizeof(second_why));
 			if (again == -EINVAL && why_len > strlen(why) + 1)
 				snprintf(why + strlen(why), why_len - strlen(why),
-				         "; without its collectives: %s", second_why);
+				         "; without its collectives and copies: %s", second_why);
 			err = again;
 		} else if (again) {
 			err = again; /* out of memory */

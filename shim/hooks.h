@@ -116,7 +116,8 @@ void lynx_call_end_sync(struct lynx_call *call, int result);
  * ncclGroupEnd, so their end marks wait for it (lynx_time_group_ended). Only top-level
  * calls are timed, never during a graph capture, never the shim's own calls. Off the
  * warm-up, one relaxed load. Kernel-level timing (lynx_timing_kernels) covers one sampled
- * warm-up iteration; the others time their NCCL calls only.
+ * warm-up iteration; the others time their NCCL calls and the first stream-ordered call
+ * after each host synchronisation only (the iteration's anchors).
  *
  * lynx_slow_paths: the hot paths' reasons to leave the common case, one bit each, so
  * that a driver launch checks timing and the executor's guard (executor.h) in one load.

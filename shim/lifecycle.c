@@ -350,6 +350,10 @@ void lynx_slow_path_switch(uint32_t bit, bool on)
 		atomic_fetch_and(&lynx_slow_paths, ~bit);
 }
 atomic_bool lynx_timing_kernels;
+/* Set at each host synchronisation: the next stream-ordered call is timed, whatever its
+ * kind. These anchors, a few per iteration, give the iteration's device time in the
+ * iterations that are not sampled, which the sample's own marks would distort. */
+static atomic_bool anchor_next_call;
 
 /* NCCL calls made inside a group on this thread whose end marks wait for the outermost
  * ncclGroupEnd. Beyond the array, calls keep their start mark only (not timed). */
@@ -367,7 +371,8 @@ void lynx_time_begin_slow(struct lynx_call *call, uint64_t stream)
 	if (hook_depth != 1 || internal_depth > 0 || lynx_capture_active())
 		return;
 	if (!atomic_load_explicit(&lynx_timing_kernels, memory_order_relaxed) &&
-	    lynx_hooks[call->id].kind != LYNX_EV_COLL && lynx_hooks[call->id].kind != LYNX_EV_P2P)
+	    lynx_hooks[call->id].kind != LYNX_EV_COLL && lynx_hooks[call->id].kind != LYNX_EV_P2P &&
+	    !atomic_exchange_explicit(&anchor_next_call, false, memory_order_relaxed))
 		return;
 	lynx_profiling_sample_memory();
 	/* Stream 0 in a per-thread-stream variant (_ptsz, _ptds) is this thread's default
@@ -534,9 +539,13 @@ void lynx_call_end_sync(struct lynx_call *call, int result)
 
 	lynx_call_end(call, result);
 	/* The trainer waited for the device: a natural point (off the launch path, often an
-	 * iteration boundary) for the profiler to look at what it has learnt. */
-	if (top_level && !lynx_capture_active())
+	 * iteration boundary) for the profiler to look at what it has learnt, and for an
+	 * anchor of the iteration's time (while timing). */
+	if (top_level && !lynx_capture_active()) {
+		if (atomic_load_explicit(&lynx_slow_paths, memory_order_relaxed) & LYNX_SLOW_TIMING)
+			atomic_store_explicit(&anchor_next_call, true, memory_order_relaxed);
 		lynx_profiling_at_sync();
+	}
 }
 
 void lynx_nested_begin(void)

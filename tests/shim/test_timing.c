@@ -207,6 +207,52 @@ static void test_a_failing_record_is_reported(void **state)
 	assert_int_equal(lynx_timing_init(NULL, 10), -EINVAL);
 }
 
+/* Every "step_time_ns" value in tinytrain's output, in order; returns how many (at most n). */
+static size_t step_times(const char *out, uint64_t *ns, size_t n)
+{
+	static const char key[] = "\"step_time_ns\":";
+	size_t k = 0;
+
+	for (const char *p = strstr(out, key); p && k < n; p = strstr(p + 1, key))
+		ns[k++] = strtoull(p + strlen(key), NULL, 10);
+	return k;
+}
+
+/*
+ * Short kernels (a small virtual model): the host sets the pace, and the sample's two
+ * marks per launch slow the iterations they time. The profile's iteration time must still
+ * be the trainer's own step time, within 2%: it comes from the anchors of the iterations
+ * without the sample.
+ */
+static void test_the_profiles_iteration_time_is_the_trainers_on_short_kernels(void **state)
+{
+	char env[4096];
+	uint64_t steps[16], slowest = 0;
+
+	snprintf(env, sizeof(env), "LD_PRELOAD=%s/liblynx.so LYNX_MODE=profile LYNX_OUT=%s/short",
+	         build_dir, scratch);
+	struct output o = run(env, "build/bin/tinytrain --nproc 1 --layers 4 --microbatches 2 "
+	                           "--steps 10 --virtual-hidden 256 --virtual-heads 8 "
+	                           "--virtual-seq 128 --virtual-batch 1");
+	assert_int_equal(o.exit_code, 0);
+	size_t n = step_times(o.out, steps, 16);
+	assert_int_equal(n, 10);
+	for (size_t i = 0; i < n; i++)
+		slowest = steps[i] > slowest ? steps[i] : slowest;
+	uint64_t steady = steps[n - 1];
+	/* The sample does slow its steps: without the anchors the profile would be wrong. */
+	assert_true(slowest > steady + steady / 5);
+	const char *line = strstr(o.err, "identical iterations of ");
+	assert_non_null(line);
+	double ms = strtod(line + strlen("identical iterations of "), NULL);
+	assert_non_null(strstr(line, "ms (device time)"));
+	double ratio = ms * 1e6 / (double)steady;
+	if (ratio < 0.98 || ratio > 1.02)
+		fail_msg("profile iteration %.3f ms, the trainer's step %.3f ms", ms,
+		         (double)steady / 1e6);
+	release(&o);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -216,6 +262,7 @@ int main(int argc, char **argv)
 	                test_unreached_marks_wait_and_unknown_ones_are_refused, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_the_pool_runs_out_cleanly, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_a_failing_record_is_reported, setup, teardown),
+	        cmocka_unit_test(test_the_profiles_iteration_time_is_the_trainers_on_short_kernels),
 	};
 
 	if (harness_init(argv[0], "test_timing") || simgpu_load()) {
