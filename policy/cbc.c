@@ -90,7 +90,7 @@ int lynx_cbc_plan_stages(const struct lynx_problem *p, struct lynx_plan *plan, u
 
 	memset(out, 0, sizeof(*out));
 	for (uint32_t s = 0; !err && s < p->n_stages; s++) {
-		budget[s] = p->budget_bytes;
+		budget[s] = lynx_problem_stage_budget(p, s);
 		redo[s] = true;
 	}
 	out->solved = out->optimal = true;

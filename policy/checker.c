@@ -754,7 +754,7 @@ int lynx_checker_replay(const struct lynx_problem *p, const struct lynx_plan *pl
 			        (unsigned long long)ss[s].st->static_bytes);
 		out->peak_bytes[s] = ss[s].peak;
 		out->end_s[s] = ss[s].now;
-		out->fits = out->fits && ss[s].peak <= p->budget_bytes;
+		out->fits = out->fits && ss[s].peak <= lynx_problem_stage_budget(p, s);
 		out->step_time_s = max2(out->step_time_s, ss[s].now);
 		out->window_work_s += ss[s].window_work;
 		out->window_overflow_s += ss[s].window_overflow;
@@ -800,8 +800,9 @@ int lynx_checker_settle(const struct lynx_problem *p, struct lynx_plan *plan, bo
 		return err;
 	lynx_checker_store(&r, plan);
 	for (uint32_t s = 0; s < p->n_stages; s++) {
-		uint64_t excess =
-		        r.peak_bytes[s] > p->budget_bytes ? r.peak_bytes[s] - p->budget_bytes : 0;
+		uint64_t excess = r.peak_bytes[s] > lynx_problem_stage_budget(p, s)
+		                          ? r.peak_bytes[s] - lynx_problem_stage_budget(p, s)
+		                          : 0;
 
 		redo[s] = tighten && excess && budget[s] > excess;
 		if (redo[s]) {

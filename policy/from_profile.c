@@ -146,6 +146,12 @@ static int check_profile(const struct ctx *c, size_t i)
 
 /* ---- Stages ---------------------------------------------------------------------------- */
 
+/* percent of a profile's peak of tensors, in bytes. */
+static uint64_t stage_share(const struct lynx_profile *pr, uint32_t percent)
+{
+	return pr->memory.peak_bytes / 100 * percent + pr->memory.peak_bytes % 100 * percent / 100;
+}
+
 /* The stages: which profile stands for each, and where its transformer layers are. */
 struct stage_src {
 	size_t profile;
@@ -941,12 +947,12 @@ static int fill_stage(const struct ctx *c, const struct layer_src *ls, const str
 			st->static_bytes += pr->memory.at_peak[cls];
 	if (pr->memory.non_saved_peak_bytes > st->static_bytes)
 		st->static_bytes = pr->memory.non_saved_peak_bytes;
-	if (st->static_bytes > p->budget_bytes)
+	if (st->static_bytes > lynx_problem_stage_budget(p, s))
 		return lynx_policy_refuse(c->why, c->len,
 		                          "the memory budget %s is below stage %u's static memory "
 		                          "%s (the most %s had live at once besides saved "
 		                          "activations)",
-		                          gib(p->budget_bytes, a, sizeof(a)), s,
+		                          gib(lynx_problem_stage_budget(p, s), a, sizeof(a)), s,
 		                          gib(st->static_bytes, b, sizeof(b)),
 		                          name_of(c, src->profile, &nb));
 	if (recv_fwd)
@@ -1051,6 +1057,13 @@ int lynx_problem_from_profile(const struct lynx_profile *const *ranks, size_t n_
 	}
 	if (c.opt->budget_bytes)
 		p->budget_bytes = c.opt->budget_bytes;
+	if (c.opt->budget_percent > 0 && c.opt->budget_percent <= 100) {
+		p->budget_bytes = 0;
+		for (uint32_t s = 0; s < n_stages; s++) {
+			uint64_t b = stage_share(ranks[src[s].profile], c.opt->budget_percent);
+			p->budget_bytes = b > p->budget_bytes ? b : p->budget_bytes;
+		}
+	}
 	fill_host_link(&c, p);
 	p->n_stages = n_stages;
 	p->stages = calloc(n_stages, sizeof(*p->stages));
@@ -1058,9 +1071,13 @@ int lynx_problem_from_profile(const struct lynx_profile *const *ranks, size_t n_
 		err = -ENOMEM;
 		goto out_free_src;
 	}
-	for (uint32_t s = 0; s < n_stages; s++)
+	for (uint32_t s = 0; s < n_stages; s++) {
+		if (c.opt->budget_percent > 0 && c.opt->budget_percent <= 100)
+			p->stages[s].budget_bytes =
+			        stage_share(ranks[src[s].profile], c.opt->budget_percent);
 		if ((err = fill_stage(&c, &ls, &src[s], p, s)))
 			goto out_free_problem;
+	}
 	free(src);
 	return 0;
 

@@ -527,7 +527,7 @@ static int plan_all(const struct lynx_problem *p, bool windows, struct lynx_plan
 	int err = h && budget && redo ? lynx_plan_init(plan, p, "heu", false) : -ENOMEM;
 
 	for (uint32_t s = 0; !err && s < p->n_stages; s++) {
-		budget[s] = p->budget_bytes;
+		budget[s] = lynx_problem_stage_budget(p, s);
 		err = build_layer(p, s, windows, &h[s]);
 		if (!err)
 			plan_stage(p, &h[s], plan, s, budget[s]);
@@ -644,7 +644,8 @@ static void best_move(const struct lynx_problem *p, const struct lynx_plan *plan
 	const struct lynx_problem_stage *st = &p->stages[s];
 	uint32_t n_groups = p->layer.n_groups, n_rooms = 0;
 	uint64_t peak = plan->stages[s].peak_bytes;
-	uint64_t slack = p->budget_bytes > peak ? p->budget_bytes - peak : 0;
+	uint64_t slack =
+	        lynx_problem_stage_budget(p, s) > peak ? lynx_problem_stage_budget(p, s) - peak : 0;
 
 	for (uint32_t l = 0; l < st->layers; l++)
 		for (uint32_t u = 0; u < lu->n_units; u++)
@@ -711,7 +712,7 @@ static int polish(const struct lynx_problem *p, struct lynx_plan *plan, char *wh
 	for (uint32_t s = 0; s < p->n_stages; s++) {
 		max_layers = p->stages[s].layers > max_layers ? p->stages[s].layers : max_layers;
 		if (budget)
-			budget[s] = p->budget_bytes;
+			budget[s] = lynx_problem_stage_budget(p, s);
 	}
 	rooms = err ? NULL
 	            : calloc((size_t)max_layers * LYNX_PROBLEM_MAX_GROUPS + 1, sizeof(*rooms));

@@ -141,7 +141,7 @@ static int coarse(const struct lynx_problem *p, const struct ladder *ld, struct 
 		for (uint32_t s = 0; s < p->n_stages; s++) {
 			if (ss[s].found || (k > 0 && !ss[s].eligible))
 				continue;
-			if (peak[s] <= p->budget_bytes) {
+			if (peak[s] <= lynx_problem_stage_budget(p, s)) {
 				ss[s].found = true;
 				ss[s].hi = ss[s].step;
 				ss[s].lo = k ? ss[s].step - p->stages[s].layers : 0;
@@ -186,7 +186,7 @@ static int bisect(const struct lynx_problem *p, const struct ladder *ld, struct 
 		for (uint32_t s = 0; s < p->n_stages; s++) {
 			if (!ss[s].found || ss[s].step == ss[s].hi)
 				continue;
-			if (peak[s] <= p->budget_bytes)
+			if (peak[s] <= lynx_problem_stage_budget(p, s))
 				ss[s].hi = ss[s].step;
 			else
 				ss[s].lo = ss[s].step;
@@ -239,7 +239,7 @@ int lynx_planner_offload(const struct lynx_problem *p, struct lynx_plan *plan, c
 			uint32_t coarse_hi = ss[s].hi + p->stages[s].layers - 1;
 
 			coarse_hi -= coarse_hi % p->stages[s].layers;
-			if (!ss[s].found || r.peak_bytes[s] <= p->budget_bytes ||
+			if (!ss[s].found || r.peak_bytes[s] <= lynx_problem_stage_budget(p, s) ||
 			    ss[s].step == coarse_hi || round + 1 == MAX_CONFIRM_ROUNDS)
 				continue;
 			ss[s].step = coarse_hi;

@@ -210,7 +210,8 @@ static int predict(const struct lynx_problem *p, struct lynx_plan *plan)
 		for (uint32_t l = 0; l < st->layers; l++)
 			bwd[s] += terms(p, plan, s, l).extra_s;
 		plan->stages[s].peak_bytes = stage_peak(p, plan, s);
-		plan->fits = plan->fits && plan->stages[s].peak_bytes <= p->budget_bytes;
+		plan->fits =
+		        plan->fits && plan->stages[s].peak_bytes <= lynx_problem_stage_budget(p, s);
 	}
 	plan->step_time_s = iteration_s(p, fwd, bwd);
 	if (plan->step_time_s < 0)
@@ -348,7 +349,7 @@ int lynx_planner_dtr(const struct lynx_problem *p, struct lynx_plan *plan, char 
 				score[l * L->n_groups + g] = L->groups[g].ops && L->groups[g].bytes
 				                                     ? dtr_score(p, plan, s, l, g)
 				                                     : INFINITY;
-		while (stage_peak(p, plan, s) > p->budget_bytes) {
+		while (stage_peak(p, plan, s) > lynx_problem_stage_budget(p, s)) {
 			size_t best = SIZE_MAX;
 			uint32_t l;
 

@@ -175,6 +175,7 @@ struct lynx_problem_stage {
 	double optimizer_s;
 	uint32_t n_windows;
 	struct lynx_window *windows; /* TP windows by layer and op, then PP, then DP */
+	uint64_t budget_bytes;       /* this stage's own; 0: the problem's (per rank) */
 };
 
 struct lynx_problem {
@@ -203,6 +204,9 @@ struct lynx_problem_options {
 	/* lynx_problem_from_profile(): what to call each profile in messages (file paths),
 	 * n_ranks entries; NULL: "profile <index>". */
 	const char *const *profile_names;
+	/* lynx_problem_from_profile(), 1 to 100: each stage's budget is this share of its own
+	 * profile's peak (budget_bytes is then the largest of them); 0: budget_bytes. */
+	uint32_t budget_percent;
 };
 
 /*
@@ -294,6 +298,12 @@ int lynx_problem_from_profile(const struct lynx_profile *const *ranks, size_t n_
 
 /* Releases what the builders allocated; p may be zeroed or already freed. */
 void lynx_problem_free(struct lynx_problem *p);
+
+/* Stage s's memory budget: its own when it has one, else the problem's. */
+static inline uint64_t lynx_problem_stage_budget(const struct lynx_problem *p, uint32_t s)
+{
+	return p->stages[s].budget_bytes ? p->stages[s].budget_bytes : p->budget_bytes;
+}
 
 const char *lynx_problem_window_kind_name(enum lynx_window_kind kind);
 

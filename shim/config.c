@@ -58,7 +58,24 @@ static int parse_number(const char *text, bool allow_suffix, uint64_t *out)
 	return 0;
 }
 
-enum kind { KIND_ENUM, KIND_SIZE, KIND_UINT, KIND_PATH, KIND_TEXT };
+enum kind { KIND_ENUM, KIND_SIZE, KIND_SHARE, KIND_UINT, KIND_PATH, KIND_TEXT };
+
+/* "<1 to 100>%" into *percent; -EINVAL otherwise. */
+static int parse_percent(const char *text, uint32_t *percent)
+{
+	size_t len = strlen(text);
+	char digits[8];
+	uint64_t v;
+
+	if (len < 2 || len > 4 || text[len - 1] != '%')
+		return -EINVAL;
+	memcpy(digits, text, len - 1);
+	digits[len - 1] = 0;
+	if (parse_number(digits, false, &v) || v < 1 || v > 100)
+		return -EINVAL;
+	*percent = (uint32_t)v;
+	return 0;
+}
 
 /* Where each option lives in struct lynx_config, and how it is stored. */
 static const struct {
@@ -90,6 +107,14 @@ static int parse_one(struct lynx_config *cfg, int i, const char *text)
 			return -EINVAL;
 		*(uint64_t *)field = number;
 		return 0;
+	case KIND_SHARE: {
+		struct lynx_share share = {0, 0};
+
+		if (parse_percent(text, &share.percent) && parse_number(text, true, &share.bytes))
+			return -EINVAL;
+		*(struct lynx_share *)field = share;
+		return 0;
+	}
 	case KIND_PATH:
 	case KIND_TEXT:
 		*(const char **)field = text;
@@ -115,9 +140,10 @@ int lynx_config_parse(struct lynx_config *cfg, const char *(*lookup)(const char 
 		refused++;
 		snprintf(line, sizeof(line), "%s='%s' is not %s%s; using the default '%s'", o->name,
 		         given,
-		         !strcmp(o->kind, "ENUM")   ? "one of "
-		         : !strcmp(o->kind, "SIZE") ? "a size (e.g. 512M, 4G, 0)"
-		                                    : "a non-negative integer",
+		         !strcmp(o->kind, "ENUM")    ? "one of "
+		         : !strcmp(o->kind, "SIZE")  ? "a size (e.g. 512M, 4G, 0)"
+		         : !strcmp(o->kind, "SHARE") ? "a size or a percentage (e.g. 4G, 60%, 0)"
+		                                     : "a non-negative integer",
 		         !strcmp(o->kind, "ENUM") ? o->values : "", o->default_value);
 		if (warn)
 			warn(line);
@@ -141,6 +167,15 @@ void lynx_config_format(const struct lynx_config *cfg, enum lynx_option_id id, c
 	case KIND_UINT:
 		snprintf(buf, len, "%" PRIu64, *(const uint64_t *)field);
 		return;
+	case KIND_SHARE: {
+		const struct lynx_share *share = field;
+
+		if (share->percent)
+			snprintf(buf, len, "%" PRIu32 "%%", share->percent);
+		else
+			snprintf(buf, len, "%" PRIu64, share->bytes);
+		return;
+	}
 	case KIND_PATH:
 	case KIND_TEXT:
 		snprintf(buf, len, "%s",

@@ -21,10 +21,17 @@ enum lynx_log_level {
 	LYNX_LOG_TRACE
 };
 
+/* A SHARE option's value: bytes, or (percent > 0) a percentage of what its help names. */
+struct lynx_share {
+	uint64_t bytes;
+	uint32_t percent;
+};
+
 struct lynx_config {
 #define LYNX_OPTION(name, kind, field, def, values, help) LYNX_OPTION_TYPE_##kind field;
 #define LYNX_OPTION_TYPE_ENUM int
 #define LYNX_OPTION_TYPE_SIZE uint64_t
+#define LYNX_OPTION_TYPE_SHARE struct lynx_share
 #define LYNX_OPTION_TYPE_UINT uint64_t
 #define LYNX_OPTION_TYPE_PATH const char *
 #define LYNX_OPTION_TYPE_TEXT const char *

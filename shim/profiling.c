@@ -62,6 +62,7 @@ static struct {
 	bool out_of_memory;
 	uint32_t warmup;
 	uint64_t budget;          /* LYNX_BUDGET, for the what-if; 0: a ladder of budgets */
+	uint32_t budget_percent;  /* LYNX_BUDGET as a share of each rank's own peak; 0: bytes */
 	bool recompute;           /* LYNX_MODE=recompute: plan online once every profile is there */
 	char planner[32];         /* LYNX_PLANNER */
 	char plan_path[PATH_MAX]; /* LYNX_PLAN, or "" */
@@ -189,7 +190,8 @@ bool lynx_profiling_start(const struct lynx_config *cfg, bool output_ok)
 	if (cfg->mode == LYNX_MODE_OFF || cfg->warmup == 0)
 		return false;
 	prof.warmup = cfg->warmup;
-	prof.budget = cfg->budget;
+	prof.budget = cfg->budget.bytes;
+	prof.budget_percent = cfg->budget.percent;
 	prof.recompute = cfg->mode == LYNX_MODE_RECOMPUTE;
 	prof.fault = cfg->fault;
 	lynx_config_format(cfg, LYNX_OPT_LYNX_PLANNER, prof.planner, sizeof(prof.planner));
@@ -697,6 +699,17 @@ static uint32_t this_stage(const struct lynx_whatif_plan *wp)
 	return w + 1 <= n ? n - 1 - w : 0;
 }
 
+/* The budget this rank holds, in cuMemGetInfo's terms: LYNX_BUDGET itself; its share of
+ * this stage's peak of tensors, with what planning_budget takes off back on; or, with no
+ * budget, the one the planner was given (the measured peak). */
+static uint64_t held_budget(const struct lynx_whatif_plan *wp, uint32_t s,
+                            const struct lynx_whatif_row *row)
+{
+	if (prof.budget_percent)
+		return in_device_terms(lynx_problem_stage_budget(wp->problem, s));
+	return prof.budget ? prof.budget : row->budget_bytes;
+}
+
 /* The plan's summary for this rank's stage, once. */
 static void print_plan(const struct lynx_whatif_plan *wp, const struct lynx_whatif_row *row,
                        const struct lynx_whatif_row *keep)
@@ -706,10 +719,15 @@ static void print_plan(const struct lynx_whatif_plan *wp, const struct lynx_what
 	char tag[32];
 
 	uint64_t beyond, budget = planning_budget(&beyond);
-	char planned_for[128] = "";
+	char planned_for[160] = "";
 
 	rank_tag(tag, sizeof(tag));
-	if (budget != prof.budget)
+	if (prof.budget_percent)
+		snprintf(planned_for, sizeof(planned_for),
+		         "; LYNX_BUDGET=%u%% of this stage's peak of tensors, with %.2f MiB for "
+		         "what warm-up had in use beyond them",
+		         prof.budget_percent, lynx_prof_mib(beyond));
+	else if (budget != prof.budget)
 		snprintf(planned_for, sizeof(planned_for),
 		         "; planned for %.2f MiB: %.2f MiB for what warm-up had in use beyond its "
 		         "tensors and for replays' workspace scratch",
@@ -726,8 +744,8 @@ static void print_plan(const struct lynx_whatif_plan *wp, const struct lynx_what
 	        "%+.1f%%%s\n",
 	        tag, prof.plan_path[0] ? "LYNX_PLAN " : "",
 	        prof.plan_path[0] ? prof.plan_path : wp->plan->planner,
-	        lynx_prof_mib(prof.budget ? prof.budget : row->budget_bytes), planned_for, s, n,
-	        groups, counts[LYNX_ACTION_KEEP], counts[LYNX_ACTION_OFFLOAD],
+	        lynx_prof_mib(held_budget(wp, s, row)), planned_for, s, n, groups,
+	        counts[LYNX_ACTION_KEEP], counts[LYNX_ACTION_OFFLOAD],
 	        counts[LYNX_ACTION_RECOMPUTE_IN_WINDOW], counts[LYNX_ACTION_RECOMPUTE_ON_DEMAND],
 	        lynx_prof_mib(peak), lynx_prof_mib(measured),
 	        measured ? 100.0 * (1.0 - (double)peak / (double)measured) : 0.0,
@@ -852,7 +870,7 @@ static void arm_executor(const struct lynx_whatif_plan *wp, const struct lynx_wh
 	        .measured_iteration_ns = prof.profile.iteration.time.ns,
 	        .predicted_slowdown = keep->step_s > 0 ? row->step_s / keep->step_s : 1.0,
 	        /* Kept in cuMemGetInfo's terms: LYNX_BUDGET itself. */
-	        .budget_bytes = prof.budget ? prof.budget : row->budget_bytes,
+	        .budget_bytes = held_budget(wp, s, row),
 	};
 	err = lynx_exec_arm(&prof.script, decisions, &expect, (enum lynx_exec_fault)prof.fault);
 	free(decisions);
@@ -930,8 +948,9 @@ static void try_plan(bool at_exit)
 		}
 	}
 	uint64_t beyond;
-	err = lynx_whatif_plan(j.ranks, (size_t)j.read, planning_budget(&beyond), prof.planner,
-	                       plan_json, &wp, &row, &keep, why, sizeof(why));
+	err = lynx_whatif_plan(j.ranks, (size_t)j.read, planning_budget(&beyond),
+	                       prof.budget_percent, prof.planner, plan_json, &wp, &row, &keep, why,
+	                       sizeof(why));
 	free(plan_json);
 	job_profiles_free(&j);
 	if (err) {

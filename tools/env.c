@@ -103,7 +103,7 @@ int lynx_env_main(int argc, char **argv)
 		                                       : "default";
 
 		lynx_config_format(&cfg, (enum lynx_option_id)i, value, sizeof(value));
-		if (!strcmp(o->kind, "SIZE"))
+		if (!strcmp(o->kind, "SIZE") || (!strcmp(o->kind, "SHARE") && !strchr(value, '%')))
 			size_text(value, sizeof(value));
 		printf("%-21s %-12s %-8s %-10s %s", o->name, shown(value), source,
 		       shown(o->default_value), o->help);

@@ -386,6 +386,49 @@ static void test_orders_pipeline_stages_as_the_profiles_name_them(void **state)
 	drop(first);
 }
 
+/* A budget in percent: each stage gets that share of its own profile's peak, and HEU holds
+ * each stage to its own. */
+static void test_a_percent_budget_is_each_stages_share_of_its_own_peak(void **state)
+{
+	struct lynx_profile *first = stage(3, 6, 8, 4, 1, 3 << 20);
+	struct lynx_profile *last = stage(3, 6, 8, 4, 0, 1 << 20);
+	const struct lynx_profile *ranks[] = {first, last};
+	struct lynx_problem_options opt = {.budget_percent = 80};
+	struct lynx_problem p;
+	struct lynx_checker_result r;
+	struct lynx_plan plan;
+	char why[256];
+
+	first->pipeline_stage = 0;
+	last->pipeline_stage = 1;
+	first->pipeline_stages = last->pipeline_stages = 2;
+	add_window(first, LYNX_PROFILE_WINDOW_PP_RECV_BWD, -1, 0, -1, -1, 100);
+	add_window(last, LYNX_PROFILE_WINDOW_PP_RECV_FWD, -1, 0, -1, -1, 100);
+	build(ranks, 2, &opt, &p);
+	assert_int_equal(p.stages[0].budget_bytes,
+	                 first->memory.peak_bytes / 100 * 80 +
+	                         first->memory.peak_bytes % 100 * 80 / 100);
+	assert_int_equal(p.stages[1].budget_bytes,
+	                 last->memory.peak_bytes / 100 * 80 +
+	                         last->memory.peak_bytes % 100 * 80 / 100);
+	assert_int_equal(p.budget_bytes, p.stages[0].budget_bytes);
+	assert_int_equal(lynx_problem_stage_budget(&p, 1), p.stages[1].budget_bytes);
+	if (lynx_planner_run(lynx_planner_find("heu"), &p, &plan, why, sizeof(why)))
+		fail_msg("heu: %s", why);
+	if (lynx_checker_replay(&p, &plan, &r, why, sizeof(why)))
+		fail_msg("checker: %s", why);
+	assert_true(r.fits);
+	for (uint32_t s = 0; s < 2; s++)
+		assert_true(r.peak_bytes[s] <= lynx_problem_stage_budget(&p, s));
+	/* The last stage was held to its own budget, below the first stage's. */
+	assert_true(r.peak_bytes[1] > 0 && r.peak_bytes[1] < p.stages[0].budget_bytes);
+	lynx_checker_free(&r);
+	lynx_plan_free(&plan);
+	lynx_problem_free(&p);
+	drop(first);
+	drop(last);
+}
+
 static void test_embedding_and_head_from_the_odd_layers(void **state)
 {
 	struct lynx_profile *pr = stage(5, 6, 8, 2, 0, 1000);
@@ -977,6 +1020,7 @@ int main(void)
 	        cmocka_unit_test(test_uses_device_times_and_measured_idle),
 	        cmocka_unit_test(test_orders_pipeline_stages_by_warmup),
 	        cmocka_unit_test(test_orders_pipeline_stages_as_the_profiles_name_them),
+	        cmocka_unit_test(test_a_percent_budget_is_each_stages_share_of_its_own_peak),
 	        cmocka_unit_test(test_embedding_and_head_from_the_odd_layers),
 	        cmocka_unit_test(test_merges_kernels_and_groups_past_the_limits),
 	        cmocka_unit_test(test_maps_each_buffer_to_its_group),

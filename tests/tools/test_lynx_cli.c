@@ -361,6 +361,37 @@ static void test_env_bad_value_warns_and_shows_default(void **state)
 	free(r.text);
 }
 
+/* LYNX_BUDGET is a size or a percentage of each rank's peak: 1% to 100%, nothing else. */
+static void test_env_budget_takes_a_size_or_a_percentage(void **state)
+{
+	static const struct {
+		const char *value, *shown;
+	} good[] = {{"60%", " 60% "}, {"100%", " 100% "}, {"1%", " 1% "}, {"6M", " 6M "}};
+	static const char *const bad[] = {"0%", "101%", "%", "60%%", "6M%", "-5%", "60 %"};
+	char vars[128], line[1024];
+
+	for (size_t i = 0; i < ARRAY_SIZE(good); i++) {
+		snprintf(vars, sizeof(vars), "LYNX_BUDGET='%s'", good[i].value);
+		struct result r = run_lynx(OUT, vars, "env");
+		assert_int_equal(r.status, 0);
+		assert_true(find_line(r.text, "LYNX_BUDGET ", line, sizeof(line)));
+		if (!strstr(line, good[i].shown) || !strstr(line, " env "))
+			fail_msg("LYNX_BUDGET=%s: %s", good[i].value, line);
+		free(r.text);
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		snprintf(vars, sizeof(vars), "LYNX_BUDGET='%s'", bad[i]);
+		struct result r = run_lynx(OUT, vars, "env");
+		assert_int_equal(r.status, 0);
+		assert_true(find_line(r.text, "LYNX_BUDGET ", line, sizeof(line)));
+		if (!strstr(line, " invalid "))
+			fail_msg("LYNX_BUDGET=%s accepted: %s", bad[i], line);
+		assert_true(find_line(r.text, "  warning: LYNX_BUDGET=", line, sizeof(line)));
+		assert_non_null(strstr(line, "a size or a percentage"));
+		free(r.text);
+	}
+}
+
 static void test_doctor_passes_on_simgpu(void **state)
 {
 	char vars[PATH_MAX + 32], line[PATH_MAX + 256], prefix[128], where[PATH_MAX + 64];
@@ -454,6 +485,7 @@ int main(void)
 	        cmocka_unit_test(test_run_uses_lynx_lib_and_passes_exit_status),
 	        cmocka_unit_test(test_env_lists_every_option_with_its_default),
 	        cmocka_unit_test(test_env_bad_value_warns_and_shows_default),
+	        cmocka_unit_test(test_env_budget_takes_a_size_or_a_percentage),
 	        cmocka_unit_test(test_doctor_passes_on_simgpu),
 	        cmocka_unit_test(test_doctor_fails_without_a_driver),
 	        cmocka_unit_test(test_doctor_fails_on_a_broken_driver),
