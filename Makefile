@@ -32,7 +32,7 @@ say = @printf '  %-7s %s\n' $(1) $(2)
 endif
 
 .PHONY: all test demo install clean format format-check deps simgpu lynx examples tests bench \
-	bench-policy fuzz gpu-bundle gpu-test gpu-dry
+	bench-policy fuzz gpu-bundle gpu-test gpu-dry shapes
 all: simgpu lynx examples tests gpu-bundle
 
 # ---------------------------------------------------------------------------
@@ -351,6 +351,12 @@ gpu-test:
 	$(Q)tests/gpu/run.sh --bundle $(GPU_BUNDLE) $(GPU_TEST_ARGS)
 gpu-dry: deps all
 	$(Q)tests/gpu/run.sh --simgpu --bundle $(GPU_BUNDLE) --out $(BUILD)/gpu-dry
+
+# Lynx over tinytrain's 30 shapes (schedules, lazy state, DDP buckets, launch APIs, streams,
+# layouts), three runs each, with the profile repeated three times on the first cells: the
+# table of docs/measurements.md. make test runs its --quick cells.
+shapes: deps all
+	$(Q)tests/shapes/matrix.py --build $(BUILD) --repeat 3 --json $(BUILD)/shapes.json
 
 TESTS := $(SIMGPU_TESTS) $(TT_TESTS) $(SHIM_TESTS) $(TOOLS_TESTS) $(POLICY_TESTS) \
 	$(PROFILER_TESTS)

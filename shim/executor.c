@@ -1065,6 +1065,15 @@ void lynx_exec_print_summary(FILE *f, const char *tag)
 	        tag, s.prefetches, s.on_demand, s.prefetch_failures, s.waits, s.stalls,
 	        s.budget_stalls, s.oom_waits, s.failures, lynx_prof_mib(arena.peak_resident_bytes));
 	print_achieved(f, tag, &s);
+	/* A budget not held, said at the default level: the job ended (or lost the iteration
+	 * every time) before the executor could act. */
+	if (!s.evictions)
+		lynx_warn("recompute mode: the executor evicted nothing before the process ended "
+		          "(%" PRIu64 " iterations followed, %" PRIu64 " times lost): %s",
+		          s.iterations, s.lost,
+		          s.iterations ? "no planned eviction took place"
+		          : s.lost ? "the iterations after warm-up never matched the learned one"
+		                   : "the job ended before a whole iteration after warm-up");
 }
 
 int lynx_exec_write_trace(const char *path, int rank)

@@ -53,8 +53,15 @@ gpu_suite_on_simgpu() {
 	tests/gpu/run.sh --simgpu --bundle "$BUILD/gpu" --out "$out" || return 1
 	python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); sys.exit(r["failed"] != 0 or r["passed"] < 10)' "$out/results.json"
 }
+# The shape matrix's quick cells (make shapes runs all 30): Lynx on tinytrain with GPipe,
+# interleaved 1F1B, one micro-batch, DDP buckets, lazy optimizer state and the Ex launch
+# paths, profile and recompute checked against the truth. Not under the sanitizers either.
+shapes_quick() {
+	tests/shapes/matrix.py --build "$BUILD" --quick --repeat 2 --repeat-cells 1
+}
 if [ -z "${SAN:-}" ]; then
 	run gpu_suite_on_simgpu gpu_suite_on_simgpu
+	run shapes_quick shapes_quick
 fi
 
 echo "=== summary"

@@ -48,9 +48,19 @@
 #define MAX_LINES (STEPS * 4)
 #define PP2_TP2 "--nproc 4 --pp 2 --tp 2 --dp 1"
 #define MODEL "--layers 8 --microbatches 4 --virtual-model gpt-1.3b --steps 13"
-/* simgpu's settings for every run: small granules, and a short wait for a rank that died. */
-#define SIMGPU_ENV \
-	"LD_LIBRARY_PATH=build/simgpu SIMGPU_VMM_GRANULARITY=4K SIMGPU_NCCL_TIMEOUT_MS=5000"
+/* simgpu's settings for every run: small granules, and a short wait for a rank that died.
+ * Programs and libraries are the build directory's this binary is in (BUILD=...), never
+ * another's. */
+#define SIMGPU_ENV "LD_LIBRARY_PATH=%s/simgpu SIMGPU_VMM_GRANULARITY=4K SIMGPU_NCCL_TIMEOUT_MS=5000"
+
+/* SIMGPU_ENV for this build directory. */
+static const char *simgpu_env(void)
+{
+	static char env[1200];
+
+	snprintf(env, sizeof(env), SIMGPU_ENV, build_dir);
+	return env;
+}
 
 /* One line of tinytrain's output: the training results, the peak and the time. */
 struct step_line {
@@ -122,17 +132,15 @@ static int plain_teardown(void **state)
 
 static struct output run_trainer(const char *layout, const char *lynx_env, const char *dir)
 {
-	char env[4096], cmd[512];
+	char env[4096], cmd[1600];
 
 	if (lynx_env)
 		snprintf(env, sizeof(env),
-		         SIMGPU_ENV
-		         " LD_PRELOAD=build/liblynx.so LYNX_MODE=recompute LYNX_OUT=%s/%s "
-		         "%s",
-		         scratch, dir, lynx_env);
+		         "%s LD_PRELOAD=%s/liblynx.so LYNX_MODE=recompute LYNX_OUT=%s/%s %s",
+		         simgpu_env(), build_dir, scratch, dir, lynx_env);
 	else
-		snprintf(env, sizeof(env), SIMGPU_ENV);
-	snprintf(cmd, sizeof(cmd), "build/bin/tinytrain %s " MODEL, layout);
+		snprintf(env, sizeof(env), "%s", simgpu_env());
+	snprintf(cmd, sizeof(cmd), "%s/bin/tinytrain %s " MODEL, build_dir, layout);
 	return run(env, cmd);
 }
 
@@ -352,26 +360,28 @@ static void test_a_failing_cuMemCreate_during_restores_loses_nothing(void **stat
  * after the first take the same time and memory, so a short run tells them. */
 static struct output run_baseline(const char *mode, const char *steps)
 {
-	char cmd[512];
+	char cmd[1600];
 
 	snprintf(cmd, sizeof(cmd),
-	         "build/bin/tinytrain " PP2_TP2 " " MODEL " --seq 64 --batch 4 "
+	         "%s/bin/tinytrain " PP2_TP2 " " MODEL " --seq 64 --batch 4 "
 	         "--recompute %s %s",
-	         mode, steps);
-	return run(SIMGPU_ENV, cmd);
+	         build_dir, mode, steps);
+	return run(simgpu_env(), cmd);
 }
 
 static void test_long_sequences_meet_the_memory_and_time_targets(void **state)
 {
 	struct step_line none[MAX_LINES], full[MAX_LINES], b[MAX_LINES];
 	struct output o_none = run_baseline("none", ""), o_full = run_baseline("full", "--steps 2");
-	char env[2048];
+	char env[4096], cmd[1600];
 
 	snprintf(env, sizeof(env),
-	         SIMGPU_ENV " LD_PRELOAD=build/liblynx.so LYNX_MODE=recompute LYNX_OUT=%s/long "
-	                    "LYNX_BUDGET=6M LYNX_PLANNER=mixed",
-	         scratch);
-	struct output o = run(env, "build/bin/tinytrain " PP2_TP2 " " MODEL " --seq 64 --batch 4");
+	         "%s LD_PRELOAD=%s/liblynx.so LYNX_MODE=recompute LYNX_OUT=%s/long "
+	         "LYNX_BUDGET=6M LYNX_PLANNER=mixed",
+	         simgpu_env(), build_dir, scratch);
+	snprintf(cmd, sizeof(cmd), "%s/bin/tinytrain " PP2_TP2 " " MODEL " --seq 64 --batch 4",
+	         build_dir);
+	struct output o = run(env, cmd);
 	size_t n = assert_identical(&o_none, &o, none, b);
 
 	assert_int_equal(parse_lines(o_full.out, full, MAX_LINES), 8); /* steps 0 and 1 */
@@ -441,6 +451,67 @@ static void test_a_budget_out_of_reach_warns_and_changes_nothing(void **state)
 	release(&o);
 }
 
+/* Lines at WARN level that contain what. */
+static int warn_lines(const char *err, const char *what)
+{
+	int n = 0;
+
+	for (const char *line = err; line && *line; line = strchr(line, '\n'), line += !!line) {
+		const char *end = strchr(line, '\n');
+		const char *warn = strstr(line, " WARN "), *at = strstr(line, what);
+		n += warn && at && (!end || (warn < end && at < end));
+	}
+	return n;
+}
+
+/*
+ * Never silent: each reason Lynx does nothing (no profile, no plan, no eviction, a budget
+ * not held) is one WARN line per rank at the default log level, and training goes on with
+ * the same results.
+ */
+static void test_every_reason_to_do_nothing_is_one_warn_line_per_rank(void **state)
+{
+	static const struct {
+		const char *name, *tinytrain, *lynx_env, *reason;
+	} cases[] = {
+	        {"one-step", "--steps 1", "", "no profile: no repeating sequence"},
+	        {"static", "--steps 10", "LYNX_BUDGET=1M",
+	         "recompute mode: no plan: the memory budget"},
+	        {"no-plan-file", "--steps 10", "LYNX_PLAN=/nonexistent/plan.json",
+	         "LYNX_PLAN='/nonexistent/plan.json' cannot be read: no plan"},
+	        {"keep-all", "--steps 10", "LYNX_PLANNER=none LYNX_BUDGET=60%",
+	         "the budget is not held"},
+	};
+	char env[4096], cmd[1600];
+
+	snprintf(cmd, sizeof(cmd),
+	         "%s/bin/tinytrain --nproc 2 --pp 2 --layers 4 --microbatches 4 --seq 64 --batch 4",
+	         build_dir);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char full[1700];
+
+		snprintf(env, sizeof(env),
+		         "%s LD_PRELOAD=%s/liblynx.so LYNX_MODE=recompute LYNX_OUT=%s/%s %s",
+		         simgpu_env(), build_dir, scratch, cases[i].name, cases[i].lynx_env);
+		snprintf(full, sizeof(full), "%s %s", cmd, cases[i].tinytrain);
+		struct output bare = run(simgpu_env(), full);
+		struct output o = run(env, full);
+		struct step_line a[MAX_LINES], b[MAX_LINES];
+		size_t n = parse_lines(bare.out, a, MAX_LINES);
+		assert_int_equal(bare.exit_code, 0);
+		assert_int_equal(o.exit_code, 0);
+		assert_true(n > 0);
+		assert_int_equal(parse_lines(o.out, b, MAX_LINES), n);
+		for (size_t k = 0; k < n; k++) /* loss and gradients; times may differ */
+			assert_string_equal(a[k].results, b[k].results);
+		if (warn_lines(o.err, cases[i].reason) != 2)
+			fail_msg("%s: want one WARN line per rank with '%s':\n%s", cases[i].name,
+			         cases[i].reason, o.err);
+		release(&bare);
+		release(&o);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -452,6 +523,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_a_failing_cuMemCreate_during_restores_loses_nothing),
 	        cmocka_unit_test(test_long_sequences_meet_the_memory_and_time_targets),
 	        cmocka_unit_test(test_a_budget_out_of_reach_warns_and_changes_nothing),
+	        cmocka_unit_test(test_every_reason_to_do_nothing_is_one_warn_line_per_rank),
 	};
 	int failed;
 
