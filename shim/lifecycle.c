@@ -22,6 +22,7 @@
 #include "launch_attrs.h"
 #include "lifecycle.h"
 #include "log.h"
+#include "out_path.h"
 #include "profiling.h"
 #include "record.h"
 #include "timing.h"
@@ -38,6 +39,9 @@ enum { STATE_NEW, STATE_READY, STATE_FORKED };
 static atomic_int state = STATE_NEW;
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct lynx_config config;
+/* LYNX_OUT as given (a pattern, out_path.h) and as expanded for this process. */
+static const char *out_pattern;
+static char out_expanded[PATH_MAX];
 static bool recording; /* profile or recompute, with a working recorder */
 static bool dumping;   /* LYNX_EVENTS is open: drained events go to the dump too */
 static bool output_ok; /* LYNX_OUT is a writable directory */
@@ -258,11 +262,16 @@ static void after_fork_in_parent(void)
 }
 
 static void forget_grouped_marks(void);
+static void choose_output_dir(void);
 
 static void after_fork_in_child(void)
 {
 	lynx_dump_after_fork();
 	forget_grouped_marks();
+	if (out_pattern && lynx_out_path_per_process(out_pattern)) {
+		choose_output_dir(); /* this process's own directory */
+		lynx_profiling_set_output(config.out_dir, output_ok);
+	}
 	lynx_profiling_after_fork();
 	lynx_exec_after_fork();
 	if (atomic_load(&state) == STATE_READY) {
@@ -274,6 +283,36 @@ static void after_fork_in_child(void)
 static const char *hook_symbol(unsigned int id)
 {
 	return id < LYNX_HOOK_COUNT ? lynx_hooks[id].symbol : NULL;
+}
+
+/* Expands LYNX_OUT for this process into config.out_dir and makes the directory; output_ok
+ * says whether Lynx may write there. Once at start-up, and again in a forked child when the
+ * pattern names the process (%p). */
+static void choose_output_dir(void)
+{
+	struct lynx_out_path_facts facts = {.pid = (int)getpid(), .getenv = lookup_env};
+	char host[256] = "", problem[160];
+	int err;
+
+	if (!gethostname(host, sizeof(host) - 1))
+		facts.host = host;
+	err = lynx_out_path_expand(out_pattern, &facts, out_expanded, sizeof(out_expanded), problem,
+	                           sizeof(problem));
+	if (err == -ENAMETOOLONG) {
+		output_ok = false;
+		lynx_warn("LYNX_OUT='%s': %s: observing without writing output", out_pattern,
+		          problem);
+		return;
+	}
+	if (problem[0])
+		lynx_warn("LYNX_OUT='%s': %s; writing to '%s'", out_pattern, problem, out_expanded);
+	config.out_dir = out_expanded;
+	err = prepare_output_dir(config.out_dir);
+	output_ok = !err;
+	if (err)
+		lynx_warn("LYNX_OUT='%s' is not a writable directory (%s): observing without "
+		          "writing output",
+		          config.out_dir, strerror(-err));
 }
 
 static void init_locked(void)
@@ -289,12 +328,8 @@ static void init_locked(void)
 		atomic_store(&lynx_intercepting, false);
 		return;
 	}
-	int err = prepare_output_dir(config.out_dir);
-	output_ok = !err;
-	if (err)
-		lynx_warn("LYNX_OUT='%s' is not a writable directory (%s): observing without "
-		          "writing output",
-		          config.out_dir, strerror(-err));
+	out_pattern = config.out_dir;
+	choose_output_dir();
 	lynx_recorder_configure(config.ring_bytes, config.recorder_budget);
 	/* Before the drainer starts: the dump and the profiler see every event. */
 	dumping = config.events && *config.events &&

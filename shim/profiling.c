@@ -1061,6 +1061,12 @@ void lynx_profiling_after_fork_in_parent(void)
 	pthread_mutex_unlock(&prof.lock);
 }
 
+void lynx_profiling_set_output(const char *out_dir, bool output_ok)
+{
+	snprintf(prof.out_dir, sizeof(prof.out_dir), "%s", out_dir);
+	prof.output_ok = output_ok;
+}
+
 void lynx_profiling_after_fork(void)
 {
 	/* The parent's CUDA events mean nothing here; its memory is ours to free. */

@@ -67,5 +67,7 @@ void lynx_profiling_at_exit(void);
 void lynx_profiling_before_fork(void);
 void lynx_profiling_after_fork_in_parent(void);
 void lynx_profiling_after_fork(void);
+/* A forked child's own LYNX_OUT (a pattern with %p): where it writes from now on. */
+void lynx_profiling_set_output(const char *out_dir, bool output_ok);
 
 #endif /* LYNX_PROFILING_H */

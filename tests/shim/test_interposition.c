@@ -187,6 +187,50 @@ static void test_bad_settings_warn_once_and_the_run_goes_on(void **state)
 	release(&shimmed);
 }
 
+/*
+ * LYNX_OUT=.../proc-%p: every process (the launcher and each forked rank) writes into a
+ * directory of its own, named by its process id, as on nodes that share no file system;
+ * each rank's profile lands in its own. Training is unchanged.
+ */
+static void test_lynx_out_patterns_give_each_process_its_directory(void **state)
+{
+	char cmd[2048], env[4096], dir[1300];
+	int dirs = 0, profiles = 0;
+	struct dirent *e;
+
+	tinytrain_cmd(cmd, sizeof(cmd), "--nproc 2 --pp 2 --layers 4 --microbatches 4 --steps 10");
+	struct output bare = run("", cmd);
+	snprintf(dir, sizeof(dir), "%s/per-process", scratch);
+	snprintf(
+	        env, sizeof(env),
+	        "LD_PRELOAD=%s/liblynx.so LYNX_MODE=profile LYNX_TIMING=off LYNX_OUT='%s/proc-%%p'",
+	        build_dir, dir);
+	struct output o = run(env, cmd);
+	assert_int_equal(o.exit_code, 0);
+	assert_string_equal(o.out, bare.out);
+	DIR *d = opendir(dir);
+	assert_non_null(d);
+	while ((e = readdir(d))) {
+		char calls[1700], any[1700];
+		int pid;
+		if (sscanf(e->d_name, "proc-%d", &pid) != 1)
+			continue;
+		dirs++;
+		snprintf(calls, sizeof(calls), "%s/%s/calls.%d.json", dir, e->d_name, pid);
+		assert_int_equal(access(calls, R_OK), 0);
+		for (int r = 0; r < 2; r++) {
+			snprintf(any, sizeof(any), "%s/%s/profile.%d.json", dir, e->d_name, r);
+			profiles += !access(any, R_OK);
+		}
+	}
+	closedir(d);
+	assert_int_equal(dirs, 3);     /* the launcher and two ranks */
+	assert_int_equal(profiles, 2); /* one per rank, each in its own directory */
+	assert_int_equal(count_of(o.err, "LYNX_OUT"), 0);
+	release(&bare);
+	release(&o);
+}
+
 /* A number in Lynx's calls file: "key":N, or -1. */
 static long calls_value(const char *json, const char *key)
 {
@@ -427,6 +471,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_every_call_is_accounted_for),
 	        cmocka_unit_test(test_injected_errors_reach_the_trainer_unchanged),
 	        cmocka_unit_test(test_bad_settings_warn_once_and_the_run_goes_on),
+	        cmocka_unit_test(test_lynx_out_patterns_give_each_process_its_directory),
 	        cmocka_unit_test(test_eight_threads_calling_at_once_are_all_accounted_for),
 	        cmocka_unit_test(test_graph_capture_and_replay_are_counted_exactly),
 	        cmocka_unit_test(test_memory_pool_calls_are_counted_exactly),
