@@ -255,6 +255,13 @@ static int order_stages(const struct ctx *c, uint32_t *n_stages, struct stage_sr
 		if (c->ranks[i]->warmup_forwards > wmax)
 			wmax = c->ranks[i]->warmup_forwards;
 	}
+	if (c->opt->solo && c->n == 1) {
+		*out = calloc(1, sizeof(**out));
+		if (!*out)
+			return -ENOMEM;
+		*n_stages = 1;
+		return 0;
+	}
 	if ((named = order_named_stages(c, n_stages, out)) <= 0)
 		return named;
 	/* With m < p the first p - m stages all run m warm-up forwards: only stage 0 (the one

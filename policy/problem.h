@@ -207,6 +207,11 @@ struct lynx_problem_options {
 	/* lynx_problem_from_profile(), 1 to 100: each stage's budget is this share of its own
 	 * profile's peak (budget_bytes is then the largest of them); 0: budget_bytes. */
 	uint32_t budget_percent;
+	/* lynx_problem_from_profile() with one profile: plan its stage alone, as a pipeline of
+	 * one (a rank that cannot see the others' profiles). Its memory is modelled as
+	 * measured (the micro-batches it holds at once); its pipeline transfers are not used
+	 * as windows, since the other stages' timing is unknown. */
+	bool solo;
 };
 
 /*

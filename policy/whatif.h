@@ -55,7 +55,8 @@ void lynx_whatif_print(FILE *f, const char *tag, const struct lynx_whatif *w);
 /*
  * Recompute mode's planning online: the job's plan from its profiles, with the planner
  * called planner at budget_bytes (0: the measured peak), or with budget_percent (1 to 100)
- * at that share of each stage's own peak, or, when plan_json is not NULL, the
+ * at that share of each stage's own peak (solo: ranks[0]'s stage alone, problem.h), or,
+ * when plan_json is not NULL, the
  * plan it holds (LYNX_PLAN), checked against the problem. out holds the problem and the plan
  * (free with lynx_whatif_plan_free); row the checker's replay of it; keep (when not NULL) the
  * replay of keeping everything, to compare with. Returns 0; -EINVAL with one sentence in why
@@ -66,7 +67,7 @@ struct lynx_whatif_plan {
 	struct lynx_plan *plan;
 };
 int lynx_whatif_plan(const struct lynx_profile *const *ranks, size_t n, uint64_t budget_bytes,
-                     uint32_t budget_percent, const char *planner, const char *plan_json,
+                     uint32_t budget_percent, bool solo, const char *planner, const char *plan_json,
                      struct lynx_whatif_plan *out, struct lynx_whatif_row *row,
                      struct lynx_whatif_row *keep, char *why, size_t len);
 void lynx_whatif_plan_free(struct lynx_whatif_plan *out);

@@ -146,6 +146,9 @@ void lynx_time_group_ended(void);
 void lynx_note_nccl_rank(int nranks, int rank);
 int lynx_job_rank(void);
 int lynx_job_world(void);
+/* True when LYNX_OUT is a pattern that may give the job's processes different directories
+ * (%p, %h, %q{VAR}): the ranks then see no profile but their own. */
+bool lynx_output_private(void);
 /* Intercepted calls in progress on this thread (1: the program's own call; more: the
  * library called back into a hook), and whether the shim itself is the caller. */
 int lynx_call_depth(void);

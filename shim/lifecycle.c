@@ -467,6 +467,11 @@ void lynx_note_nccl_rank(int nranks, int rank)
 	}
 }
 
+bool lynx_output_private(void)
+{
+	return out_pattern && lynx_out_path_private(out_pattern);
+}
+
 int lynx_job_rank(void)
 {
 	return atomic_load(&job_rank);

@@ -50,7 +50,8 @@ int lynx_out_path_expand(const char *pattern, const struct lynx_out_path_facts *
 			p++;
 			break;
 		case 'h':
-			put(&s, facts->host ? facts->host : "", facts->host ? strlen(facts->host) : 0);
+			put(&s, facts->host ? facts->host : "",
+			    facts->host ? strlen(facts->host) : 0);
 			p++;
 			break;
 		case 'q': {
@@ -67,8 +68,8 @@ int lynx_out_path_expand(const char *pattern, const struct lynx_out_path_facts *
 			name[end - (p + 3)] = 0;
 			const char *value = facts->getenv ? facts->getenv(name) : NULL;
 			if (!value) {
-				snprintf(problem, problem_len, "%s is not set: the process id stands in",
-				         name);
+				snprintf(problem, problem_len,
+				         "%s is not set: the process id stands in", name);
 				value = pid;
 			}
 			put(&s, value, strlen(value));
@@ -89,6 +90,19 @@ int lynx_out_path_expand(const char *pattern, const struct lynx_out_path_facts *
 		return -ENAMETOOLONG;
 	}
 	return 0;
+}
+
+bool lynx_out_path_private(const char *pattern)
+{
+	for (const char *p = pattern; *p; p++) {
+		if (*p != '%')
+			continue;
+		if (p[1] == 'p' || p[1] == 'h' || p[1] == 'q')
+			return true;
+		if (p[1])
+			p++;
+	}
+	return false;
 }
 
 bool lynx_out_path_per_process(const char *pattern)

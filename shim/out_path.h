@@ -13,7 +13,7 @@
 
 struct lynx_out_path_facts {
 	int pid;
-	const char *host;                       /* the host name */
+	const char *host;                        /* the host name */
 	const char *(*getenv)(const char *name); /* NULL: no variable is set */
 };
 
@@ -29,5 +29,8 @@ int lynx_out_path_expand(const char *pattern, const struct lynx_out_path_facts *
 
 /* True when pattern names something that differs between processes of one host: %p. */
 bool lynx_out_path_per_process(const char *pattern);
+
+/* True when pattern may give processes of one job different directories: %p, %h or %q. */
+bool lynx_out_path_private(const char *pattern);
 
 #endif /* LYNX_OUT_PATH_H */

@@ -916,16 +916,36 @@ static void try_plan(bool at_exit)
 		plan_done();
 		return;
 	}
+	/*
+	 * Without every rank's profile, this rank plans its own stage alone: at once when
+	 * LYNX_OUT is a directory of its own, else once the others have had PLAN_WAIT_NS to
+	 * appear. At exit it is too late to plan.
+	 */
+	bool solo = false;
 	if (j.read < j.world) {
-		if (at_exit || now_ns() - prof.plan_since_ns >= PLAN_WAIT_NS) {
-			lynx_warn("recompute mode: %d of %d ranks' profiles in %s: no plan (the "
-			          "ranks "
-			          "must share LYNX_OUT, or give LYNX_PLAN)",
+		bool waited = now_ns() - prof.plan_since_ns >= PLAN_WAIT_NS;
+		if (at_exit) {
+			lynx_warn("recompute mode: %d of %d ranks' profiles in %s at exit: no plan "
+			          "(the ranks must share LYNX_OUT, or give LYNX_PLAN)",
 			          j.read, j.world, prof.out_dir);
 			plan_done();
 		}
-		job_profiles_free(&j);
-		return;
+		if (at_exit || (!waited && !lynx_output_private())) {
+			job_profiles_free(&j);
+			return;
+		}
+		if (lynx_output_private())
+			lynx_info("recompute mode: LYNX_OUT is this process's own directory: "
+			          "planning "
+			          "this rank's stage from its own profile, without the pipeline's "
+			          "windows");
+		else
+			lynx_warn(
+			        "recompute mode: %d of %d ranks' profiles in %s after %llu s (the "
+			        "ranks must share LYNX_OUT to plan together): planning this rank's "
+			        "stage from its own profile, without the pipeline's windows",
+			        j.read, j.world, prof.out_dir, PLAN_WAIT_NS / 1000000000ull);
+		solo = true;
 	}
 	if (prof.plan_path[0]) {
 		FILE *f = fopen(prof.plan_path, "r");
@@ -948,9 +968,10 @@ static void try_plan(bool at_exit)
 		}
 	}
 	uint64_t beyond;
-	err = lynx_whatif_plan(j.ranks, (size_t)j.read, planning_budget(&beyond),
-	                       prof.budget_percent, prof.planner, plan_json, &wp, &row, &keep, why,
-	                       sizeof(why));
+	const struct lynx_profile *own = &prof.profile;
+	err = lynx_whatif_plan(solo ? &own : j.ranks, solo ? 1 : (size_t)j.read,
+	                       planning_budget(&beyond), prof.budget_percent, solo, prof.planner,
+	                       plan_json, &wp, &row, &keep, why, sizeof(why));
 	free(plan_json);
 	job_profiles_free(&j);
 	if (err) {

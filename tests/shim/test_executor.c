@@ -517,6 +517,47 @@ static void test_every_reason_to_do_nothing_is_one_warn_line_per_rank(void **sta
 	release(&bare[1]);
 }
 
+/*
+ * No shared file system: LYNX_OUT=.../proc-%p gives every process its own directory, so no
+ * rank sees another's profile. Each plans its own stage from its own profile at once, at
+ * LYNX_BUDGET=60% of its own peak: results identical, every rank's peak at least 25% below
+ * the plain run's.
+ */
+static void test_each_rank_plans_alone_without_a_shared_directory(void **state)
+{
+	char env[4096], cmd[1600];
+	struct step_line a[MAX_LINES], b[MAX_LINES];
+
+	snprintf(cmd, sizeof(cmd),
+	         "%s/bin/tinytrain --nproc 2 --pp 2 --layers 4 --microbatches 4 --seq 64 --batch 4 "
+	         "--steps 13",
+	         build_dir);
+	struct output plain = run(simgpu_env(), cmd);
+	snprintf(env, sizeof(env),
+	         "%s LD_PRELOAD=%s/liblynx.so LYNX_MODE=recompute LYNX_OUT='%s/solo/proc-%%p' "
+	         "LYNX_BUDGET=60%%",
+	         simgpu_env(), build_dir, scratch);
+	struct output o = run(env, cmd);
+	size_t n = parse_lines(plain.out, a, MAX_LINES);
+
+	assert_int_equal(plain.exit_code, 0);
+	assert_int_equal(o.exit_code, 0);
+	assert_int_equal(n, 2 * STEPS);
+	assert_int_equal(parse_lines(o.out, b, MAX_LINES), n);
+	for (size_t i = 0; i < n; i++)
+		assert_string_equal(a[i].results, b[i].results);
+	for (size_t i = n - 2; i < n; i++) /* the last step of both ranks */
+		if ((double)b[i].peak_bytes > 0.75 * (double)a[i].peak_bytes)
+			fail_msg("%s: peak %lld, plain %lld", b[i].results, b[i].peak_bytes,
+			         a[i].peak_bytes);
+	for (int rank = 0; rank < 2; rank++)
+		assert_true(stat_of(o.err, rank, "evicted (") > 0);
+	assert_int_equal(count_of(o.err, "stage 0 of 1"), 2); /* each rank, alone */
+	assert_null(strstr(o.err, " WARN "));
+	release(&plain);
+	release(&o);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -529,6 +570,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_long_sequences_meet_the_memory_and_time_targets),
 	        cmocka_unit_test(test_a_budget_out_of_reach_warns_and_changes_nothing),
 	        cmocka_unit_test(test_every_reason_to_do_nothing_is_one_warn_line_per_rank),
+	        cmocka_unit_test(test_each_rank_plans_alone_without_a_shared_directory),
 	};
 	int failed;
 
