@@ -26,9 +26,9 @@ static void expands(const char *pattern, const char *want)
 {
 	char out[256], problem[160];
 
-	assert_int_equal(lynx_out_path_expand(pattern, &facts, out, sizeof(out), problem,
-	                                      sizeof(problem)),
-	                 0);
+	assert_int_equal(
+	        lynx_out_path_expand(pattern, &facts, out, sizeof(out), problem, sizeof(problem)),
+	        0);
 	assert_string_equal(out, want);
 	assert_string_equal(problem, "");
 }
@@ -97,6 +97,15 @@ static void test_out_path_per_process_only_with_a_pid(void **state)
 	assert_false(lynx_out_path_per_process("lynx-out"));
 }
 
+static void test_out_path_private_with_a_pid_a_host_or_a_variable(void **state)
+{
+	assert_true(lynx_out_path_private("out/%p"));
+	assert_true(lynx_out_path_private("out/%h"));
+	assert_true(lynx_out_path_private("out/%q{RANK}"));
+	assert_false(lynx_out_path_private("out/%%h"));
+	assert_false(lynx_out_path_private("lynx-out"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -105,6 +114,7 @@ int main(void)
 	        cmocka_unit_test(test_out_path_refuses_what_it_does_not_know),
 	        cmocka_unit_test(test_out_path_refuses_an_expansion_too_long),
 	        cmocka_unit_test(test_out_path_per_process_only_with_a_pid),
+	        cmocka_unit_test(test_out_path_private_with_a_pid_a_host_or_a_variable),
 	};
 
 	return cmocka_run_group_tests_name("out_path", tests, NULL, NULL);
