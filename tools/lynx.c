@@ -43,7 +43,8 @@ static const struct lynx_command commands[] = {
          "tables and report.svg from the profile.<rank>.json (and trace.<rank>.json) in DIR",
          lynx_report_help},
         {"plan", lynx_plan_main,
-         "PROFILE... [--budget BYTES] [--planner P] [--out FILE] | --model NAME --cluster NAME "
+         "PROFILE... [--budget BYTES|--budget-percent N] [--planner P] [--out FILE] | "
+         "--model NAME --cluster NAME "
          "[--tp T] [--pp P] [--budget BYTES] [--planner P] [--out FILE] [--partition]",
          "plan a job, from its profiles or a GPT description, and write the plan", lynx_plan_help},
         {"help", help_main, "[COMMAND]", "show this help, or a command's", NULL},

@@ -29,6 +29,7 @@ struct plan_args {
 	struct lynx_job_args job;
 	const char *planner, *out;
 	bool partition;
+	uint32_t budget_percent; /* profiles: each stage's share of its own peak; 0: --budget */
 };
 
 /* The command line, declared once: the parser and `lynx help plan` read this table. */
@@ -41,6 +42,9 @@ static const struct lynx_option options[] = {
                     "where the plan's JSON goes (default plan.json)"),
         LYNX_OPTION(struct plan_args, "--partition", NULL, FLAG, partition,
                     "choose the layers of each pipeline stage first (DP over splits)"),
+        LYNX_OPTION(struct plan_args, "--budget-percent", "N", UINT, budget_percent,
+                    "profiles only: each stage's budget is N% (1 to 100) of its own measured "
+                    "peak, as LYNX_BUDGET=N% (stages peak differently)"),
 };
 
 #define N_OPTIONS (sizeof(options) / sizeof(options[0]))
@@ -64,8 +68,9 @@ void lynx_plan_help(FILE *out)
 	        "--pipeline-model-parallel-layout.\n"
 	        "\nlynx plan PROFILE [PROFILE...] plans from recorded profiles (lynx profile's "
 	        "files)\ninstead, one per pipeline stage (more ranks of a stage: the slowest "
-	        "counts). Only\n--budget (default: the largest measured peak), --planner, --out "
-	        "and --time-limit\napply. The layer's ops are its kernels, its groups the saved "
+	        "counts). Only\n--budget (default: the largest measured peak), --budget-percent, "
+	        "--planner, --out\nand --time-limit apply. The layer's ops are its kernels, its "
+	        "groups the saved "
 	        "buffers, its windows\nthe measured collectives (policy/problem.h says how). A "
 	        "profile measures no host\nlink, so the offload planner is refused.\n");
 }
@@ -73,7 +78,8 @@ void lynx_plan_help(FILE *out)
 /* The options that apply to profiles; the others describe a model. */
 static bool profile_option(const char *name)
 {
-	static const char *const apply[] = {"--budget", "--planner", "--out", "--time-limit"};
+	static const char *const apply[] = {"--budget", "--budget-percent", "--planner", "--out",
+	                                    "--time-limit"};
 
 	for (size_t i = 0; i < sizeof(apply) / sizeof(apply[0]); i++)
 		if (!strcmp(apply[i], name))
@@ -159,9 +165,11 @@ static void print_profile_header(const struct lynx_problem *p, size_t n_profiles
 {
 	struct size_text t;
 
-	printf("%zu profile%s: %u stage%s, %u layers, %u micro-batches; budget %s; planner %s\n",
+	printf("%zu profile%s: %u stage%s, %u layers, %u micro-batches; budget %s%s; planner %s\n",
 	       n_profiles, n_profiles == 1 ? "" : "s", p->n_stages, p->n_stages == 1 ? "" : "s",
-	       p->model.layers, p->micro_batches, size_text(p->budget_bytes, &t), plan->planner);
+	       p->model.layers, p->micro_batches,
+	       p->n_stages && p->stages[0].budget_bytes ? "per stage, at most " : "",
+	       size_text(p->budget_bytes, &t), plan->planner);
 	printf("layer: %u ops, %u groups, forward %.3f ms, backward %.3f ms (the optimizer step "
 	       "is not in the prediction)\n",
 	       p->layer.n_ops, p->layer.n_groups, p->layer.fwd_s * 1e3, p->layer.bwd_s * 1e3);
@@ -301,7 +309,8 @@ static int plan_profiles(const struct plan_args *a, const char *const *paths, si
 {
 	struct lynx_problem_options opt = {.search_seconds = a->job.time_limit,
 	                                   .budget_bytes = a->job.budget,
-	                                   .profile_names = paths};
+	                                   .profile_names = paths,
+	                                   .budget_percent = a->budget_percent};
 	struct lynx_profile *prof = calloc(n, sizeof(*prof));
 	const struct lynx_profile **ranks = calloc(n, sizeof(*ranks));
 	struct lynx_problem p;
@@ -450,14 +459,19 @@ int lynx_plan_main(int argc, char **argv)
 		rc = find_planner(&a, &pl);
 	if (rc)
 		goto out;
-	if (!n_profiles)
+	if (a.budget_percent > 100)
+		rc = lynx_usage_error("plan", "--budget-percent %u is not between 1 and 100",
+		                      a.budget_percent);
+	else if (!n_profiles && a.budget_percent)
+		rc = lynx_usage_error("plan", "--budget-percent needs profiles (a model has no "
+		                              "measured peak): give --budget");
+	else if (!n_profiles)
 		rc = plan_model(&a, pl);
 	else if (model_only)
-		rc = lynx_usage_error(
-		        "plan",
-		        "%s describes a model; with profiles only --budget, --planner, "
-		        "--out and --time-limit apply",
-		        model_only);
+		rc = lynx_usage_error("plan",
+		                      "%s describes a model; with profiles only --budget, "
+		                      "--budget-percent, --planner, --out and --time-limit apply",
+		                      model_only);
 	else
 		rc = plan_profiles(&a, profiles, n_profiles, pl);
 out:

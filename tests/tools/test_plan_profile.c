@@ -163,6 +163,20 @@ static void test_plan_from_a_pipeline_orders_its_stages(void **state)
 	free(r.text);
 }
 
+/* --budget-percent: each stage gets that share of its own measured peak. */
+static void test_plan_takes_a_budget_per_stage_in_percent(void **state)
+{
+	struct result r;
+
+	write_profile("last.json", 0, "1", ", " RECV("pp_recv_fwd"), "1");
+	write_profile("first.json", 1, "1", ", " RECV("pp_recv_bwd"), "1");
+	r = plan(OUT, "last.json first.json --budget-percent 100 --out pc.plan.json");
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.text, "budget per stage, at most "));
+	assert_non_null(strstr(r.text, ", fits,")); /* HEU holds each stage to its own */
+	free(r.text);
+}
+
 static void test_plan_refuses_bad_profiles_with_exit_2(void **state)
 {
 	static const struct {
@@ -177,6 +191,9 @@ static void test_plan_refuses_bad_profiles_with_exit_2(void **state)
 	        {"one.json --planner offload", "the offload planner needs the host link"},
 	        {"one.json --tp 2", "--tp describes a model"},
 	        {"one.json --budget 1000", "is below stage 0's static memory"},
+	        {"one.json --budget-percent 101", "--budget-percent 101 is not between 1 and 100"},
+	        {"one.json --budget-percent 0", "is not a positive integer"},
+	        {"one.json --budget-percent 1", "is below stage 0's static memory"},
 	};
 	char cmd[PATH_MAX * 2 + 64];
 
@@ -215,6 +232,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_plan_from_one_profile_writes_the_plan),
 	        cmocka_unit_test(test_plan_from_a_pipeline_orders_its_stages),
+	        cmocka_unit_test(test_plan_takes_a_budget_per_stage_in_percent),
 	        cmocka_unit_test(test_plan_refuses_bad_profiles_with_exit_2),
 	};
 
