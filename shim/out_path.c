@@ -92,28 +92,25 @@ int lynx_out_path_expand(const char *pattern, const struct lynx_out_path_facts *
 	return 0;
 }
 
-bool lynx_out_path_private(const char *pattern)
+/* True when pattern holds one of the conversions named by letters (%% is not one). */
+static bool names_any(const char *pattern, const char *letters)
 {
 	for (const char *p = pattern; *p; p++) {
-		if (*p != '%')
+		if (*p != '%' || !p[1])
 			continue;
-		if (p[1] == 'p' || p[1] == 'h' || p[1] == 'q')
+		if (p[1] != '%' && strchr(letters, p[1]))
 			return true;
-		if (p[1])
-			p++;
+		p++;
 	}
 	return false;
 }
 
+bool lynx_out_path_private(const char *pattern)
+{
+	return names_any(pattern, "phq");
+}
+
 bool lynx_out_path_per_process(const char *pattern)
 {
-	for (const char *p = pattern; *p; p++) {
-		if (*p != '%')
-			continue;
-		if (p[1] == 'p')
-			return true;
-		if (p[1])
-			p++;
-	}
-	return false;
+	return names_any(pattern, "p");
 }

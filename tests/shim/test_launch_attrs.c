@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "launch_attr.h"
 #include "launch_attrs.h"
 
 /* A launch event with room for the largest payload, 8-aligned as a ring's. */
@@ -20,17 +21,6 @@ struct test_event {
 	struct lynx_event ev;
 	unsigned char payload[LYNX_LAUNCH_MAX_PAYLOAD];
 };
-
-static CUlaunchAttribute attr(CUlaunchAttributeID id, const void *value, size_t bytes,
-                              unsigned char fill)
-{
-	CUlaunchAttribute a;
-
-	memset(&a, fill, sizeof(a));
-	a.id = id;
-	memcpy(&a.value, value, bytes);
-	return a;
-}
 
 /* The record adds nothing to a launch without a config, and puts the attributes 8-aligned
  * after the parameters; the event's view finds them there, by value. */

@@ -34,6 +34,7 @@
 #include "../harness.h"
 #include "simgpu_driver.h"
 #include "../simgpu/simgpu.h"
+#include "launch_attr.h"
 #include "launch_attrs.h"
 #include "log.h"
 #include "recorder.h"
@@ -1453,18 +1454,6 @@ enum config_way {
 	RUNTIME_EXC,          /* cudaLaunchKernelExC, on the stream given */
 	RUNTIME_EXC_PTSZ,     /* cudaLaunchKernelExC_ptsz, on the per-thread default stream */
 };
-
-/* An attribute as a trainer's stack frame holds it: value's bytes, `fill` everywhere else. */
-static CUlaunchAttribute attr(CUlaunchAttributeID id, const void *value, size_t bytes,
-                              unsigned char fill)
-{
-	CUlaunchAttribute a;
-
-	memset(&a, fill, sizeof(a));
-	a.id = id;
-	memcpy(&a.value, value, bytes);
-	return a;
-}
 
 /* The same attribute as a replay passes it: the rest zeroed. */
 static CUlaunchAttribute clean(CUlaunchAttributeID id, const void *value, size_t bytes)
