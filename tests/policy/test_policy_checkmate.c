@@ -23,17 +23,12 @@
 #include "units.h"
 
 /*
- * CBC's time limit per stage, as test_policy_opt sets it: sanitizer builds interpose CBC's
- * mallocs and run beside other tests, so they get five times the limit. Checkmate's MILPs
- * take milliseconds to a tenth of a second; the limit only bounds a regression.
+ * CBC's time limit per stage, only a guard against a hang. Checkmate's MILPs take
+ * milliseconds to a tenth of a second; a solve cut short by its limit would make the checks
+ * depend on the machine's speed and load, so the limit sits far above that and no check
+ * compares a time (test_policy_opt says the same).
  */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define LIMIT_S 20.0
-#else
-#define LIMIT_S 4.0
-#endif
-/* CBC checks its limit between phases: the MIP start's repair and the root may overrun it. */
-#define OVERRUN_S (1.5 * LIMIT_S + 2)
+#define LIMIT_S 300.0
 
 struct job {
 	const char *gpt, *cluster;
@@ -107,7 +102,7 @@ static uint64_t budget_at(const struct job *j, double share)
 
 /*
  * Checkmate on p with the test's limit; checks what every Checkmate plan must satisfy: CBC
- * solved it (within the time limit's overrun and the default gap), the plan keeps or rebuilds
+ * solved it (to the default gap), the plan keeps or rebuilds
  * on demand only, fits by the checker, and carries the checker's numbers. Returns its step.
  */
 static double checkmate_checked(const struct lynx_problem *p, struct lynx_plan *plan,
@@ -124,7 +119,6 @@ static double checkmate_checked(const struct lynx_problem *p, struct lynx_plan *
 		fail_msg("the checker refused checkmate's plan: %s", why);
 	if (!rep.solved)
 		fail_msg("CBC did not solve: %s", plan->note);
-	assert_true(rep.solve_s <= rep.rounds * p->n_stages * (o->time_limit_s + OVERRUN_S));
 	assert_true(rep.gap <= 1e-3);
 	assert_true(rep.milp_step_s <= rep.start_step_s || rep.used_start);
 	if (!rep.used_start)

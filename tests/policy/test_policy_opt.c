@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * policy/opt: Lynx's OPT planner solves small stages to a 1% gap within its time limit, fits
- * by the checker's count, carries the checker's numbers, is never slower than HEU, falls back
- * to HEU's plan (and says so) without CBC, and its gap survives the plan's JSON.
+ * policy/opt: Lynx's OPT planner solves small stages to a 1% gap, fits by the checker's count,
+ * carries the checker's numbers, is never slower than HEU, still returns such a plan when its
+ * time limit cuts the search short, falls back to HEU's plan (and says so) without CBC, and
+ * its gap survives the plan's JSON.
  */
 #include <errno.h>
 #include <math.h>
@@ -20,15 +21,15 @@
 #include "planner.h"
 
 /*
- * CBC's time limit per stage. A SAN=address build interposes CBC's mallocs too, and CI runs
- * it beside other test binaries: there the small stages took over three times as long and a
- * stage ran out of time with no integer solution, so those builds get five times the limit.
+ * What the solves must reach, and the time limit that only guards against a hang. The checks
+ * below must not depend on how fast this machine is or how busy: CBC searches single-threaded
+ * and deterministically, so a solve that stops at the gap it was asked for gives the same plan
+ * everywhere. A solve cut short by its time limit does not, so the limit sits far above what
+ * any of these solves needs (the slowest, gpt-2.7b on NVLink at p = 2, takes 21 s on an idle
+ * 2-core machine; a 4 s limit failed there in CI), and no check compares a time.
  */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define LIMIT_S 20.0
-#else
-#define LIMIT_S 4.0
-#endif
+#define STOP_GAP 0.01
+#define SAFETY_LIMIT_S 300.0
 
 /*
  * The jobs of a list solved in this build. Under a sanitizer, the first of each (a quick
@@ -41,8 +42,6 @@
 #else
 #define JOBS_SOLVED(list) (sizeof(list) / sizeof((list)[0]))
 #endif
-/* CBC checks its limit between phases: the MIP start's repair and the root may overrun it. */
-#define OVERRUN_S (1.5 * LIMIT_S + 2)
 
 struct job {
 	const char *gpt, *cluster;
@@ -111,7 +110,7 @@ static uint64_t tight_budget(const struct job *j)
 /* Solves job j; checks the plan against the checker and HEU. */
 static void solve_and_check(const struct job *j)
 {
-	struct lynx_opt_options o = {.time_limit_s = LIMIT_S};
+	struct lynx_opt_options o = {.time_limit_s = SAFETY_LIMIT_S, .stop_gap = STOP_GAP};
 	struct lynx_opt_report rep;
 	struct lynx_problem p;
 	struct lynx_plan plan;
@@ -132,8 +131,8 @@ static void solve_and_check(const struct job *j)
 	       plan.step_time_s, rep.milp_step_s, 100 * (heu / plan.step_time_s - 1), 100 * rep.gap,
 	       rep.solve_s, rep.rounds, rep.used_heu ? " (HEU's plan)" : "");
 	assert_true(rep.solved);
-	assert_true(rep.gap <= 0.01);
-	assert_true(rep.solve_s <= rep.rounds * p.n_stages * (LIMIT_S + OVERRUN_S));
+	assert_true(rep.optimal);
+	assert_true(rep.gap <= STOP_GAP);
 	assert_true(r.fits);
 	assert_true(plan.fits);
 	assert_true(plan.step_time_s == r.step_time_s);
@@ -175,11 +174,40 @@ static void test_opt_solves_small_pcie_stages(void **state)
 		solve_and_check(&jobs[i]);
 }
 
+/*
+ * A time limit far below what the search needs (the job takes tens of seconds to prove its
+ * gap): OPT still returns a plan that fits, no slower than HEU's by the checker, and does not
+ * call it proven. A slower or busier machine only cuts the search shorter.
+ */
+static void test_opt_cut_short_still_fits_and_is_no_slower_than_heu(void **state)
+{
+	static const struct job j = {"gpt-2.7b", "a100-nvlink", 8, 2};
+	struct lynx_opt_options o = {.time_limit_s = 0.05};
+	struct lynx_opt_report rep;
+	struct lynx_problem p;
+	struct lynx_plan plan;
+	char why[256] = "";
+
+	build(&j, tight_budget(&j), &p);
+	assert_int_equal(lynx_opt_plan(&p, &o, &plan, &rep, why, sizeof(why)), 0);
+	printf("# cut short: %s, gap %.3f%%, solve %.2f s%s\n",
+	       rep.solved ? "solved" : "no solution", 100 * rep.gap, rep.solve_s,
+	       rep.used_heu ? " (HEU's plan)" : "");
+	assert_false(rep.optimal);
+	assert_true(plan.fits);
+	assert_true(plan.step_time_s <= step_of(&p, "heu", NULL));
+	if (rep.used_heu)
+		assert_non_null(strstr(plan.note, "HEU's plan"));
+	lynx_plan_free(&plan);
+	lynx_problem_free(&p);
+}
+
 /* Without CBC, OPT returns HEU's plan and says why. */
 static void test_opt_without_cbc_returns_heus_plan(void **state)
 {
 	static const struct job j = {"gpt-1.3b", "a100-nvlink", 8, 2};
-	struct lynx_opt_options o = {.time_limit_s = LIMIT_S, .library = "libLynxNoSuchCbc.so"};
+	struct lynx_opt_options o = {.time_limit_s = SAFETY_LIMIT_S,
+	                             .library = "libLynxNoSuchCbc.so"};
 	struct lynx_opt_report rep;
 	struct lynx_problem p;
 	struct lynx_plan plan;
@@ -200,7 +228,7 @@ static void test_opt_without_cbc_returns_heus_plan(void **state)
 static void test_opt_gap_survives_json(void **state)
 {
 	static const struct job j = {"gpt-1.3b", "a100-nvlink", 8, 4};
-	struct lynx_opt_options o = {.time_limit_s = LIMIT_S};
+	struct lynx_opt_options o = {.time_limit_s = SAFETY_LIMIT_S, .stop_gap = STOP_GAP};
 	struct lynx_problem p;
 	struct lynx_plan plan, back, heu;
 	char why[256] = "", *text;
@@ -239,6 +267,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_opt_solves_small_nvlink_stages),
 	        cmocka_unit_test(test_opt_solves_small_pcie_stages),
+	        cmocka_unit_test(test_opt_cut_short_still_fits_and_is_no_slower_than_heu),
 	        cmocka_unit_test(test_opt_without_cbc_returns_heus_plan),
 	        cmocka_unit_test(test_opt_gap_survives_json),
 	};
