@@ -32,7 +32,7 @@ say = @printf '  %-7s %s\n' $(1) $(2)
 endif
 
 .PHONY: all test demo install clean format format-check deps simgpu lynx examples tests bench \
-	bench-policy fuzz gpu-bundle gpu-test gpu-dry shapes
+	bench-policy fuzz gpu-bundle gpu-test gpu-dry shapes fault-sweep
 all: simgpu lynx examples tests gpu-bundle
 
 # ---------------------------------------------------------------------------
@@ -309,7 +309,8 @@ bench-policy: $(LYNX)
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_PROFILE := $(BUILD)/fuzz/fuzz_profile
-FUZZ_PROFILE_SRC := profiler/profile.c profiler/json_text.c profiler/atomic_file.c
+FUZZ_PROFILE_SRC := profiler/profile.c profiler/json_text.c profiler/atomic_file.c \
+	profiler/regular_file.c
 $(FUZZ_PROFILE): tests/fuzz/fuzz_profile.c $(FUZZ_PROFILE_SRC) profiler/profile.h
 	$(call say,FUZZCC,$@)
 	@mkdir -p $(dir $@)
@@ -357,6 +358,12 @@ gpu-dry: deps all
 # table of docs/measurements.md. make test runs its --quick cells.
 shapes: deps all
 	$(Q)tests/shapes/matrix.py --build $(BUILD) --repeat 3 --json $(BUILD)/shapes.json
+
+# Lynx under injected CUDA/NCCL faults: every call the pp2/tp2 job makes under Lynx, failed at
+# a spread of its call numbers; each run must train identically or fail as the trainer does
+# without Lynx (no crash, hang or wrong result). --quick, 11 points, is the form for make test.
+fault-sweep: deps all
+	$(Q)tests/faults/sweep.py --build $(BUILD) --json $(BUILD)/fault-sweep.json
 
 TESTS := $(SIMGPU_TESTS) $(TT_TESTS) $(SHIM_TESTS) $(TOOLS_TESTS) $(POLICY_TESTS) \
 	$(PROFILER_TESTS)

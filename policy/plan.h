@@ -97,6 +97,9 @@ int lynx_plan_validate(const struct lynx_plan *plan, const struct lynx_problem *
  */
 char *lynx_plan_to_json(const struct lynx_plan *plan, const struct lynx_problem *p);
 
+/* The largest plan file read (LYNX_PLAN): plans are kilobytes; this only bounds a mistake. */
+#define LYNX_PLAN_MAX_FILE_BYTES (64u << 20)
+
 /*
  * Parses JSON text into plan for problem p, and validates it. Returns 0; -EINVAL with the
  * offending field's path and the reason in why ("stages[1].decisions[3].q_k: unknown action

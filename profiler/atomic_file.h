@@ -14,6 +14,7 @@ struct lynx_atomic_file {
 	FILE *f; /* write the content here */
 	char *tmp;
 	const char *path;
+	int slot; /* its entry among the pending temporaries, or -1 (tmp is malloc'd) */
 };
 
 /* Opens a temporary file beside path. Returns 0 or -errno (-ENOMEM). */
@@ -28,5 +29,20 @@ void lynx_atomic_file_abort(struct lynx_atomic_file *a);
 
 /* open, write text, commit. */
 int lynx_atomic_file_write(const char *path, const char *text);
+
+/*
+ * Removes every temporary file still being written, in this process: for a handler of a
+ * terminating signal, so that no "*.tmp.*" file survives the process. Async-signal-safe (it
+ * only reads fixed slots and calls unlink). The first LYNX_ATOMIC_FILE_SLOTS files written
+ * at once are covered, which is more than Lynx ever writes at once; a temporary created in
+ * the instant between mkstemp and its slot's marking is not. Nothing helps against SIGKILL.
+ */
+void lynx_atomic_file_unlink_pending(void);
+
+/* In a forked child: the parent's temporaries are the parent's to finish or remove, and the
+ * threads writing them are not in the child, so the child forgets them. */
+void lynx_atomic_file_after_fork_in_child(void);
+
+#define LYNX_ATOMIC_FILE_SLOTS 8
 
 #endif /* LYNX_PROF_ATOMIC_FILE_H */

@@ -60,6 +60,7 @@
 #include "atomic_file.h"
 #include "json_text.h"
 #include "profile.h"
+#include "regular_file.h"
 
 #define MAX_EXACT 9007199254740992.0 /* 2^53 */
 
@@ -951,32 +952,15 @@ int lynx_profile_from_json(const char *text, size_t len, struct lynx_profile *ou
 
 int lynx_profile_read(const char *path, struct lynx_profile *out, char *why, size_t why_len)
 {
-	FILE *f = fopen(path, "rb");
-	char *text = NULL;
-	size_t len = 0, cap = 0, n;
-	int err;
+	char *text;
+	size_t len;
+	int err = lynx_regular_file_read(path, LYNX_PROFILE_MAX_FILE_BYTES, &text, &len, why,
+	                                 why_len);
 
 	memset(out, 0, sizeof(*out));
-	if (!f)
-		return -errno;
-	do {
-		if (cap - len < 65536) {
-			char *t = realloc(text, cap + 65536 + cap / 2);
-			if (!t) {
-				free(text);
-				fclose(f);
-				return -ENOMEM;
-			}
-			text = t;
-			cap += 65536 + cap / 2;
-		}
-		n = fread(text + len, 1, cap - len, f);
-		len += n;
-	} while (n);
-	err = ferror(f) ? -EIO : 0;
-	fclose(f);
-	if (!err)
-		err = lynx_profile_from_json(text ? text : "", len, out, why, why_len);
+	if (err)
+		return err;
+	err = lynx_profile_from_json(text, len, out, why, why_len);
 	free(text);
 	return err;
 }

@@ -201,7 +201,14 @@ int lynx_profile_write(const struct lynx_profile *p, const char *path);
 int lynx_profile_from_json(const char *text, size_t len, struct lynx_profile *out, char *why,
                            size_t why_len);
 
-/* Reads the file at path; as lynx_profile_from_json, or -errno when it cannot be read. */
+/* The largest profile file read: far above any real profile (a few MiB), far below what
+ * would hurt the host that reads it. */
+#define LYNX_PROFILE_MAX_FILE_BYTES (256u << 20)
+
+/*
+ * Reads the file at path; as lynx_profile_from_json, or as lynx_regular_file_read when it
+ * cannot be read (a named pipe or any other non-regular file is refused, never waited on).
+ */
 int lynx_profile_read(const char *path, struct lynx_profile *out, char *why, size_t why_len);
 
 void lynx_profile_free(struct lynx_profile *p);

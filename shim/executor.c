@@ -14,6 +14,7 @@
 #include <utlist.h>
 
 #include "arena.h"
+#include "atomic_file.h"
 #include "executor.h"
 #include "log.h"
 #include "period.h"
@@ -1083,14 +1084,16 @@ int lynx_exec_write_trace(const char *path, int rank)
 	        LYNX_EXEC_EVENTS(LYNX_EXEC_EVENT_NAME)
 #undef LYNX_EXEC_EVENT_NAME
 	};
+	struct lynx_atomic_file file;
 	uint64_t origin;
 	FILE *f;
-	int err = 0;
+	int err;
 
 	if (!ex.ever_armed)
 		return -ENOENT;
-	if (!(f = fopen(path, "w")))
-		return -errno;
+	if ((err = lynx_atomic_file_open(&file, path)))
+		return err;
+	f = file.f;
 	pthread_mutex_lock(&ex.lock);
 	origin = ex.n_traced ? ex.traced[0].start_ns : 0;
 	fprintf(f,
@@ -1115,11 +1118,7 @@ int lynx_exec_write_trace(const char *path, int rank)
 	}
 	pthread_mutex_unlock(&ex.lock);
 	fprintf(f, "\n]}\n");
-	if (ferror(f))
-		err = -EIO;
-	if (fclose(f) && !err)
-		err = -errno;
-	return err;
+	return lynx_atomic_file_commit(&file); /* a write error shows in its ferror */
 }
 
 void lynx_exec_after_fork(void)

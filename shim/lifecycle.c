@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "atomic_file.h"
 #include "dump.h"
 #include "executor.h"
 #include "hooks.h"
@@ -128,7 +129,7 @@ static void put_u64(struct text *t, uint64_t v)
  */
 static void write_call_counts(void)
 {
-	struct text path = {.len = 0}, json = {.len = 0};
+	struct text path = {.len = 0}, tmp, json = {.len = 0};
 	struct lynx_recorder_stats stats;
 	const char *sep = "";
 	int fd;
@@ -162,14 +163,31 @@ static void write_call_counts(void)
 	}
 	put(&json, "}}\n");
 
-	fd = open(path.buf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	/* Beside it first, then renamed: a full disk leaves the old file or none, never a
+	 * part. The name is fixed (mkstemp is not async-signal-safe); the pid makes it ours. */
+	tmp = path;
+	put(&tmp, ".tmp");
+	tmp.buf[tmp.len < sizeof(tmp.buf) ? tmp.len : sizeof(tmp.buf) - 1] = 0;
+	fd = open(tmp.buf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		lynx_warn("cannot write %s: %s", path.buf, strerror(errno));
 		return;
 	}
-	if (write(fd, json.buf, json.len) != (ssize_t)json.len)
-		lynx_warn("cannot write %s: %s", path.buf, strerror(errno));
-	close(fd);
+	bool written = write(fd, json.buf, json.len) == (ssize_t)json.len;
+	int write_errno = errno;
+	if (close(fd) && written) {
+		written = false;
+		write_errno = errno;
+	}
+	if (written && rename(tmp.buf, path.buf)) {
+		written = false;
+		write_errno = errno;
+	}
+	if (!written) {
+		unlink(tmp.buf);
+		lynx_warn("cannot write %s: %s", path.buf,
+		          strerror(write_errno ? write_errno : ENOSPC));
+	}
 }
 
 /* Once per process, whichever comes first: exit or a terminating signal. */
@@ -219,6 +237,8 @@ static void on_terminating_signal(int sig)
 		if (output_ok)
 			write_call_counts();
 	}
+	/* A file some thread was writing (a profile, a plan) would outlive us half-written. */
+	lynx_atomic_file_unlink_pending();
 	signal(sig, SIG_DFL);
 	raise(sig);
 	errno = saved_errno;
@@ -266,6 +286,7 @@ static void choose_output_dir(void);
 
 static void after_fork_in_child(void)
 {
+	lynx_atomic_file_after_fork_in_child();
 	lynx_dump_after_fork();
 	forget_grouped_marks();
 	if (out_pattern && lynx_out_path_per_process(out_pattern)) {

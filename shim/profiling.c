@@ -21,6 +21,7 @@
 #include "period.h"
 #include "profile.h"
 #include "profiling.h"
+#include "regular_file.h"
 #include "summary.h"
 #include "timing.h"
 #include "whatif.h"
@@ -375,6 +376,28 @@ static void profile_path(char *path, size_t len, const char *stem, const char *e
 		snprintf(path, len, "%s/%s.pid%d.%s", prof.out_dir, stem, (int)getpid(), ext);
 }
 
+/*
+ * What the recorder lost, as a clause to end a "no profile" line, or "": a profile built
+ * from an incomplete record is no profile, and a reason that left this out would send the
+ * user looking at their trainer instead of at LYNX_RING_BYTES or LYNX_RECORDER_BUDGET.
+ */
+static const char *recorder_losses(char *buf, size_t len)
+{
+	struct lynx_recorder_stats stats;
+
+	lynx_recorder_stats(&stats);
+	buf[0] = 0;
+	if (stats.dropped || stats.threads_unrecorded)
+		snprintf(buf, len,
+		         "; the recorder dropped %llu of %llu events and left %u of %u threads "
+		         "unrecorded (rings full or over budget: raise LYNX_RING_BYTES, per "
+		         "thread, or LYNX_RECORDER_BUDGET, in all)",
+		         (unsigned long long)stats.dropped,
+		         (unsigned long long)(stats.recorded + stats.dropped),
+		         stats.threads_unrecorded, stats.threads + stats.threads_unrecorded);
+	return buf;
+}
+
 /* Builds and writes the profile from the resolved view; frees what was collected. */
 static void write_profile(struct lynx_prof_trace *view, bool at_exit)
 {
@@ -389,8 +412,10 @@ static void write_profile(struct lynx_prof_trace *view, bool at_exit)
 		/* A program that repeats but has no layers (a test loop, an inference server),
 		 * or a run too short to learn from: Lynx goes on observing, and says why at the
 		 * default level (nothing about this job will be planned). */
-		lynx_warn("no profile%s: %s", at_exit ? " at exit" : "",
-		          err == -ENOMEM ? "out of memory" : why);
+		char losses[256];
+		lynx_warn("no profile%s: %s%s", at_exit ? " at exit" : "",
+		          err == -ENOMEM ? "out of memory" : why,
+		          recorder_losses(losses, sizeof(losses)));
 	} else {
 		prof.have_profile = true;
 		if (!at_exit && prof.timing && prof.recompute)
@@ -551,7 +576,8 @@ static void look(uint32_t needed, bool final, bool forced)
 			return;
 		}
 	} else if (final && launched(&view)) {
-		lynx_warn("no profile: %s", why);
+		char losses[256];
+		lynx_warn("no profile: %s%s", why, recorder_losses(losses, sizeof(losses)));
 	} else if (final) { /* a process that launched nothing: a launcher, a compile worker */
 		lynx_info("no profile: %s", why);
 	}
@@ -948,20 +974,11 @@ static void try_plan(bool at_exit)
 		solo = true;
 	}
 	if (prof.plan_path[0]) {
-		FILE *f = fopen(prof.plan_path, "r");
-		long size = -1;
-		if (f && !fseek(f, 0, SEEK_END))
-			size = ftell(f);
-		if (f && size >= 0 && !fseek(f, 0, SEEK_SET) &&
-		    (plan_json = calloc(1, (size_t)size + 1)) &&
-		    fread(plan_json, 1, (size_t)size, f) != (size_t)size) {
-			free(plan_json);
-			plan_json = NULL;
-		}
-		if (f)
-			fclose(f);
-		if (!plan_json) {
-			lynx_warn("LYNX_PLAN='%s' cannot be read: no plan", prof.plan_path);
+		size_t plan_len;
+		if (lynx_regular_file_read(prof.plan_path, LYNX_PLAN_MAX_FILE_BYTES, &plan_json,
+		                           &plan_len, why, sizeof(why))) {
+			lynx_warn("LYNX_PLAN='%s' cannot be read (%s): no plan", prof.plan_path,
+			          why);
 			job_profiles_free(&j);
 			plan_done();
 			return;
@@ -1036,8 +1053,22 @@ void lynx_profiling_at_exit(void)
 	switch (atomic_load(&prof.phase)) {
 	case PHASE_LEARNING:
 		lynx_slow_path_switch(LYNX_SLOW_TIMING, false);
-		if (prof.trace.count >= LOOK_MIN_EVENTS)
+		if (prof.trace.count >= LOOK_MIN_EVENTS) {
 			look(2, true, false);
+		} else {
+			/* Too little to look at: say so where it matters, not in a launcher's
+			 * process (it launches nothing, and has fewer calls to lose than a look
+			 * needs). */
+			struct lynx_recorder_stats stats;
+			char losses[256];
+			lynx_recorder_stats(&stats);
+			recorder_losses(losses, sizeof(losses));
+			if (launched(&prof.trace) || stats.dropped >= LOOK_MIN_EVENTS)
+				lynx_warn("no profile at exit: %zu events recorded, fewer than the "
+				          "%d "
+				          "a look needs%s",
+				          prof.trace.count, LOOK_MIN_EVENTS, losses);
+		}
 		if (atomic_load(&prof.phase) == PHASE_LEARNING) {
 			drop_collected();
 			atomic_store(&prof.phase, PHASE_DONE);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomic_file.h"
 #include "checker.h"
 #include "jobargs.h"
 #include "lynx.h"
@@ -214,16 +215,21 @@ static int write_plan(const struct lynx_problem *p, const struct lynx_plan *plan
 {
 	char *text = lynx_plan_to_json(plan, p), why[256];
 	struct lynx_plan back;
-	FILE *f;
+	struct lynx_atomic_file file;
 	int err;
 
 	if (!text) {
 		fprintf(stderr, "lynx plan: out of memory\n");
 		return LYNX_EXIT_FAIL;
 	}
-	f = fopen(path, "w");
-	if (!f || fputs(text, f) < 0 || fputc('\n', f) < 0 || fclose(f)) {
-		fprintf(stderr, "lynx plan: cannot write %s: %s\n", path, strerror(errno));
+	err = lynx_atomic_file_open(&file, path);
+	if (!err) {
+		fputs(text, file.f);
+		fputc('\n', file.f); /* a write error shows in commit's ferror */
+		err = lynx_atomic_file_commit(&file);
+	}
+	if (err) {
+		fprintf(stderr, "lynx plan: cannot write %s: %s\n", path, strerror(-err));
 		free(text);
 		return LYNX_EXIT_FAIL;
 	}
@@ -326,7 +332,7 @@ static int plan_profiles(const struct plan_args *a, const char *const *paths, si
 		err = lynx_profile_read(paths[read], &prof[read], why, sizeof(why));
 		if (err) {
 			fprintf(stderr, "lynx plan: %s: %s\n", paths[read],
-			        err == -EINVAL ? why : strerror(-err));
+			        why[0] ? why : strerror(-err));
 			rc = err == -ENOMEM ? LYNX_EXIT_FAIL : LYNX_EXIT_USAGE;
 			goto out;
 		}

@@ -130,8 +130,7 @@ static int read_profile(const char *path)
 	int err = lynx_profile_read(path, &p, why, sizeof(why));
 
 	if (err) {
-		fprintf(stderr, "lynx profile: %s: %s\n", path,
-		        err == -EINVAL ? why : strerror(-err));
+		fprintf(stderr, "lynx profile: %s: %s\n", path, why[0] ? why : strerror(-err));
 		return LYNX_EXIT_USAGE;
 	}
 	summary(&p, path);
@@ -186,14 +185,13 @@ int lynx_profile_main(int argc, char **argv)
 		return lynx_usage_error("profile", "expected an events file (LYNX_EVENTS dump)");
 	err = lynx_prof_trace_read(events, &trace, why, sizeof(why));
 	if (err) {
-		fprintf(stderr, "lynx profile: %s: %s\n", events,
-		        err == -EINVAL ? why : strerror(-err));
+		fprintf(stderr, "lynx profile: %s: %s\n", events, why[0] ? why : strerror(-err));
 		return LYNX_EXIT_USAGE;
 	}
 	err = lynx_prof_build_profile(&trace, &opt, &p, why, sizeof(why));
 	if (err) {
 		fprintf(stderr, "lynx profile: %s: no profile: %s\n", events,
-		        err == -EINVAL ? why : strerror(-err));
+		        why[0] ? why : strerror(-err));
 		status = LYNX_EXIT_FAIL;
 	} else if ((err = lynx_profile_write(&p, out))) {
 		fprintf(stderr, "lynx profile: cannot write %s: %s\n", out, strerror(-err));

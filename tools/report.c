@@ -18,6 +18,7 @@
 #include "chrome_check.h"
 #include "../profiler/profile.h" /* not tools/profile.h, which a plain include finds first */
 #include "lynx.h"
+#include "regular_file.h"
 #include "report.h"
 #include "report_model.h"
 #include "whatif.h"
@@ -86,40 +87,6 @@ static int profile_rank(const char *name)
 	if (errno || strcmp(end, ".json") || r < 0 || r >= MAX_RANKS)
 		return -1;
 	return (int)r;
-}
-
-static char *read_text(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	char *text = NULL;
-	size_t cap = 0, n;
-
-	*len = 0;
-	if (!f)
-		return NULL;
-	do {
-		if (cap - *len < 65536) {
-			char *t = realloc(text, cap + 65536 + cap / 2);
-			if (!t) {
-				free(text);
-				fclose(f);
-				errno = ENOMEM;
-				return NULL;
-			}
-			text = t;
-			cap += 65536 + cap / 2;
-		}
-		n = fread(text + *len, 1, cap - *len, f);
-		*len += n;
-	} while (n);
-	if (ferror(f)) {
-		free(text);
-		fclose(f);
-		errno = EIO;
-		return NULL;
-	}
-	fclose(f);
-	return text;
 }
 
 /* ---- Timelines ----------------------------------------------------------------------------- */
@@ -323,12 +290,13 @@ static int read_timeline(const char *dir, struct rank *r)
 	int err;
 
 	snprintf(path, sizeof(path), "%s/trace.%d.json", dir, r->rank);
-	text = read_text(path, &len);
-	if (!text) {
-		if (errno == ENOENT)
-			return 0;
-		fprintf(stderr, "lynx report: %s: %s\n", path, strerror(errno));
-		return -EINVAL;
+	err = lynx_regular_file_read(path, LYNX_PROFILE_MAX_FILE_BYTES, &text, &len, why,
+	                             sizeof(why));
+	if (err == -ENOENT)
+		return 0;
+	if (err) {
+		fprintf(stderr, "lynx report: %s: %s\n", path, why);
+		return err == -ENOMEM ? err : -EINVAL;
 	}
 	err = lynx_prof_chrome_check(text, len, NULL, why, sizeof(why));
 	if (err) {
@@ -706,7 +674,7 @@ static int read_profiles(struct report *rep)
 		if (err) {
 			closedir(d);
 			fprintf(stderr, "lynx report: %s: %s\n", path,
-			        err == -EINVAL ? why : strerror(-err));
+			        why[0] ? why : strerror(-err));
 			return LYNX_EXIT_USAGE;
 		}
 		rep->count++;

@@ -341,7 +341,11 @@ static char *run_probe_counted(const char *mode, long arg, const char *want_out,
 	struct output o = run(env, cmd);
 	assert_int_equal(o.exit_code, 0);
 	assert_string_equal(o.out, want_out);
-	assert_string_equal(o.err, "");
+	/* Nothing on stderr but, from a probe that launches kernels, the one line saying it is
+	 * too short to profile (never silent about that). */
+	if (*o.err && !(count_of(o.err, "\n") == 1 && strstr(o.err, " WARN ") &&
+	                strstr(o.err, "no profile at exit: ")))
+		fail_msg("unexpected stderr:\n%s", o.err);
 	release(&o);
 
 	DIR *d = opendir(dir);
