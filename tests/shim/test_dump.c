@@ -646,14 +646,19 @@ static void test_nested_driver_launches_are_flagged_under_runtime_launches(void 
 	cJSON_Delete(events);
 }
 
-/* With small rings, records land on space earlier records used (the rings wrap dozens of
- * times): what a hook does not record still reads as 0, e.g. a runtime launch's
- * parameter count, and events dropped by full rings are not dumped. */
+/*
+ * With small rings, records land on space earlier records used: what a hook does not record
+ * still reads as 0, e.g. a runtime launch's parameter count, and events dropped by full
+ * rings are not dumped. How many are dropped depends on how fast the drainer runs, so the
+ * test asserts only what holds under any schedule: every dumped launch reads 0 there, and
+ * more records went through the ring than it holds (it wrapped; the profiler drains on the
+ * trainer's thread at its synchronisations too, so that never depends on the drainer).
+ */
 static void test_reused_ring_space_reads_as_zero(void **state)
 {
 	char dir[1200], cmd[2048], env[4096];
 	int pids[MAX_PIDS], launches = 0;
-	long dropped = 0;
+	long recorded_bytes = 0;
 
 	fresh_dir(dir, sizeof(dir), "wrap");
 	snprintf(env, sizeof(env),
@@ -668,9 +673,11 @@ static void test_reused_ring_space_reads_as_zero(void **state)
 	assert_int_equal(n, 2);
 	for (int i = 0; i < n; i++) {
 		cJSON *events = load_process(dir, pids[i]), *ev;
-		assert_int_equal(cJSON_GetArraySize(events),
-		                 recorder_value(dir, pids[i], "recorded"));
-		dropped += recorder_value(dir, pids[i], "dropped");
+		long recorded = recorder_value(dir, pids[i], "recorded");
+		assert_int_equal(cJSON_GetArraySize(events), recorded);
+		recorded_bytes = recorded * (long)sizeof(struct lynx_event) > recorded_bytes
+		                         ? recorded * (long)sizeof(struct lynx_event)
+		                         : recorded_bytes;
 		cJSON_ArrayForEach(ev, events)
 		{
 			if (strcmp(str(ev, "hook"), "cudaLaunchKernel"))
@@ -681,8 +688,9 @@ static void test_reused_ring_space_reads_as_zero(void **state)
 		}
 		cJSON_Delete(events);
 	}
-	assert_true(dropped > 0); /* the rings did fill */
-	assert_true(launches > 100);
+	if (recorded_bytes <= 4 * 16384) /* the trainer's ring wrapped four times at least */
+		fail_msg("only %ld bytes of records went through a 16 KiB ring", recorded_bytes);
+	assert_true(launches > 0);
 }
 
 /* Two ranks: NCCL collectives with their communicator, buffers, count and type. */
