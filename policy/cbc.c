@@ -79,6 +79,12 @@ static double seconds_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Whether stage s is searched (problem.h: search_one_stage), or keeps its start. */
+static bool searched(const struct lynx_problem *p, uint32_t s)
+{
+	return !p->search_one_stage || s == p->searched_stage;
+}
+
 int lynx_cbc_plan_stages(const struct lynx_problem *p, struct lynx_plan *plan, unsigned max_rounds,
                          double time_limit_s, lynx_cbc_stage_fn solve, void *ctx,
                          struct lynx_cbc_rounds *out, char *why, size_t len)
@@ -91,7 +97,7 @@ int lynx_cbc_plan_stages(const struct lynx_problem *p, struct lynx_plan *plan, u
 	memset(out, 0, sizeof(*out));
 	for (uint32_t s = 0; !err && s < p->n_stages; s++) {
 		budget[s] = lynx_problem_stage_budget(p, s);
-		redo[s] = true;
+		redo[s] = searched(p, s);
 	}
 	out->solved = out->optimal = true;
 	for (unsigned round = 0; !err && round < max_rounds; round++) {
@@ -101,7 +107,7 @@ int lynx_cbc_plan_stages(const struct lynx_problem *p, struct lynx_plan *plan, u
 			struct lynx_cbc_stage_solve ss;
 			double t0 = seconds_now();
 
-			if (!redo[s])
+			if (!redo[s] || !searched(p, s))
 				continue;
 			err = solve(ctx, s, budget[s], plan, &ss);
 			out->solve_s += seconds_now() - t0;

@@ -89,7 +89,8 @@ struct lynx_cbc_rounds {
 };
 
 /*
- * The exact planners' outer loop (OPT, Checkmate): solves every stage with solve, replays
+ * The exact planners' outer loop (OPT, Checkmate): solves every stage with solve (only
+ * p->searched_stage when p->search_one_stage: the others keep the plan's start), replays
  * the plan in the checker, and solves again, with its budget lowered by the excess, each
  * stage whose replayed peak overflows, up to max_rounds. The plan's predictions are the
  * checker's. Returns 0; -ESRCH with why when CBC finds no plan for a stage within

@@ -1054,6 +1054,8 @@ int lynx_problem_from_profile(const struct lynx_profile *const *ranks, size_t n_
 
 	p->micro_batches = ranks[0]->microbatches;
 	p->search_seconds = c.opt->search_seconds;
+	p->search_one_stage = c.opt->search_one_stage;
+	p->searched_stage = c.opt->searched_stage;
 	p->gpus = ranks[0]->world > 0 ? (uint32_t)ranks[0]->world : 0;
 	p->model.pp = n_stages;
 	for (uint32_t s = 0; s < n_stages; s++) {

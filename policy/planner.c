@@ -30,8 +30,9 @@
 #include "planner.h"
 
 const struct lynx_planner lynx_planners[LYNX_PLANNER_COUNT] = {
-#define LYNX_PLANNER(id, planner_name, fn, text) \
-	[LYNX_PLANNER_##id] = {.name = planner_name, .plan = fn, .summary = text},
+#define LYNX_PLANNER(id, planner_name, fn, search, text) \
+	[LYNX_PLANNER_##                                 \
+	        id] = {.name = planner_name, .plan = fn, .searches = search, .summary = text},
 #include "planners.def"
 };
 

@@ -25,6 +25,7 @@ typedef int (*lynx_planner_fn)(const struct lynx_problem *p, struct lynx_plan *p
 struct lynx_planner {
 	const char *name;
 	lynx_planner_fn plan;
+	bool searches; /* planners.def: an exact search, seconds to minutes */
 	const char *summary;
 };
 
@@ -34,7 +35,7 @@ enum lynx_planner_id {
 	LYNX_PLANNER_COUNT
 };
 
-#define LYNX_PLANNER(id, name, fn, summary) \
+#define LYNX_PLANNER(id, name, fn, searches, summary) \
 	int fn(const struct lynx_problem *p, struct lynx_plan *plan, char *why, size_t len);
 #include "planners.def"
 

@@ -264,6 +264,8 @@ int lynx_problem_from_model(const struct lynx_model_desc *m, const struct lynx_c
 	p->micro_batches = lynx_model_micro_batches(m);
 	p->budget_bytes = opt->budget_bytes ? opt->budget_bytes : c->gpu->mem_bytes;
 	p->search_seconds = opt->search_seconds;
+	p->search_one_stage = opt->search_one_stage;
+	p->searched_stage = opt->searched_stage;
 	p->d2h = p->h2d = c->host;
 	p->gpus = m->tp * m->pp * m->dp;
 	p->peak_flops = c->gpu->peak_flops;

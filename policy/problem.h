@@ -191,6 +191,10 @@ struct lynx_problem {
 	uint32_t n_stages;
 	struct lynx_problem_stage *stages;
 	double search_seconds; /* from the options: a planner's search limit; 0: its own */
+	/* From the options: a searching planner (opt, checkmate) searches this stage only and
+	 * keeps its start (HEU's plan) on the others. */
+	bool search_one_stage;
+	uint32_t searched_stage;
 };
 
 struct lynx_problem_options {
@@ -201,6 +205,10 @@ struct lynx_problem_options {
 	const uint32_t *stage_layers;
 	/* Seconds per stage a searching planner (opt) may spend; 0: its own default. */
 	double search_seconds;
+	/* A searching planner searches stage searched_stage only (a rank plans its own stage:
+	 * no rank spends time on the others'). */
+	bool search_one_stage;
+	uint32_t searched_stage;
 	/* lynx_problem_from_profile(): what to call each profile in messages (file paths),
 	 * n_ranks entries; NULL: "profile <index>". */
 	const char *const *profile_names;

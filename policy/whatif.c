@@ -134,13 +134,12 @@ void lynx_whatif_plan_free(struct lynx_whatif_plan *out)
 	out->problem = NULL;
 }
 
-int lynx_whatif_plan(const struct lynx_profile *const *ranks, size_t n, uint64_t budget_bytes,
-                     uint32_t budget_percent, bool solo, const char *planner, const char *plan_json,
-                     struct lynx_whatif_plan *out, struct lynx_whatif_row *row,
-                     struct lynx_whatif_row *keep, char *why, size_t len)
+int lynx_whatif_plan(const struct lynx_profile *const *ranks, size_t n,
+                     const struct lynx_problem_options *opt, const char *planner,
+                     const char *plan_json, struct lynx_whatif_plan *out,
+                     struct lynx_whatif_row *row, struct lynx_whatif_row *keep, char *why,
+                     size_t len)
 {
-	struct lynx_problem_options opt = {
-	        .budget_bytes = budget_bytes, .budget_percent = budget_percent, .solo = solo};
 	const struct lynx_planner *pl = lynx_planner_find(planner ? planner : "heu");
 	int err;
 
@@ -148,7 +147,7 @@ int lynx_whatif_plan(const struct lynx_profile *const *ranks, size_t n, uint64_t
 	out->plan = NULL;
 	if (!out->problem)
 		return -ENOMEM;
-	err = lynx_problem_from_profile(ranks, n, &opt, out->problem, why, len);
+	err = lynx_problem_from_profile(ranks, n, opt, out->problem, why, len);
 	if (err) {
 		free(out->problem);
 		out->problem = NULL;

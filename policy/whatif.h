@@ -54,9 +54,9 @@ void lynx_whatif_print(FILE *f, const char *tag, const struct lynx_whatif *w);
 
 /*
  * Recompute mode's planning online: the job's plan from its profiles, with the planner
- * called planner at budget_bytes (0: the measured peak), or with budget_percent (1 to 100)
- * at that share of each stage's own peak (solo: ranks[0]'s stage alone, problem.h), or,
- * when plan_json is not NULL, the
+ * called planner under opt (problem.h: budget_bytes, 0: the measured peak; budget_percent,
+ * a share of each stage's own peak; solo, ranks[0]'s stage alone; search_seconds and
+ * search_one_stage for a searching planner), or, when plan_json is not NULL, the
  * plan it holds (LYNX_PLAN), checked against the problem. out holds the problem and the plan
  * (free with lynx_whatif_plan_free); row the checker's replay of it; keep (when not NULL) the
  * replay of keeping everything, to compare with. Returns 0; -EINVAL with one sentence in why
@@ -66,10 +66,11 @@ struct lynx_whatif_plan {
 	struct lynx_problem *problem;
 	struct lynx_plan *plan;
 };
-int lynx_whatif_plan(const struct lynx_profile *const *ranks, size_t n, uint64_t budget_bytes,
-                     uint32_t budget_percent, bool solo, const char *planner, const char *plan_json,
-                     struct lynx_whatif_plan *out, struct lynx_whatif_row *row,
-                     struct lynx_whatif_row *keep, char *why, size_t len);
+int lynx_whatif_plan(const struct lynx_profile *const *ranks, size_t n,
+                     const struct lynx_problem_options *opt, const char *planner,
+                     const char *plan_json, struct lynx_whatif_plan *out,
+                     struct lynx_whatif_row *row, struct lynx_whatif_row *keep, char *why,
+                     size_t len);
 void lynx_whatif_plan_free(struct lynx_whatif_plan *out);
 
 /* Decisions of stage s of the plan, counted over its layers and groups, by action. */

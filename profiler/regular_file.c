@@ -23,8 +23,8 @@ static const char *kind_of(mode_t mode)
 	return "of another kind";
 }
 
-int lynx_regular_file_read(const char *path, size_t max_bytes, char **text, size_t *len,
-                           char *why, size_t why_len)
+int lynx_regular_file_read(const char *path, size_t max_bytes, char **text, size_t *len, char *why,
+                           size_t why_len)
 {
 	/*
 	 * O_NONBLOCK: opening a named pipe for reading blocks until a writer comes, so the

@@ -16,7 +16,7 @@
  * not a regular file; -EFBIG when it is larger; -ENOMEM. On failure *text is NULL and why
  * (when why_len > 0) says what was refused, about "it": the caller names the file.
  */
-int lynx_regular_file_read(const char *path, size_t max_bytes, char **text, size_t *len,
-                           char *why, size_t why_len);
+int lynx_regular_file_read(const char *path, size_t max_bytes, char **text, size_t *len, char *why,
+                           size_t why_len);
 
 #endif /* LYNX_PROF_REGULAR_FILE_H */

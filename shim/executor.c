@@ -176,14 +176,34 @@ static void finish_free(struct exec_buf *b)
 static void evict(struct exec_buf *b)
 {
 	int err = lynx_arena_evict(ex.arena, b->addr);
+	struct lynx_arena_range range;
 
+	/* A failed unmap leaves it mapped: tried again (a transient driver failure), since a
+	 * donated activation left mapped reads its memory's new owner. */
+	for (int attempt = 1;
+	     err && attempt < EVICT_ATTEMPTS && lynx_arena_find(ex.arena, b->addr, &range) &&
+	     range.state == LYNX_ARENA_RESIDENT;
+	     attempt++)
+		err = lynx_arena_evict(ex.arena, b->addr);
+
+	/* Unmapped, but its memory could not be released: evicted all the same (touching it
+	 * faults until it is restored, which maps that memory again; the free releases it). */
+	if (err && lynx_arena_find(ex.arena, b->addr, &range) &&
+	    range.state == LYNX_ARENA_EVICTED) {
+		ex.stats.failures++;
+		lynx_warn_once("recompute mode: an evicted activation's memory could not be "
+		               "released (%s): it is held until the activation is restored or "
+		               "freed, and the budget may not hold meanwhile",
+		               strerror(-err));
+		err = 0;
+	}
 	if (err) {
 		ex.stats.failures++;
 		b->state = BUF_RESIDENT;
 		if (b->donated)
-			lynx_error("recompute mode: cannot unmap an activation whose memory was "
-			           "reused (%s): it now reads another tensor's bytes",
-			           strerror(-err));
+			lynx_data_lost("recompute mode: an activation whose memory was given to "
+			               "another could not be unmapped: it reads the other "
+			               "tensor's bytes");
 		else
 			lynx_warn_once("recompute mode: cannot evict an activation: %s",
 			               strerror(-err));
@@ -649,10 +669,18 @@ bool make_resident(struct exec_buf *b, CUstream stream)
 		exec_update(b);
 		break;
 	case BUF_EVICTED:
-		if (exec_restore(b, stream)) {
-			lynx_error("recompute mode: cannot restore an evicted activation (out of "
-			           "device memory even after waiting for frees); the next kernel "
-			           "that reads it will fault");
+		int err = exec_restore(b, stream);
+		if (err) {
+			char what[200];
+			snprintf(
+			        what, sizeof(what),
+			        "recompute mode: layer %u's evicted activation %u (micro-batch %u) "
+			        "cannot be mapped again (%s)",
+			        b->sb->layer, b->sb->index, b->sb->microbatch,
+			        err == -ENOMEM ? "out of device memory, even after waiting for "
+			                         "frees"
+			                       : strerror(-err));
+			lynx_data_lost(what);
 			return false;
 		}
 		ex.stats.on_demand++;
@@ -1123,8 +1151,11 @@ int lynx_exec_write_trace(const char *path, int rank)
 
 void lynx_exec_after_fork(void)
 {
-	/* The parent's CUDA objects are not the child's; its memory is ours to drop. */
+	/* The parent's CUDA objects are not the child's; its memory is ours to drop. The child
+	 * was never armed: its exit prints and writes nothing of the parent's executor (whose
+	 * arena it no longer has). */
 	atomic_store(&lynx_exec_armed, false);
+	ex.ever_armed = false;
 	atomic_store(&attention, 0);
 	lynx_slow_path_switch(LYNX_SLOW_GUARD, false);
 	pthread_mutex_init(&ex.lock, NULL);

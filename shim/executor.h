@@ -100,7 +100,8 @@ enum lynx_exec_action {
 	X(NONE, "none")                                                                           \
 	X(SKIP_STREAM_WAITS, "skip-stream-waits") /* no stream waits for another's event */       \
 	X(FAIL_PREFETCH, "fail-prefetch")         /* every restore on the restore stream fails */ \
-	X(FAIL_REPLAY, "fail-replay")             /* each replay's first launch fails */
+	X(FAIL_REPLAY, "fail-replay")             /* each replay's first launch fails */          \
+	X(LOSE_REPLAYS, "lose-replays")           /* every replay launch fails: bytes lost */
 
 enum lynx_exec_fault {
 #define LYNX_EXEC_FAULT_ENUM(id, name) LYNX_EXEC_FAULT_##id,

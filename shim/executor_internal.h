@@ -29,8 +29,10 @@
 /* Actions kept for the executor's trace: the first ones of a run (about 3 MB). */
 #define MAX_TRACED (1u << 16)
 
-/* Tries of a restore that ran out of memory before it gives up (executor.h). */
+/* Tries of a restore that failed (out of memory, or a driver error) before it gives up and
+ * the bytes are lost (executor.h); tries of an unmap before the activation stays. */
 #define RESTORE_ATTEMPTS 8
+#define EVICT_ATTEMPTS 3
 
 /* Replay's limits: activations whose producer is awaited at once, kernels of a producer,
  * pointer words of a kernel, parameter words that name other memory in one producer, the

@@ -341,9 +341,10 @@ static int relaunch(struct exec_buf *b, CUstream stream, CUdeviceptr into)
 			ex.stats.replay_failures++;
 			ex.drv.ctx_synchronize();
 		}
-		err = ex.fault == LYNX_EXEC_FAULT_FAIL_REPLAY && !attempt
-		              ? -EIO
-		              : lynx_replay_launch(b->segment, stream, redirects, n, &stats);
+		bool injected = (ex.fault == LYNX_EXEC_FAULT_FAIL_REPLAY && !attempt) ||
+		                ex.fault == LYNX_EXEC_FAULT_LOSE_REPLAYS;
+		err = injected ? -EIO
+		               : lynx_replay_launch(b->segment, stream, redirects, n, &stats);
 	}
 	if (!err && scratch_bytes > ex.stats.replay_scratch_bytes)
 		ex.stats.replay_scratch_bytes = scratch_bytes;
@@ -371,9 +372,12 @@ static int replay_into(struct exec_buf *b, CUstream stream, bool may_defer)
 		return err;
 	ex.stats.failures++;
 	b->producer = PRODUCER_REFUSED; /* later instances are offloaded */
-	lynx_error("recompute mode: the producer of layer %u's activation %u (micro-batch %u) "
-	           "could not be replayed; its bytes are lost and training results will differ",
-	           b->sb->layer, b->sb->index, b->sb->microbatch);
+	char what[160];
+	snprintf(what, sizeof(what),
+	         "recompute mode: the producer of layer %u's activation %u (micro-batch %u) "
+	         "could not be replayed",
+	         b->sb->layer, b->sb->index, b->sb->microbatch);
+	lynx_data_lost(what);
 	return -EIO;
 }
 
@@ -522,11 +526,14 @@ void exec_examine(struct exec_buf *b, CUstream stream)
 		check.verdict = LYNX_REPLAY_NO_MEMORY;
 		snprintf(check.reason, sizeof(check.reason), "no host memory");
 	}
-	if (check.restore_failed)
-		lynx_error(
-		        "recompute mode: examining layer %u's activation %u left memory it names "
-		        "poisoned: %s; training results will differ",
-		        b->sb->layer, b->sb->index, check.reason);
+	if (check.restore_failed) {
+		char what[400];
+		snprintf(what, sizeof(what),
+		         "recompute mode: examining layer %u's activation %u left memory it names "
+		         "poisoned (%s)",
+		         b->sb->layer, b->sb->index, check.reason);
+		lynx_data_lost(what);
+	}
 	const char *kernel = producer_name(b);
 	if (!ex.verdicts[check.verdict]++)
 		snprintf(ex.verdict_reason[check.verdict], sizeof(ex.verdict_reason[0]),
@@ -574,9 +581,11 @@ int exec_restore(struct exec_buf *b, CUstream stream)
 		err = lynx_arena_restore(ex.arena, b->addr);
 	}
 	/* Out of memory: the frees the host has seen done, then every one pending, then the
-	 * whole device idle (a transient failure, another process's memory), a few times. */
-	for (int attempt = 0; err == -ENOMEM && attempt < RESTORE_ATTEMPTS; attempt++) {
-		if (!attempt)
+	 * whole device idle (a transient failure, another process's memory), a few times.
+	 * Another failure (a driver error on a fresh mapping) is retried as often: the bytes
+	 * are lost if the restore gives up. */
+	for (int attempt = 0; err && attempt < RESTORE_ATTEMPTS; attempt++) {
+		if (!attempt && err == -ENOMEM)
 			ex.stats.oom_waits++;
 		complete_frees(attempt > 0);
 		if (attempt > 1)
@@ -617,8 +626,15 @@ int exec_restore(struct exec_buf *b, CUstream stream)
 		 * once more, blocking; this is the path of last resort. */
 		driver_failed("the restore copy", r);
 		ex.drv.ctx_synchronize();
-		if (ex.drv.memcpy_htod_async(b->addr, b->host, b->sb->bytes, NULL) == CUDA_SUCCESS)
-			ex.drv.ctx_synchronize();
+		if ((r = ex.drv.memcpy_htod_async(b->addr, b->host, b->sb->bytes, NULL)) ||
+		    (r = ex.drv.ctx_synchronize())) {
+			char what[160];
+			snprintf(what, sizeof(what),
+			         "recompute mode: layer %u's activation %u (micro-batch %u) could "
+			         "not be copied back from the host (CUDA error %d, twice)",
+			         b->sb->layer, b->sb->index, b->sb->microbatch, (int)r);
+			lynx_data_lost(what);
+		}
 	} else {
 		b->ready_pending = true;
 	}

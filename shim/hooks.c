@@ -237,21 +237,27 @@ struct lynx_real_table lynx_real = {
 
 #define LYNX_HOOK(layer, symbol, procname, version, variant, kind, body, ret, params, args, \
                   record)                                                                   \
-	LYNX_ACTIVE_##body(symbol, kind, ret, params, args, record)
-#define LYNX_ACTIVE_CUSTOM(symbol, kind, ret, params, args, record)
-#define LYNX_ACTIVE_GENERIC(symbol, kind, ret, params, args, record)              \
-	static ret lynx_active_##symbol params                                    \
-	{                                                                         \
-		struct lynx_call call;                                            \
-		ret result;                                                       \
-                                                                                  \
-		lynx_call_begin(&call, LYNX_HOOK_##symbol);                       \
-		LYNX_TIME_##record;                                               \
-		result = LYNX_EXEC_##record ? (ret)0 : lynx_real_fn(symbol) args; \
-		lynx_call_reserve(&call, 0);                                      \
-		LYNX_RECORD_##record;                                             \
-		LYNX_END(kind)(&call, (int)result);                               \
-		return result;                                                    \
+	LYNX_ACTIVE_##body(layer, symbol, kind, ret, params, args, record)
+#define LYNX_ACTIVE_CUSTOM(layer, symbol, kind, ret, params, args, record)
+/* The data-lost check comes after the executor's guard, which may be what lost it. */
+#define LYNX_ACTIVE_GENERIC(layer, symbol, kind, ret, params, args, record) \
+	static ret lynx_active_##symbol params                              \
+	{                                                                   \
+		struct lynx_call call;                                      \
+		ret result;                                                 \
+                                                                            \
+		lynx_call_begin(&call, LYNX_HOOK_##symbol);                 \
+		LYNX_TIME_##record;                                         \
+		if (LYNX_EXEC_##record)                                     \
+			result = (ret)0;                                    \
+		else if (lynx_data_is_lost())                               \
+			result = LYNX_LOST_##layer;                         \
+		else                                                        \
+			result = lynx_real_fn(symbol) args;                 \
+		lynx_call_reserve(&call, 0);                                \
+		LYNX_RECORD_##record;                                       \
+		LYNX_END(kind)(&call, (int)result);                         \
+		return result;                                              \
 	}
 #include "hooks.def"
 #undef LYNX_HOOK

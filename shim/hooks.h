@@ -125,8 +125,27 @@ void lynx_call_end_sync(struct lynx_call *call, int result);
 extern _Atomic uint32_t lynx_slow_paths;
 #define LYNX_SLOW_TIMING 1u /* device timing while the profiler learns */
 #define LYNX_SLOW_GUARD 2u  /* recompute mode has activations not plainly resident */
+#define LYNX_SLOW_LOST 4u   /* lynx_data_lost: the program's calls fail from now on */
 /* Sets or clears one of the bits above (the others are left as they are). */
 void lynx_slow_path_switch(uint32_t bit, bool on);
+
+/*
+ * Lynx lost bytes of the trainer's that it cannot rebuild (an activation neither restored
+ * nor replayed, memory an examination could not put back). The trainer must not go on as
+ * if nothing happened: from this call on, every launch, copy, memset, allocation,
+ * synchronisation and NCCL call of the program fails, as after a sticky device fault, with
+ * the errors below, and stderr says why, once, whatever LYNX_LOG says. The shim's own calls
+ * go on (they do not pass through the hooks' bodies).
+ */
+void lynx_data_lost(const char *what);
+#define LYNX_LOST_RUNTIME cudaErrorLaunchFailure
+#define LYNX_LOST_DRIVER CUDA_ERROR_LAUNCH_FAILED
+#define LYNX_LOST_NCCL ncclUnhandledCudaError
+static inline bool lynx_data_is_lost(void)
+{
+	return __builtin_expect(
+	        atomic_load_explicit(&lynx_slow_paths, memory_order_relaxed) & LYNX_SLOW_LOST, 0);
+}
 /* While timing: every kind of stream-ordered work (the sampled iteration), or only NCCL
  * calls (the rest of warm-up). */
 extern atomic_bool lynx_timing_kernels;

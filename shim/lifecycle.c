@@ -405,6 +405,18 @@ void lynx_slow_path_switch(uint32_t bit, bool on)
 	else
 		atomic_fetch_and(&lynx_slow_paths, ~bit);
 }
+void lynx_data_lost(const char *what)
+{
+	if (atomic_fetch_or(&lynx_slow_paths, LYNX_SLOW_LOST) & LYNX_SLOW_LOST)
+		return;
+	/* Not through lynx_error: LYNX_LOG=off must not hide why the job stops. */
+	lynx_log_line(LYNX_LOG_ERROR, __FILE__, __LINE__,
+	              "%s: training data is lost; every CUDA and NCCL call of this process "
+	              "fails from now on (CUDA error %d, NCCL error %d, as after a sticky "
+	              "device fault), so that the job stops instead of training on wrong bytes",
+	              what, (int)CUDA_ERROR_LAUNCH_FAILED, (int)ncclUnhandledCudaError);
+}
+
 atomic_bool lynx_timing_kernels;
 /* Set at each host synchronisation: the next stream-ordered call is timed, whatever its
  * kind. These anchors, a few per iteration, give the iteration's device time in the

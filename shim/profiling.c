@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include "host_link.h"
 #include "log.h"
 #include "period.h"
+#include "planner.h"
 #include "profile.h"
 #include "profiling.h"
 #include "regular_file.h"
@@ -852,6 +854,30 @@ static void arm_executor(const struct lynx_whatif_plan *wp, const struct lynx_wh
 	uint32_t windows = 0, in_windows = 0;
 	int err;
 
+	/*
+	 * A plan over this stage's budget. A budget in bytes is a limit: a plan that misses it
+	 * is not followed, and the user hears what the best plan reaches. A share of the peak
+	 * (LYNX_BUDGET=60%) asks for savings: the best plan is followed, and the user hears
+	 * that it saves less than asked.
+	 */
+	if (wp->plan->stages[s].peak_bytes > lynx_problem_stage_budget(p, s)) {
+		double budget = lynx_prof_mib(held_budget(wp, s, row));
+		double reached = lynx_prof_mib(in_device_terms(wp->plan->stages[s].peak_bytes));
+		if (!prof.budget_percent) {
+			lynx_warn(
+			        "recompute mode: no plan fits this rank's budget of %.2f MiB: the "
+			        "best (%s) reaches %.2f MiB on stage %u; nothing is armed and "
+			        "training goes on unchanged (a larger LYNX_BUDGET fits, or a share "
+			        "of the peak such as LYNX_BUDGET=60%%)",
+			        budget, wp->plan->planner, reached, s);
+			free(decisions);
+			return;
+		}
+		lynx_warn(
+		        "recompute mode: no plan reaches LYNX_BUDGET=%u%% (%.2f MiB) on stage %u: "
+		        "the best (%s), armed, reaches %.2f MiB",
+		        prof.budget_percent, budget, s, wp->plan->planner, reached);
+	}
 	if (!decisions) {
 		lynx_warn("recompute mode: out of memory arming the executor; training goes on "
 		          "unchanged");
@@ -912,13 +938,6 @@ static void arm_executor(const struct lynx_whatif_plan *wp, const struct lynx_wh
 		lynx_info("recompute mode: the executor is armed");
 }
 
-/*
- * Recompute mode, after the profile: plans the job once every rank's profile is in LYNX_OUT
- * (with LYNX_PLANNER at LYNX_BUDGET, or reads LYNX_PLAN), writes plan.json (rank 0) and logs
- * this rank's part. Until all profiles are there, it tries again at synchronisations, at
- * most every PLAN_RETRY_NS and for PLAN_WAIT_NS (ranks that learn slower write theirs
- * later); at exit it tries once more. Plain CPU work.
- */
 /* Planning is over, with or without a plan: the script has served. */
 static void plan_done(void)
 {
@@ -926,16 +945,112 @@ static void plan_done(void)
 	atomic_store(&prof.phase, PHASE_DONE);
 }
 
-static void try_plan(bool at_exit)
-{
-	struct lynx_whatif_row row, keep;
+/*
+ * A searching planner (planners.def: opt, checkmate) runs on a thread of its own. CBC may
+ * take minutes, and a trainer's thread held that long makes its peers time out in NCCL;
+ * so the job runs unchanged meanwhile, and the trainer's thread picks the plan up at a
+ * later synchronisation and arms it there (arming makes CUDA calls in its context). Each
+ * rank searches only its own stage (the others keep HEU's plan, which it does not follow),
+ * each stage within SEARCH_SECONDS_PER_STAGE of CBC's time limit.
+ */
+#define SEARCH_SECONDS_PER_STAGE 60.0
+enum search_state { SEARCH_NONE, SEARCH_RUNNING, SEARCH_DONE };
+static struct {
+	pthread_t thread;
+	atomic_int state;
+	/* Inputs: the profiles read (owned until the thread is joined), the options. */
+	struct job_profiles profiles;
+	bool solo;
+	struct lynx_problem_options opt;
+	/* Outputs, read once state is SEARCH_DONE. */
 	struct lynx_whatif_plan wp;
-	struct job_profiles j;
-	char why[256], tag[32], path[PATH_MAX + 64];
-	char *plan_json = NULL;
+	struct lynx_whatif_row row, keep;
+	int err;
+	char why[256];
+} search;
+
+static void *search_thread(void *arg)
+{
+	const struct lynx_profile *own = &prof.profile;
+
+	(void)arg;
+	search.err = lynx_whatif_plan(search.solo ? &own : search.profiles.ranks,
+	                              search.solo ? 1 : (size_t)search.profiles.read, &search.opt,
+	                              prof.planner, NULL, &search.wp, &search.row, &search.keep,
+	                              search.why, sizeof(search.why));
+	atomic_store(&search.state, SEARCH_DONE);
+	return NULL;
+}
+
+static void finish_plan(int err, const char *why, struct lynx_whatif_plan *wp,
+                        struct lynx_whatif_row *row, struct lynx_whatif_row *keep, bool at_exit);
+
+/* Starts the search of this rank's stage with the profiles in j (taken over). */
+static void start_search(struct job_profiles *j, bool solo, const struct lynx_problem_options *opt)
+{
+	sigset_t all, old;
 	int err;
 
-	rank_tag(tag, sizeof(tag));
+	search.profiles = *j;
+	search.solo = solo;
+	search.opt = *opt;
+	/* Solo, the problem is this stage alone; else the profile names its stage. Without
+	 * a known stage every stage is searched. */
+	search.opt.search_one_stage = solo || lynx_profile_pipeline_known(&prof.profile);
+	search.opt.searched_stage = solo ? 0 : (uint32_t)prof.profile.pipeline_stage;
+	atomic_store(&search.state, SEARCH_RUNNING);
+	/* The trainer's signals are the trainer's threads' to take. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	err = pthread_create(&search.thread, NULL, search_thread, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (err) {
+		atomic_store(&search.state, SEARCH_NONE);
+		job_profiles_free(&search.profiles);
+		lynx_warn("recompute mode: cannot start the %s search's thread (%s): no plan",
+		          prof.planner, strerror(err));
+		plan_done();
+		return;
+	}
+	lynx_info("recompute mode: the %s search runs on its own thread, over %s, at most "
+	          "%.0f s per stage; the job runs unchanged until it ends",
+	          prof.planner, search.opt.search_one_stage ? "this rank's stage" : "every stage",
+	          search.opt.search_seconds);
+}
+
+/*
+ * Recompute mode, after the profile: plans the job once every rank's profile is in LYNX_OUT
+ * (with LYNX_PLANNER at LYNX_BUDGET, or reads LYNX_PLAN), writes plan.json (rank 0) and logs
+ * this rank's part. Until all profiles are there, it tries again at synchronisations, at
+ * most every PLAN_RETRY_NS and for PLAN_WAIT_NS (ranks that learn slower write theirs
+ * later); at exit it tries once more. Plain CPU work; a searching planner's search runs on
+ * its own thread (above), and a later call picks its plan up.
+ */
+static void try_plan(bool at_exit)
+{
+	struct job_profiles j;
+	char why[256];
+	char *plan_json = NULL;
+
+	switch (atomic_load(&search.state)) {
+	case SEARCH_RUNNING:
+		if (at_exit) {
+			/* Not joined: the process ends, and the thread with it. */
+			lynx_warn("recompute mode: the %s search had not ended at exit (%.0f s "
+			          "per stage at most): no plan",
+			          prof.planner, search.opt.search_seconds);
+			atomic_store(&prof.phase, PHASE_DONE);
+		}
+		return;
+	case SEARCH_DONE:
+		pthread_join(search.thread, NULL);
+		atomic_store(&search.state, SEARCH_NONE);
+		job_profiles_free(&search.profiles);
+		finish_plan(search.err, search.why, &search.wp, &search.row, &search.keep, at_exit);
+		return;
+	default:
+		break;
+	}
 	if (job_profiles_read(&j)) {
 		job_profiles_free(&j);
 		lynx_warn("recompute mode: out of memory while planning");
@@ -985,30 +1100,50 @@ static void try_plan(bool at_exit)
 		}
 	}
 	uint64_t beyond;
+	struct lynx_problem_options opt = {.budget_bytes = planning_budget(&beyond),
+	                                   .budget_percent = prof.budget_percent,
+	                                   .solo = solo,
+	                                   .search_seconds = SEARCH_SECONDS_PER_STAGE};
+	const struct lynx_planner *pl = lynx_planner_find(prof.planner);
+	if (!plan_json && pl && pl->searches) {
+		start_search(&j, solo, &opt);
+		return;
+	}
+	struct lynx_whatif_row row, keep;
+	struct lynx_whatif_plan wp;
 	const struct lynx_profile *own = &prof.profile;
-	err = lynx_whatif_plan(solo ? &own : j.ranks, solo ? 1 : (size_t)j.read,
-	                       planning_budget(&beyond), prof.budget_percent, solo, prof.planner,
-	                       plan_json, &wp, &row, &keep, why, sizeof(why));
+	int err = lynx_whatif_plan(solo ? &own : j.ranks, solo ? 1 : (size_t)j.read, &opt,
+	                           prof.planner, plan_json, &wp, &row, &keep, why, sizeof(why));
 	free(plan_json);
 	job_profiles_free(&j);
+	finish_plan(err, why, &wp, &row, &keep, at_exit);
+}
+
+/* After the planner: plan.json (rank 0), the plan's summary, and the executor armed (not
+ * at exit); or, with err, why there is no plan. Planning is then done. */
+static void finish_plan(int err, const char *why, struct lynx_whatif_plan *wp,
+                        struct lynx_whatif_row *row, struct lynx_whatif_row *keep, bool at_exit)
+{
+	char path[PATH_MAX + 64];
+
 	if (err) {
 		lynx_warn("recompute mode: no plan: %s", err == -ENOMEM ? "out of memory" : why);
 		plan_done();
 		return;
 	}
 	if (lynx_job_rank() <= 0 && prof.output_ok && !prof.plan_path[0]) {
-		char *text = lynx_plan_to_json(wp.plan, wp.problem);
+		char *text = lynx_plan_to_json(wp->plan, wp->problem);
 		snprintf(path, sizeof(path), "%s/plan.json", prof.out_dir);
 		if (!text || (err = lynx_atomic_file_write(path, text)))
 			lynx_warn("cannot write %s: %s", path,
 			          text ? strerror(-err) : "out of memory");
 		free(text);
 	}
-	print_plan(&wp, &row, &keep);
+	print_plan(wp, row, keep);
 	/* At exit Lynx makes no CUDA call: a plan made then is only reported. */
 	if (!at_exit)
-		arm_executor(&wp, &row, &keep);
-	lynx_whatif_plan_free(&wp);
+		arm_executor(wp, row, keep);
+	lynx_whatif_plan_free(wp);
 	plan_done();
 }
 

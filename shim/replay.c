@@ -15,6 +15,9 @@
  * by-value struct. */
 #define WORD 8
 
+/* Tries of copying saved bytes back into the trainer's memory before they are lost. */
+#define PUT_BACK_ATTEMPTS 3
+
 /* One kernel of a segment, with what a replay needs precomputed. */
 struct replay_kernel {
 	CUfunction function;
@@ -715,10 +718,24 @@ static enum lynx_replay_verdict replay_and_compare(struct verification *v, size_
 	return check_originals(v);
 }
 
-/* The originals' snapshot back; a failure loses them. */
+/* Said once per process: putting saved bytes back failed with res and is tried again. */
+static void put_back_retried(CUresult res)
+{
+	lynx_warn_once("replay: copying saved bytes back into the trainer's memory failed "
+	               "(cuMemcpyHtoDAsync: CUresult %d); trying again",
+	               (int)res);
+}
+
+/* The originals' snapshot back, tried again on failure (the copies are idempotent); a
+ * failure of every try loses them. */
 static void put_back_outputs(struct verification *v)
 {
 	CUresult res = restore(v);
+
+	for (int attempt = 1; attempt < PUT_BACK_ATTEMPTS && res != CUDA_SUCCESS; attempt++) {
+		put_back_retried(res);
+		res = restore(v);
+	}
 
 	if (res != CUDA_SUCCESS) {
 		v->check->restore_failed = true;
@@ -1140,13 +1157,19 @@ static CUresult download_bytes(struct examination *e, CUdeviceptr src, size_t si
 static void put_back(struct examination *e, bool outputs)
 {
 	const struct lynx_replay_driver *driver = &e->v->segment->driver;
-	CUresult res = CUDA_SUCCESS;
+	CUresult res = CUDA_ERROR_UNKNOWN;
 
-	for (size_t i = 0; e->snapshotted && i < e->count && res == CUDA_SUCCESS; i++)
-		res = driver->memcpy_htod_async(e->regions[i].base, e->regions[i].saved,
-		                                e->regions[i].size, e->v->stream);
-	if (res == CUDA_SUCCESS)
-		res = synchronise(e->v);
+	/* The copies are idempotent: a transient failure is tried again before it loses. */
+	for (int attempt = 0; attempt < PUT_BACK_ATTEMPTS && res != CUDA_SUCCESS; attempt++) {
+		if (attempt)
+			put_back_retried(res);
+		res = CUDA_SUCCESS;
+		for (size_t i = 0; e->snapshotted && i < e->count && res == CUDA_SUCCESS; i++)
+			res = driver->memcpy_htod_async(e->regions[i].base, e->regions[i].saved,
+			                                e->regions[i].size, e->v->stream);
+		if (res == CUDA_SUCCESS)
+			res = synchronise(e->v);
+	}
 	if (res != CUDA_SUCCESS) {
 		e->v->check->restore_failed = true;
 		fail_driver(e->v, "cuMemcpyHtoDAsync (restoring the originals)", res);

@@ -202,6 +202,41 @@ static void test_opt_cut_short_still_fits_and_is_no_slower_than_heu(void **state
 	lynx_problem_free(&p);
 }
 
+/*
+ * A rank plans its own stage: asked to search one stage, OPT solves that one only and keeps
+ * HEU's decisions on the others; the plan still fits and is no slower than HEU's.
+ */
+static void test_opt_searches_only_the_stage_asked(void **state)
+{
+	static const struct job j = {"gpt-1.3b", "a100-nvlink", 8, 4};
+	struct lynx_opt_options o = {.time_limit_s = SAFETY_LIMIT_S, .stop_gap = STOP_GAP};
+	struct lynx_opt_report rep;
+	struct lynx_problem p;
+	struct lynx_plan plan, heu;
+	char why[256] = "";
+
+	build(&j, tight_budget(&j), &p);
+	p.search_one_stage = true;
+	p.searched_stage = 1;
+	if (lynx_planner_run(lynx_planner_find("heu"), &p, &heu, why, sizeof(why)))
+		fail_msg("heu refused: %s", why);
+	assert_int_equal(lynx_opt_plan(&p, &o, &plan, &rep, why, sizeof(why)), 0);
+	assert_true(rep.solved);
+	assert_true(plan.fits);
+	assert_true(plan.step_time_s <= heu.step_time_s);
+	for (uint32_t s = 0; s < p.n_stages; s++) {
+		if (s == p.searched_stage)
+			continue;
+		for (uint32_t l = 0; l < p.stages[s].layers; l++)
+			for (uint32_t g = 0; g < p.layer.n_groups; g++)
+				assert_int_equal(lynx_plan_get(&plan, s, l, g)->action,
+				                 lynx_plan_get(&heu, s, l, g)->action);
+	}
+	lynx_plan_free(&heu);
+	lynx_plan_free(&plan);
+	lynx_problem_free(&p);
+}
+
 /* Without CBC, OPT returns HEU's plan and says why. */
 static void test_opt_without_cbc_returns_heus_plan(void **state)
 {
@@ -268,6 +303,7 @@ int main(void)
 	        cmocka_unit_test(test_opt_solves_small_nvlink_stages),
 	        cmocka_unit_test(test_opt_solves_small_pcie_stages),
 	        cmocka_unit_test(test_opt_cut_short_still_fits_and_is_no_slower_than_heu),
+	        cmocka_unit_test(test_opt_searches_only_the_stage_asked),
 	        cmocka_unit_test(test_opt_without_cbc_returns_heus_plan),
 	        cmocka_unit_test(test_opt_gap_survives_json),
 	};

@@ -102,7 +102,7 @@ static void usage(FILE *f)
 	        "--virtual-batch B]\n"
 	        "                 [--seed K] [--no-hazard NAME]... [--report-saved]\n"
 	        "                 [--schedule %s [--virtual-stages V]]\n"
-	        "                 [--lazy-optimizer] [--ddp-buckets KB]\n"
+	        "                 [--lazy-optimizer] [--ddp-buckets KB] [--fork-worker-after N]\n"
 	        "                 [--launch %s]\n"
 	        "                 [--compute-stream %s]\n"
 	        "\n"
@@ -133,6 +133,9 @@ static void usage(FILE *f)
 	        "                     communication stream during the last micro-batch's\n"
 	        "                     backward, from flat buffers allocated in the first\n"
 	        "                     backward. With --dp 1 there is nothing to reduce: no-op.\n"
+	        "  --fork-worker-after N  after N steps each rank forks a worker that exits at\n"
+	        "                     once, normally (a DataLoader worker, a compile worker);\n"
+	        "                     the rank fails if the worker does not exit 0.\n"
 	        "  --launch           runtime: cudaLaunchKernel. ex: cudaLaunchKernelExC.\n"
 	        "                     driver: cuLaunchKernel. driver-ex: cuLaunchKernelEx.\n"
 	        "                     mixed: GEMMs driver-ex, the rest runtime (as cuBLASLt\n"
@@ -204,6 +207,7 @@ enum {
 	OPT_VIRTUAL_STAGES,
 	OPT_LAZY_OPTIMIZER,
 	OPT_DDP_BUCKETS,
+	OPT_FORK_WORKER_AFTER,
 	OPT_LAUNCH,
 	OPT_COMPUTE_STREAM,
 	OPT_HELP,
@@ -232,6 +236,7 @@ static const struct option long_options[] = {
         {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
         {"lazy-optimizer", no_argument, NULL, OPT_LAZY_OPTIMIZER},
         {"ddp-buckets", required_argument, NULL, OPT_DDP_BUCKETS},
+        {"fork-worker-after", required_argument, NULL, OPT_FORK_WORKER_AFTER},
         {"launch", required_argument, NULL, OPT_LAUNCH},
         {"compute-stream", required_argument, NULL, OPT_COMPUTE_STREAM},
         {"help", no_argument, NULL, OPT_HELP},
@@ -375,6 +380,9 @@ int tt_parse_args(int argc, char **argv, struct tt_config *cfg)
 			break;
 		case OPT_DDP_BUCKETS:
 			positive = &cfg->ddp_bucket_kb;
+			break;
+		case OPT_FORK_WORKER_AFTER:
+			positive = &cfg->fork_worker_after;
 			break;
 		case OPT_RECOMPUTE:
 			value = lookup_choice("recompute", recompute_names,

@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* One rank of tinytrain: its place in the pipeline/tensor/data grid, set-up and step loop. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "ddp.h"
 #include "schedule.h"
@@ -151,6 +154,33 @@ void tt_rank_teardown(struct tt_rank *r)
 	free(r->saved_layer_bytes);
 }
 
+/*
+ * A worker forked mid-training, as a DataLoader or compile worker is: it uses no CUDA and
+ * exits at once with exit(), so its exit handlers run (a preloaded tool's included) on a
+ * copy of the rank's state. Returns 0 when it exited 0.
+ */
+static int fork_worker(int rank)
+{
+	int status;
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, "tinytrain: rank %d: fork: %s\n", rank, strerror(errno));
+		return 1;
+	}
+	if (pid == 0)
+		exit(0);
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status)) {
+		fprintf(stderr, "tinytrain: rank %d: its forked worker did not exit 0 (%s %d)\n",
+		        rank, WIFSIGNALED(status) ? "signal" : "status",
+		        WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+		return 1;
+	}
+	return 0;
+}
+
 int tt_rank_run(const struct tt_config *cfg, int rank, const void *nccl_id, int out_fd)
 {
 	struct tt_rank r;
@@ -191,6 +221,8 @@ int tt_rank_run(const struct tt_config *cfg, int rank, const void *nccl_id, int 
 		        "\",\"peak_bytes\":%zu,\"step_time_ns\":%" PRIu64 ",\"launches\":%" PRIu64
 		        "}\n",
 		        step, rank, loss, result.grad_hash, mem.peak_bytes, end - start, launches);
+		if (step + 1 == cfg->fork_worker_after && fork_worker(rank))
+			return 1;
 	}
 	tt_worker_stop(worker);
 	tt_rank_teardown(&r);

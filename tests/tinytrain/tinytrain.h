@@ -97,6 +97,8 @@ struct tt_config {
 	bool lazy_optimizer;
 	/* DDP-style gradient buckets of about this many KiB; 0: one all-reduce per step. */
 	int ddp_bucket_kb;
+	/* After this many steps, fork a worker that exits at once; 0: never. */
+	int fork_worker_after;
 	struct tt_dims real; /* what the arithmetic runs on */
 	struct tt_dims virt; /* what the cost model and communication sizes describe */
 	const char *virtual_name;
