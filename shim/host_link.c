@@ -41,15 +41,19 @@ static double timed_copy(struct measurement *m, size_t bytes, bool to_host)
 static void release(struct measurement *m)
 {
 	const struct lynx_host_link_driver *d = m->d;
+	/* A failed call may have returned with copies still queued on the stream: the buffers
+	 * are freed once it is idle, or else left allocated (a few MiB leaked) rather than
+	 * freed under the copies. */
+	bool idle = !m->stream || d->stream_synchronize(m->stream) == CUDA_SUCCESS;
 
 	for (int i = 0; i < 2; i++)
 		if (m->marks[i])
 			d->event_destroy(m->marks[i]);
 	if (m->stream)
 		d->stream_destroy(m->stream);
-	if (m->host)
+	if (m->host && idle)
 		d->mem_free_host(m->host);
-	if (m->device)
+	if (m->device && idle)
 		d->mem_free(m->device);
 }
 

@@ -59,9 +59,16 @@ gpu_suite_on_simgpu() {
 shapes_quick() {
 	tests/shapes/matrix.py --build "$BUILD" --quick --repeat 2 --repeat-cells 1
 }
+# The fault sweep's quick points (make fault-sweep runs them all): Lynx's own VMM calls, its
+# restore and replay copies, a launch and a collective failed mid-job; each run trains
+# identically or fails as the trainer alone would. Not under the sanitizers either.
+fault_sweep_quick() {
+	tests/faults/sweep.py --build "$BUILD" --quick
+}
 if [ -z "${SAN:-}" ]; then
 	run gpu_suite_on_simgpu gpu_suite_on_simgpu
 	run shapes_quick shapes_quick
+	run fault_sweep_quick fault_sweep_quick
 fi
 
 echo "=== summary"

@@ -36,6 +36,17 @@ static int live_allocations; /* device allocations made through the wrappers, no
 static int fail_alloc_at;    /* the n-th allocation (from 1) fails out of memory; 0: none */
 static int allocations;
 static bool fail_copies;
+static PFN_cuStreamSynchronize_v2000 real_sync;
+static int fail_syncs; /* the next this many synchronisations fail (queued work runs on) */
+
+static CUresult sync_or_fail(CUstream stream)
+{
+	if (fail_syncs > 0) {
+		fail_syncs--;
+		return CUDA_ERROR_UNKNOWN;
+	}
+	return real_sync(stream);
+}
 
 static CUresult counted_alloc(CUdeviceptr *ptr, size_t bytes)
 {
@@ -77,6 +88,7 @@ static int setup(void **state)
 	real_mem_alloc = simgpu_proc("cuMemAlloc", 3020, NULL);
 	real_mem_free = simgpu_proc("cuMemFree", 3020, NULL);
 	real_dtoh = simgpu_proc("cuMemcpyDtoHAsync", 3020, NULL);
+	real_sync = simgpu_proc("cuStreamSynchronize", 2000, NULL);
 	driver = (struct lynx_host_link_driver){
 	        .mem_alloc = counted_alloc,
 	        .mem_free = counted_free,
@@ -84,7 +96,7 @@ static int setup(void **state)
 	        .mem_free_host = simgpu_proc("cuMemFreeHost", 2000, NULL),
 	        .stream_create = simgpu_proc("cuStreamCreate", 2000, NULL),
 	        .stream_destroy = simgpu_proc("cuStreamDestroy", 4000, NULL),
-	        .stream_synchronize = simgpu_proc("cuStreamSynchronize", 2000, NULL),
+	        .stream_synchronize = sync_or_fail,
 	        .event_create = simgpu_proc("cuEventCreate", 2000, NULL),
 	        .event_destroy = simgpu_proc("cuEventDestroy", 4000, NULL),
 	        .event_record = simgpu_proc("cuEventRecord", 2000, NULL),
@@ -92,7 +104,7 @@ static int setup(void **state)
 	        .memcpy_dtoh_async = dtoh_or_fail,
 	        .memcpy_htod_async = simgpu_proc("cuMemcpyHtoDAsync", 3020, NULL),
 	};
-	return real_mem_alloc && real_mem_free && real_dtoh && driver.mem_alloc_host &&
+	return real_mem_alloc && real_mem_free && real_dtoh && real_sync && driver.mem_alloc_host &&
 	                       driver.mem_free_host && driver.stream_create &&
 	                       driver.stream_destroy && driver.stream_synchronize &&
 	                       driver.event_create && driver.event_destroy && driver.event_record &&
@@ -104,7 +116,7 @@ static int setup(void **state)
 static int reset(void **state)
 {
 	(void)state;
-	fail_alloc_at = allocations = 0;
+	fail_alloc_at = allocations = fail_syncs = 0;
 	fail_copies = false;
 	return 0;
 }
@@ -167,6 +179,27 @@ static void test_a_failing_copy_is_eio_and_releases_everything(void **state)
 	assert_int_equal(live_allocations, 0);
 }
 
+/*
+ * A synchronisation that fails returns with the copy still queued: the buffers are freed
+ * only once the stream is idle, and left allocated if it never is (simgpu applied a copy
+ * into freed memory once, and faulted).
+ */
+static void test_buffers_are_never_freed_under_a_queued_copy(void **state)
+{
+	struct lynx_host_link l;
+
+	(void)state;
+	fail_syncs = 1; /* the first copy's; release's own succeeds */
+	assert_int_equal(lynx_host_link_measure(&driver, LYNX_HOST_LINK_BYTES, &l), -EIO);
+	assert_zeroed(&l);
+	assert_int_equal(live_allocations, 0);
+
+	fail_syncs = 1000; /* never idle: the device buffer stays (leaked, not freed) */
+	assert_int_equal(lynx_host_link_measure(&driver, LYNX_HOST_LINK_BYTES, &l), -EIO);
+	assert_int_equal(live_allocations, 1);
+	fail_syncs = 0;
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -174,6 +207,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test_setup(test_bad_arguments_are_refused, reset),
 	        cmocka_unit_test_setup(test_no_device_memory_is_enomem, reset),
 	        cmocka_unit_test_setup(test_a_failing_copy_is_eio_and_releases_everything, reset),
+	        cmocka_unit_test_setup(test_buffers_are_never_freed_under_a_queued_copy, reset),
 	};
 
 	(void)argc;
