@@ -303,24 +303,45 @@ bench: all $(BENCH_CALLS)
 # by lynx sim; fails when a target is missed (tests/bench/bench_policy.sh).
 bench-policy: $(LYNX)
 	$(Q)BUILD=$(BUILD) tests/bench/bench_policy.sh
-# make fuzz: the profile reader under libFuzzer with ASan and UBSan for FUZZ_SECONDS, from the
-# seeds in tests/fuzz/corpus (new inputs go to $(BUILD)/fuzz/corpus). Needs clang with
-# libFuzzer (Debian's clang-14 has it); cJSON itself is the system's, uninstrumented.
+# make fuzz: the readers of untrusted text under libFuzzer with ASan and UBSan, each for
+# FUZZ_SECONDS: the profile reader (seeds in tests/fuzz/corpus), the plan reader
+# (tests/fuzz/corpus_plan) and the LYNX_* settings parser (tests/fuzz/corpus_options); new
+# inputs go to $(BUILD)/fuzz/corpus*. Needs clang with libFuzzer (Debian's clang-14 has it);
+# cJSON itself is the system's, uninstrumented.
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
+FUZZ_CFLAGS := -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined \
+	-fno-sanitize-recover=undefined
 FUZZ_PROFILE := $(BUILD)/fuzz/fuzz_profile
 FUZZ_PROFILE_SRC := profiler/profile.c profiler/json_text.c profiler/atomic_file.c \
 	profiler/regular_file.c
 $(FUZZ_PROFILE): tests/fuzz/fuzz_profile.c $(FUZZ_PROFILE_SRC) profiler/profile.h
 	$(call say,FUZZCC,$@)
 	@mkdir -p $(dir $@)
-	$(Q)$(FUZZ_CC) -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined \
-		-fno-sanitize-recover=undefined -Iprofiler -o $@ tests/fuzz/fuzz_profile.c \
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -Iprofiler -o $@ tests/fuzz/fuzz_profile.c \
 		$(FUZZ_PROFILE_SRC) -lcjson -lm
-fuzz: $(FUZZ_PROFILE)
-	@mkdir -p $(BUILD)/fuzz/corpus
+# The plan reader and what building its problems from a GPT preset needs (no planner, no CBC).
+FUZZ_PLAN := $(BUILD)/fuzz/fuzz_plan
+FUZZ_PLAN_SRC := policy/plan.c policy/problem.c policy/presets.c policy/model.c \
+	policy/layer.c policy/cost.c policy/refuse.c
+$(FUZZ_PLAN): tests/fuzz/fuzz_plan.c $(FUZZ_PLAN_SRC) $(wildcard policy/*.h policy/*.def)
+	$(call say,FUZZCC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -Ipolicy -Iprofiler -Ishim -o $@ tests/fuzz/fuzz_plan.c \
+		$(FUZZ_PLAN_SRC) -lcjson -lm
+FUZZ_OPTIONS := $(BUILD)/fuzz/fuzz_options
+$(FUZZ_OPTIONS): tests/fuzz/fuzz_options.c shim/config.c shim/config.h shim/options.def
+	$(call say,FUZZCC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -Ishim -o $@ tests/fuzz/fuzz_options.c shim/config.c
+fuzz: $(FUZZ_PROFILE) $(FUZZ_PLAN) $(FUZZ_OPTIONS)
+	@mkdir -p $(BUILD)/fuzz/corpus $(BUILD)/fuzz/corpus_plan $(BUILD)/fuzz/corpus_options
 	$(Q)$(FUZZ_PROFILE) -max_total_time=$(FUZZ_SECONDS) -max_len=16384 \
 		-dict=tests/fuzz/profile.dict $(BUILD)/fuzz/corpus tests/fuzz/corpus
+	$(Q)$(FUZZ_PLAN) -max_total_time=$(FUZZ_SECONDS) -max_len=16384 \
+		-dict=tests/fuzz/plan.dict $(BUILD)/fuzz/corpus_plan tests/fuzz/corpus_plan
+	$(Q)$(FUZZ_OPTIONS) -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
+		-dict=tests/fuzz/options.dict $(BUILD)/fuzz/corpus_options tests/fuzz/corpus_options
 
 # ---------------------------------------------------------------------------
 # The GPU suite (tests/gpu/, docs/gpu/README.md). make gpu-bundle: a relocatable bundle,

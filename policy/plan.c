@@ -157,10 +157,14 @@ int lynx_plan_validate(const struct lynx_plan *plan, const struct lynx_problem *
  * Numbers are printed here rather than by cJSON, which keeps 15 significant digits when they
  * read back "close enough": %.17g round-trips every double, %llu every integer below 2^53.
  */
+/* v exactly (%.17g); JSON has no infinity or NaN: those are written as null, which the
+ * reader refuses with the key's name instead of the whole file being unreadable. */
 static bool add_double(cJSON *o, const char *key, double v)
 {
 	char buf[32];
 
+	if (!isfinite(v))
+		return cJSON_AddNullToObject(o, key) != NULL;
 	snprintf(buf, sizeof(buf), "%.17g", v);
 	return cJSON_AddRawToObject(o, key, buf) != NULL;
 }
@@ -545,8 +549,8 @@ static int read_plan(const cJSON *root, const struct lynx_problem *p, struct lyn
 	if (err)
 		return err;
 	it = cJSON_GetObjectItemCaseSensitive(root, "gap");
-	if (it && (!cJSON_IsNumber(it) || !(it->valuedouble >= 0)))
-		return lynx_policy_refuse(why, len, "gap: not a number >= 0");
+	if (it && (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble < 0))
+		return lynx_policy_refuse(why, len, "gap: not a finite number >= 0");
 	plan->gap = it ? it->valuedouble : NAN;
 	it = cJSON_GetObjectItemCaseSensitive(root, "note");
 	if (it && !cJSON_IsString(it))

@@ -2,6 +2,7 @@
 /* policy/plan: decisions, validation, and the lynx-plan JSON writer and reader. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -164,6 +165,23 @@ static void assert_refused(const char *text, const char *expect)
 	assert_null(plan.stages);
 }
 
+/* A number JSON cannot hold (a planner's infinite step time) is written as null, so the
+ * file stays JSON and the reader names the field. */
+static void test_a_non_finite_number_is_written_as_null_and_refused(void **state)
+{
+	struct lynx_plan plan;
+	char *text;
+
+	mixed_plan(&plan);
+	plan.step_time_s = INFINITY;
+	text = lynx_plan_to_json(&plan, &problem);
+	assert_non_null(text);
+	assert_non_null(strstr(text, "\"step_time_s\":\tnull"));
+	assert_refused(text, "step_time_s");
+	free(text);
+	lynx_plan_free(&plan);
+}
+
 static void test_reader_names_the_field_and_the_reason(void **state)
 {
 	struct lynx_plan plan;
@@ -198,6 +216,10 @@ static void test_reader_names_the_field_and_the_reason(void **state)
 	         "stage 1 has no pp_recv_bwd window"},
 	        {"\"stages\":\t[", "\"stages\":\t[{}, ", "stages: 3 stages"},
 	        {"{", "[", "not valid JSON"},
+	        /* cJSON reads 1e309 as infinity, which JSON cannot write back (the fuzzer's find)
+	         */
+	        {"\"fits\":\ttrue", "\"fits\":\ttrue, \"gap\": 1e309",
+	         "gap: not a finite number >= 0"},
 	};
 
 	mixed_plan(&plan);
@@ -244,6 +266,7 @@ int main(void)
 	        cmocka_unit_test(test_json_round_trip_keeps_every_decision),
 	        cmocka_unit_test(test_uniform_plans_write_one_decision_object),
 	        cmocka_unit_test(test_reader_names_the_field_and_the_reason),
+	        cmocka_unit_test(test_a_non_finite_number_is_written_as_null_and_refused),
 	        cmocka_unit_test(test_validate_refuses_plans_that_do_not_fit_the_problem),
 	        cmocka_unit_test(test_action_names_round_trip),
 	};
