@@ -855,28 +855,19 @@ static void arm_executor(const struct lynx_whatif_plan *wp, const struct lynx_wh
 	int err;
 
 	/*
-	 * A plan over this stage's budget. A budget in bytes is a limit: a plan that misses it
-	 * is not followed, and the user hears what the best plan reaches. A share of the peak
-	 * (LYNX_BUDGET=60%) asks for savings: the best plan is followed, and the user hears
-	 * that it saves less than asked.
+	 * A plan predicted over this stage's budget is armed all the same, and said: the
+	 * prediction errs on the safe side (the GPU suite's dry run at 50%: 3.46 MiB predicted
+	 * against 3.34 MiB, 3.2 MiB measured), and not arming it would leave the whole peak.
 	 */
 	if (wp->plan->stages[s].peak_bytes > lynx_problem_stage_budget(p, s)) {
-		double budget = lynx_prof_mib(held_budget(wp, s, row));
-		double reached = lynx_prof_mib(in_device_terms(wp->plan->stages[s].peak_bytes));
-		if (!prof.budget_percent) {
-			lynx_warn(
-			        "recompute mode: no plan fits this rank's budget of %.2f MiB: the "
-			        "best (%s) reaches %.2f MiB on stage %u; nothing is armed and "
-			        "training goes on unchanged (a larger LYNX_BUDGET fits, or a share "
-			        "of the peak such as LYNX_BUDGET=60%%)",
-			        budget, wp->plan->planner, reached, s);
-			free(decisions);
-			return;
-		}
-		lynx_warn(
-		        "recompute mode: no plan reaches LYNX_BUDGET=%u%% (%.2f MiB) on stage %u: "
-		        "the best (%s), armed, reaches %.2f MiB",
-		        prof.budget_percent, budget, s, wp->plan->planner, reached);
+		char asked[64] = "";
+		if (prof.budget_percent)
+			snprintf(asked, sizeof(asked), "LYNX_BUDGET=%u%%, ", prof.budget_percent);
+		lynx_warn("recompute mode: no plan fits this rank's budget (%s%.2f MiB): the "
+		          "best (%s), armed, is predicted to reach %.2f MiB on stage %u; the "
+		          "budget may not hold",
+		          asked, lynx_prof_mib(held_budget(wp, s, row)), wp->plan->planner,
+		          lynx_prof_mib(in_device_terms(wp->plan->stages[s].peak_bytes)), s);
 	}
 	if (!decisions) {
 		lynx_warn("recompute mode: out of memory arming the executor; training goes on "

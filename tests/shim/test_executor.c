@@ -216,12 +216,11 @@ static void test_recompute_mode_is_bit_identical_and_saves_memory(void **state)
 
 static void test_other_layouts_stay_bit_identical(void **state)
 {
-	/* Budgets below each layout's measured peak, so that something is evicted, and within
-	 * what the planner reaches (a byte budget no plan fits arms nothing). */
+	/* Budgets below each layout's measured peak, so that something is evicted. */
 	const struct {
 		const char *layout, *budget;
 	} runs[] = {
-	        {"--nproc 4 --pp 4 --tp 1 --dp 1", "LYNX_BUDGET=2800K LYNX_PLANNER=offload"},
+	        {"--nproc 4 --pp 4 --tp 1 --dp 1", "LYNX_BUDGET=2600K LYNX_PLANNER=offload"},
 	        {"--nproc 4 --pp 1 --tp 1 --dp 4", "LYNX_BUDGET=7300K"},
 	};
 	struct step_line a[MAX_LINES], b[MAX_LINES];
@@ -624,7 +623,7 @@ static void test_each_rank_plans_alone_without_a_shared_directory(void **state)
 		assert_true(stat_of(o.err, rank, "evicted (") > 0);
 	assert_int_equal(count_of(o.err, "stage 0 of 1"), 2); /* each rank, alone */
 	/* No warning about planning alone; a stage whose best plan misses 60% says so. */
-	if (count_of(o.err, " WARN ") != count_of(o.err, "no plan reaches LYNX_BUDGET=60%"))
+	if (count_of(o.err, " WARN ") != count_of(o.err, "no plan fits this rank's budget"))
 		fail_msg("a warning besides the budget's:\n%s", o.err);
 	release(&plain);
 	release(&o);

@@ -187,7 +187,7 @@ static void test_plan_refuses_bad_profiles_with_exit_2(void **state)
 	        {"beyond.json",
 	         "beyond.json: group 1's producer 9 is beyond layer 0's 3 forward kernels"},
 	        {"first.json", "no profile of pipeline stage 1 of 2"},
-	        {"missing.json", "missing.json: No such file or directory"},
+	        {"missing.json", "missing.json: cannot open it: No such file or directory"},
 	        {"one.json --planner offload", "the offload planner needs the host link"},
 	        {"one.json --tp 2", "--tp describes a model"},
 	        {"one.json --budget 1000", "is below stage 0's static memory"},
