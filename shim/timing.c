@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "timing.h"
 
 /* Events are created this many at a time: one driver call each, all on the call that needs
@@ -151,8 +152,14 @@ int lynx_timing_record(uint32_t mark, CUstream stream)
 	if (!mark || mark > capacity ||
 	    atomic_load(&chunk_state[(mark - 1) / CHUNK]) != CHUNK_READY)
 		return -ENOENT;
-	if (driver.event_record(events[mark - 1], stream) != CUDA_SUCCESS)
+	CUresult r = driver.event_record(events[mark - 1], stream);
+	if (r != CUDA_SUCCESS) {
+		/* That call keeps the host's time instead; said once, like every failure. */
+		lynx_warn_once("timing: cuEventRecord failed (CUDA error %d): calls whose mark is "
+		               "missing are timed on the host",
+		               (int)r);
 		return -EIO;
+	}
 	atomic_store_explicit(&recorded[mark - 1], 1, memory_order_release);
 	return 0;
 }

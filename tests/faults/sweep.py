@@ -30,6 +30,10 @@ process) of one symbol return an error without doing anything.
        degraded-correct  exit 0 with the baseline's results where the reference differs
                          (the fault hit a call only Lynx makes, and Lynx recovered)
        same-failure      both exit non-zero (no signal, no timeout)
+       trainer-failed    the trainer reports one of its own calls failed and exits, where
+                         without Lynx no process reaches that call number: Lynx's calls
+                         shifted the count onto a trainer call, which fails the trainer as
+                         it would without Lynx (acceptable)
        failed-loudly     Lynx exits non-zero where the reference exits 0, and a Lynx ERROR
                          line says why (acceptable where data was lost: reported only)
        crash             a process killed by a signal where the reference's was not
@@ -90,11 +94,13 @@ QUICK_SYMBOLS = ["cuMemCreate", "cuMemMap", "cuMemUnmap", "cuMemRelease", "cuMem
                  "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuLaunchKernel",
                  "ncclAllReduce"]
 
-CLASSES = ["identical", "degraded-correct", "same-failure", "failed-loudly", "crash", "hang",
-           "wrong", "other"]
+CLASSES = ["identical", "degraded-correct", "same-failure", "trainer-failed", "failed-loudly",
+           "crash", "hang", "wrong", "other"]
 LYNX_FAULTS = {"crash", "hang", "wrong"}
 
 LYNX_ERROR = re.compile(r"^\[lynx \d+:\d+ ERROR ")
+# The trainer's own report of a failed CUDA or NCCL call (tinytrain's tt_check_*).
+TRAINER_CALL_FAILED = re.compile(r"^tinytrain: .* failed: ")
 LYNX_WARNING = re.compile(r"^\[lynx \d+:\d+ WARN ")
 RANK_FAILED = re.compile(r"^tinytrain: rank \d+ failed", re.M)
 # The trainer's or simgpu's own complaint, not the launcher's "rank N failed".
@@ -313,6 +319,9 @@ def classify(lynx, reference, baseline):
     if lynx.returncode != 0 and reference.returncode == 0:
         if any(LYNX_ERROR.match(line) for line in lynx.stderr.splitlines()):
             return "failed-loudly", ""
+        if reference is baseline and any(TRAINER_CALL_FAILED.match(line)
+                                         for line in lynx.stderr.splitlines()):
+            return "trainer-failed", "the n-th call was the trainer's under Lynx"
         return "other", f"{lynx.status} where the reference exits 0, and no Lynx error says why"
     return "other", f"Lynx: {lynx.status}; the reference: {reference.status}"
 
