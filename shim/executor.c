@@ -218,6 +218,16 @@ static void evict(struct exec_buf *b)
 	exec_update(b);
 }
 
+bool exec_sync_event(CUevent e)
+{
+	CUresult r = ex.drv.event_synchronize(e);
+
+	if (r == CUDA_SUCCESS)
+		return true;
+	driver_failed("a wait for an event (cuEventSynchronize)", r);
+	return ex.drv.ctx_synchronize() == CUDA_SUCCESS || exec_done(e);
+}
+
 /* Waits for b's copy to host (an offload whose memory was already reused, needed back
  * before the host saw the copy end) and evicts it. The host stalls; the device, which
  * has the work queued up to here, does not. */
@@ -226,7 +236,12 @@ void exec_settle(struct exec_buf *b)
 	uint64_t start = exec_now_ns();
 
 	ex.stats.stalls++;
-	ex.drv.event_synchronize(b->copied);
+	if (!exec_sync_event(b->copied)) {
+		/* Its memory is another's already, and its copy may not have ended. */
+		lynx_data_lost("recompute mode: an offloaded activation's copy to host could not "
+		               "be waited for");
+		return;
+	}
 	exec_trace(TRACE_STALL, b, start);
 	evict(b);
 }
@@ -335,16 +350,18 @@ void reclaim_for(uint64_t bytes, bool scratch)
 		    total < free_bytes || total - free_bytes + bytes <= limit)
 			return;
 		uint64_t start = exec_now_ns();
+		/* A wait that fails leaves b as it is, and the budget to the next action. */
 		if (b->state == BUF_OFFLOADING && !b->donated && !b->free_pending) {
 			ex.stats.budget_stalls++;
-			ex.drv.event_synchronize(b->copied);
+			if (!exec_sync_event(b->copied))
+				return;
 			exec_trace(TRACE_BUDGET_STALL, b, start);
 			evict(b);
 		} else if (b->free_pending && b->state == BUF_RESIDENT && !b->donated) {
 			ex.stats.budget_stalls++;
-			if (b->ready_pending)
-				ex.drv.event_synchronize(b->ready);
-			ex.drv.event_synchronize(b->freed);
+			if ((b->ready_pending && !exec_sync_event(b->ready)) ||
+			    !exec_sync_event(b->freed))
+				return;
 			exec_trace(TRACE_BUDGET_STALL, b, start);
 			finish_free(b);
 		}
@@ -693,7 +710,10 @@ bool make_resident(struct exec_buf *b, CUstream stream)
 			CUresult r = exec_wait_for(stream, b->ready);
 			if (r != CUDA_SUCCESS) {
 				driver_failed("a wait for a restore", r);
-				ex.drv.event_synchronize(b->ready);
+				if (!exec_sync_event(b->ready))
+					lynx_data_lost(
+					        "recompute mode: a restore could not be waited "
+					        "for before its consumer");
 			}
 			ex.stats.waits++;
 			exec_trace(TRACE_CONSUMER_WAIT, b, 0);

@@ -254,6 +254,9 @@ void exec_update(struct exec_buf *b);
 CUresult exec_wait_for(CUstream stream, CUevent event);
 bool exec_done(CUevent e);
 void evicted_add(int64_t bytes);
+/* Waits on the host for e; a failed wait falls back to waiting for the whole device.
+ * False when neither worked: the caller must not take e's work as done. */
+bool exec_sync_event(CUevent e);
 void exec_settle(struct exec_buf *b);
 void complete_frees(bool wait);
 void reclaim_for(uint64_t bytes, bool scratch);

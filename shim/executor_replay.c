@@ -734,9 +734,9 @@ static void conclude_window(struct exec_buf *b, const char *why)
  * stalls). */
 void finish_check(struct exec_buf *b, bool wait)
 {
-	if (wait) {
-		ex.drv.event_synchronize(b->checked);
-		ex.drv.event_synchronize(b->copied);
+	if (wait && (!exec_sync_event(b->checked) || !exec_sync_event(b->copied))) {
+		conclude_window(b, "its check's copies could not be waited for");
+		return;
 	}
 	conclude_window(b, memcmp(b->check_host, b->host, b->sb->bytes)
 	                           ? "a replay there differs: what it reads changes between the "

@@ -226,14 +226,17 @@ static size_t step_times(const char *out, uint64_t *ns, size_t n)
  */
 static void test_the_profiles_iteration_time_is_the_trainers_on_short_kernels(void **state)
 {
-	char env[4096];
+	char env[4096], cmd[1400];
 	uint64_t steps[16], slowest = 0;
 
 	snprintf(env, sizeof(env), "LD_PRELOAD=%s/liblynx.so LYNX_MODE=profile LYNX_OUT=%s/short",
 	         build_dir, scratch);
-	struct output o = run(env, "build/bin/tinytrain --nproc 1 --layers 4 --microbatches 2 "
-	                           "--steps 10 --virtual-hidden 256 --virtual-heads 8 "
-	                           "--virtual-seq 128 --virtual-batch 1");
+	/* This build's tinytrain: a sanitizer's liblynx.so needs the program built with it. */
+	snprintf(cmd, sizeof(cmd),
+	         "%s/bin/tinytrain --nproc 1 --layers 4 --microbatches 2 --steps 10 "
+	         "--virtual-hidden 256 --virtual-heads 8 --virtual-seq 128 --virtual-batch 1",
+	         build_dir);
+	struct output o = run(env, cmd);
 	assert_int_equal(o.exit_code, 0);
 	size_t n = step_times(o.out, steps, 16);
 	assert_int_equal(n, 10);
