@@ -99,18 +99,19 @@ static void comm_shape(ncclComm_t comm, int *nranks, int *rank)
 #define LYNX_MISSING_DRIVER CUDA_ERROR_NOT_SUPPORTED
 #define LYNX_MISSING_NCCL ncclInternalError
 
-#define LYNX_HOOK(layer, symbol, procname, version, variant, kind, body, ret, params, args, \
-                  record)                                                                   \
-	static ret resolve_##symbol params                                                  \
-	{                                                                                   \
-		void *real = lynx_resolve_real(LYNX_HOOK_##symbol);                         \
-		if (!real) {                                                                \
-			lynx_warn_once("%s: not found in the loaded library", #symbol);     \
-			return LYNX_MISSING_##layer;                                        \
-		}                                                                           \
-		atomic_store_explicit(&lynx_real.symbol, (ret(*) params)real,               \
-		                      memory_order_relaxed);                                \
-		return lynx_real_fn(symbol) args;                                           \
+#define LYNX_HOOK(layer, symbol, procname, version, variant, kind, body, ret, params, args,        \
+                  record)                                                                          \
+	static ret resolve_##symbol params                                                         \
+	{                                                                                          \
+		void *real = lynx_resolve_real(LYNX_HOOK_##symbol);                                \
+		if (!real) {                                                                       \
+			lynx_warn_once("%s: not found in the loaded library", #symbol);            \
+			return LYNX_MISSING_##layer;                                               \
+		}                                                                                  \
+		/* Only over this resolver: a test's fake or lynx_launches_refuse stays. */        \
+		ret(*expected) params = resolve_##symbol;                                          \
+		atomic_compare_exchange_strong(&lynx_real.symbol, &expected, (ret(*) params)real); \
+		return lynx_real_fn(symbol) args;                                                  \
 	}
 #include "hooks.def"
 #undef LYNX_HOOK
@@ -235,6 +236,26 @@ struct lynx_real_table lynx_real = {
 #define LYNX_EXEC_COMM_INIT(out, nranks, rank) false
 #define LYNX_EXEC_COMM_SPLIT(out) false
 
+/*
+ * Whether the call is refused because data was lost (hooks.h, lynx_data_lost), by record
+ * kind: every kind but the runtime's launches, whose nested driver launch refuses (the
+ * driver launches refuse through lynx_launches_refuse, at no cost until then).
+ */
+#define LYNX_LOST_CHECK_NONE() lynx_data_is_lost()
+#define LYNX_LOST_CHECK_ALLOC(out, bytes, stream) lynx_data_is_lost()
+#define LYNX_LOST_CHECK_FREE(ptr, stream) lynx_data_is_lost()
+#define LYNX_LOST_CHECK_MEMSET(ptr, bytes, stream) lynx_data_is_lost()
+#define LYNX_LOST_CHECK_MEM(ptr, bytes) lynx_data_is_lost()
+#define LYNX_LOST_CHECK_COPY(dst, src, bytes, direction, stream) lynx_data_is_lost()
+#define LYNX_LOST_CHECK_NEW_HANDLE(out) lynx_data_is_lost()
+#define LYNX_LOST_CHECK_HANDLE(stream, handle) lynx_data_is_lost()
+#define LYNX_LOST_CHECK_LAUNCH(function, grid, block, shared, stream) false
+#define LYNX_LOST_CHECK_LAUNCH_CONFIG(config, function) false
+#define LYNX_LOST_CHECK_NCCL(send, recv, count, type, op, peer, comm, stream) lynx_data_is_lost()
+#define LYNX_LOST_CHECK_GROUP(delta) lynx_data_is_lost()
+#define LYNX_LOST_CHECK_COMM_INIT(out, nranks, rank) lynx_data_is_lost()
+#define LYNX_LOST_CHECK_COMM_SPLIT(out) lynx_data_is_lost()
+
 #define LYNX_HOOK(layer, symbol, procname, version, variant, kind, body, ret, params, args, \
                   record)                                                                   \
 	LYNX_ACTIVE_##body(layer, symbol, kind, ret, params, args, record)
@@ -250,7 +271,7 @@ struct lynx_real_table lynx_real = {
 		LYNX_TIME_##record;                                         \
 		if (LYNX_EXEC_##record)                                     \
 			result = (ret)0;                                    \
-		else if (lynx_data_is_lost())                               \
+		else if (LYNX_LOST_CHECK_##record)                          \
 			result = LYNX_LOST_##layer;                         \
 		else                                                        \
 			result = lynx_real_fn(symbol) args;                 \

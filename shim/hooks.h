@@ -138,6 +138,8 @@ void lynx_slow_path_switch(uint32_t bit, bool on);
  * go on (they do not pass through the hooks' bodies).
  */
 void lynx_data_lost(const char *what);
+/* lynx_data_lost's part for the driver's launches (hooks_launch.c). */
+void lynx_launches_refuse(void);
 #define LYNX_LOST_RUNTIME cudaErrorLaunchFailure
 #define LYNX_LOST_DRIVER CUDA_ERROR_LAUNCH_FAILED
 #define LYNX_LOST_NCCL ncclUnhandledCudaError

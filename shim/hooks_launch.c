@@ -197,25 +197,22 @@ static __attribute__((noinline, cold)) void guard_params(enum lynx_hook_id id,
 }
 
 /* Before the real call: the function's layout, the executor's guard, and the event, with
- * room for the parameters. *lost: the launch must not run (lynx_data_lost, perhaps by the
- * guard that just failed to bring a parameter back). */
+ * room for the parameters. */
 static inline __attribute__((always_inline)) struct func_info *
 launch_begin(struct lynx_call *call, enum lynx_hook_id id, CUfunction f, CUstream stream,
-             void **params, void **extra, bool *lost)
+             void **params, void **extra)
 {
 	struct func_info *info;
 
 	info = layout_of((uint64_t)(uintptr_t)f);
 	lynx_call_begin(call, id);
-	*lost = false;
-	/* One load for every slow path: device timing, the executor's guard, lost data. */
+	/* One load for both slow paths: device timing, and the executor's guard. */
 	uint32_t slow = atomic_load_explicit(&lynx_slow_paths, memory_order_acquire);
 	if (__builtin_expect(slow, 0)) {
 		if (slow & LYNX_SLOW_TIMING)
 			lynx_time_begin_slow(call, (uint64_t)(uintptr_t)stream);
 		if ((slow & LYNX_SLOW_GUARD) && info)
 			guard_params(id, info, params, extra, stream);
-		*lost = lynx_data_is_lost();
 	}
 	return info;
 }
@@ -250,12 +247,10 @@ CUresult lynx_active_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int 
                                     void **extra)
 {
 	struct lynx_call call;
-	bool lost;
 	struct func_info *info =
-	        launch_begin(&call, LYNX_HOOK_cuLaunchKernel, f, stream, params, extra, &lost);
-	CUresult result = lost ? LYNX_LOST_DRIVER
-	                       : lynx_real_fn(cuLaunchKernel)(f, gx, gy, gz, bx, by, bz, shared,
-	                                                      stream, params, extra);
+	        launch_begin(&call, LYNX_HOOK_cuLaunchKernel, f, stream, params, extra);
+	CUresult result = lynx_real_fn(cuLaunchKernel)(f, gx, gy, gz, bx, by, bz, shared, stream,
+	                                               params, extra);
 
 	launch_end(&call, info, f, (uint32_t[]){gx, gy, gz}, (uint32_t[]){bx, by, bz}, shared,
 	           stream, NULL, params, extra, result);
@@ -268,12 +263,10 @@ CUresult lynx_active_cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned
                                          void **params, void **extra)
 {
 	struct lynx_call call;
-	bool lost;
 	struct func_info *info =
-	        launch_begin(&call, LYNX_HOOK_cuLaunchKernel_ptsz, f, stream, params, extra, &lost);
-	CUresult result = lost ? LYNX_LOST_DRIVER
-	                       : lynx_real_fn(cuLaunchKernel_ptsz)(f, gx, gy, gz, bx, by, bz,
-	                                                           shared, stream, params, extra);
+	        launch_begin(&call, LYNX_HOOK_cuLaunchKernel_ptsz, f, stream, params, extra);
+	CUresult result = lynx_real_fn(cuLaunchKernel_ptsz)(f, gx, gy, gz, bx, by, bz, shared,
+	                                                    stream, params, extra);
 
 	launch_end(&call, info, f, (uint32_t[]){gx, gy, gz}, (uint32_t[]){bx, by, bz}, shared,
 	           stream, NULL, params, extra, result);
@@ -296,12 +289,9 @@ CUresult lynx_active_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f
                                       void **extra)
 {
 	struct lynx_call call;
-	bool lost;
-	struct func_info *info =
-	        launch_begin(&call, LYNX_HOOK_cuLaunchKernelEx, f, config ? config->hStream : NULL,
-	                     params, extra, &lost);
-	CUresult result =
-	        lost ? LYNX_LOST_DRIVER : lynx_real_fn(cuLaunchKernelEx)(config, f, params, extra);
+	struct func_info *info = launch_begin(&call, LYNX_HOOK_cuLaunchKernelEx, f,
+	                                      config ? config->hStream : NULL, params, extra);
+	CUresult result = lynx_real_fn(cuLaunchKernelEx)(config, f, params, extra);
 	uint32_t grid[3], block[3];
 
 	config_dims(config, grid, block);
@@ -314,16 +304,42 @@ CUresult lynx_active_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunct
                                            void **params, void **extra)
 {
 	struct lynx_call call;
-	bool lost;
-	struct func_info *info =
-	        launch_begin(&call, LYNX_HOOK_cuLaunchKernelEx_ptsz, f,
-	                     config ? config->hStream : NULL, params, extra, &lost);
-	CUresult result = lost ? LYNX_LOST_DRIVER
-	                       : lynx_real_fn(cuLaunchKernelEx_ptsz)(config, f, params, extra);
+	struct func_info *info = launch_begin(&call, LYNX_HOOK_cuLaunchKernelEx_ptsz, f,
+	                                      config ? config->hStream : NULL, params, extra);
+	CUresult result = lynx_real_fn(cuLaunchKernelEx_ptsz)(config, f, params, extra);
 	uint32_t grid[3], block[3];
 
 	config_dims(config, grid, block);
 	launch_end(&call, info, f, grid, block, config ? config->sharedMemBytes : 0,
 	           config ? config->hStream : NULL, config, params, extra, result);
 	return result;
+}
+
+/* ---- After lost data: the launches refuse ------------------------------------------------ */
+
+/*
+ * The driver's launches fail once data is lost (hooks.h, lynx_data_lost). Their real
+ * functions are swapped for these, so that a launch pays nothing for the check until then,
+ * and a launch whose own guard lost the data reads the swapped entry after the guard.
+ */
+static CUresult refuse_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy,
+                                      unsigned int gz, unsigned int bx, unsigned int by,
+                                      unsigned int bz, unsigned int shared, CUstream stream,
+                                      void **params, void **extra)
+{
+	return LYNX_LOST_DRIVER;
+}
+
+static CUresult refuse_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params,
+                                        void **extra)
+{
+	return LYNX_LOST_DRIVER;
+}
+
+void lynx_launches_refuse(void)
+{
+	atomic_store(&lynx_real.cuLaunchKernel, refuse_cuLaunchKernel);
+	atomic_store(&lynx_real.cuLaunchKernel_ptsz, refuse_cuLaunchKernel);
+	atomic_store(&lynx_real.cuLaunchKernelEx, refuse_cuLaunchKernelEx);
+	atomic_store(&lynx_real.cuLaunchKernelEx_ptsz, refuse_cuLaunchKernelEx);
 }

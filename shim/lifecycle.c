@@ -409,6 +409,7 @@ void lynx_data_lost(const char *what)
 {
 	if (atomic_fetch_or(&lynx_slow_paths, LYNX_SLOW_LOST) & LYNX_SLOW_LOST)
 		return;
+	lynx_launches_refuse();
 	/* Not through lynx_error: LYNX_LOG=off must not hide why the job stops. */
 	lynx_log_line(LYNX_LOG_ERROR, __FILE__, __LINE__,
 	              "%s: training data is lost; every CUDA and NCCL call of this process "
