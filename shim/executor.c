@@ -688,16 +688,13 @@ bool make_resident(struct exec_buf *b, CUstream stream)
 	case BUF_EVICTED:
 		int err = exec_restore(b, stream);
 		if (err) {
-			char what[200];
-			snprintf(
-			        what, sizeof(what),
-			        "recompute mode: layer %u's evicted activation %u (micro-batch %u) "
-			        "cannot be mapped again (%s)",
+			lynx_data_lost(
+			        "recompute mode: layer %u's evicted activation %u (micro-batch "
+			        "%u) cannot be mapped again (%s)",
 			        b->sb->layer, b->sb->index, b->sb->microbatch,
-			        err == -ENOMEM ? "out of device memory, even after waiting for "
-			                         "frees"
+			        err == -ENOMEM ? "out of device memory, even after waiting "
+			                         "for frees"
 			                       : strerror(-err));
-			lynx_data_lost(what);
 			return false;
 		}
 		ex.stats.on_demand++;

@@ -372,12 +372,9 @@ static int replay_into(struct exec_buf *b, CUstream stream, bool may_defer)
 		return err;
 	ex.stats.failures++;
 	b->producer = PRODUCER_REFUSED; /* later instances are offloaded */
-	char what[160];
-	snprintf(what, sizeof(what),
-	         "recompute mode: the producer of layer %u's activation %u (micro-batch %u) "
-	         "could not be replayed",
-	         b->sb->layer, b->sb->index, b->sb->microbatch);
-	lynx_data_lost(what);
+	lynx_data_lost("recompute mode: the producer of layer %u's activation %u (micro-batch %u) "
+	               "could not be replayed",
+	               b->sb->layer, b->sb->index, b->sb->microbatch);
 	return -EIO;
 }
 
@@ -526,14 +523,10 @@ void exec_examine(struct exec_buf *b, CUstream stream)
 		check.verdict = LYNX_REPLAY_NO_MEMORY;
 		snprintf(check.reason, sizeof(check.reason), "no host memory");
 	}
-	if (check.restore_failed) {
-		char what[400];
-		snprintf(what, sizeof(what),
-		         "recompute mode: examining layer %u's activation %u left memory it names "
-		         "poisoned (%s)",
-		         b->sb->layer, b->sb->index, check.reason);
-		lynx_data_lost(what);
-	}
+	if (check.restore_failed)
+		lynx_data_lost("recompute mode: examining layer %u's activation %u left memory it "
+		               "names poisoned (%s)",
+		               b->sb->layer, b->sb->index, check.reason);
 	const char *kernel = producer_name(b);
 	if (!ex.verdicts[check.verdict]++)
 		snprintf(ex.verdict_reason[check.verdict], sizeof(ex.verdict_reason[0]),
@@ -627,14 +620,11 @@ int exec_restore(struct exec_buf *b, CUstream stream)
 		driver_failed("the restore copy", r);
 		ex.drv.ctx_synchronize();
 		if ((r = ex.drv.memcpy_htod_async(b->addr, b->host, b->sb->bytes, NULL)) ||
-		    (r = ex.drv.ctx_synchronize())) {
-			char what[160];
-			snprintf(what, sizeof(what),
-			         "recompute mode: layer %u's activation %u (micro-batch %u) could "
-			         "not be copied back from the host (CUDA error %d, twice)",
-			         b->sb->layer, b->sb->index, b->sb->microbatch, (int)r);
-			lynx_data_lost(what);
-		}
+		    (r = ex.drv.ctx_synchronize()))
+			lynx_data_lost(
+			        "recompute mode: layer %u's activation %u (micro-batch %u) "
+			        "could not be copied back from the host (CUDA error %d, twice)",
+			        b->sb->layer, b->sb->index, b->sb->microbatch, (int)r);
 	} else {
 		b->ready_pending = true;
 	}

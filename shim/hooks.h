@@ -134,10 +134,10 @@ void lynx_slow_path_switch(uint32_t bit, bool on);
  * nor replayed, memory an examination could not put back). The trainer must not go on as
  * if nothing happened: from this call on, every launch, copy, memset, allocation,
  * synchronisation and NCCL call of the program fails, as after a sticky device fault, with
- * the errors below, and stderr says why, once, whatever LYNX_LOG says. The shim's own calls
- * go on (they do not pass through the hooks' bodies).
+ * the errors below, and stderr says why (fmt: what was lost), once, whatever LYNX_LOG says.
+ * The shim's own calls go on (they do not pass through the hooks' bodies).
  */
-void lynx_data_lost(const char *what);
+void lynx_data_lost(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* lynx_data_lost's part for the driver's launches (hooks_launch.c). */
 void lynx_launches_refuse(void);
 #define LYNX_LOST_RUNTIME cudaErrorLaunchFailure

@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
@@ -405,11 +406,17 @@ void lynx_slow_path_switch(uint32_t bit, bool on)
 	else
 		atomic_fetch_and(&lynx_slow_paths, ~bit);
 }
-void lynx_data_lost(const char *what)
+void lynx_data_lost(const char *fmt, ...)
 {
+	char what[400];
+	va_list ap;
+
 	if (atomic_fetch_or(&lynx_slow_paths, LYNX_SLOW_LOST) & LYNX_SLOW_LOST)
 		return;
 	lynx_launches_refuse();
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
 	/* Not through lynx_error: LYNX_LOG=off must not hide why the job stops. */
 	lynx_log_line(LYNX_LOG_ERROR, __FILE__, __LINE__,
 	              "%s: training data is lost; every CUDA and NCCL call of this process "

@@ -951,7 +951,6 @@ static struct {
 	atomic_int state;
 	/* Inputs: the profiles read (owned until the thread is joined), the options. */
 	struct job_profiles profiles;
-	bool solo;
 	struct lynx_problem_options opt;
 	/* Outputs, read once state is SEARCH_DONE. */
 	struct lynx_whatif_plan wp;
@@ -960,15 +959,23 @@ static struct {
 	char why[256];
 } search;
 
-static void *search_thread(void *arg)
+/* LYNX_PLANNER (or plan_json) over the job's profiles j, or this rank's own alone when
+ * opt->solo: lynx_whatif_plan's result. */
+static int plan_job(const struct job_profiles *j, const struct lynx_problem_options *opt,
+                    const char *plan_json, struct lynx_whatif_plan *wp, struct lynx_whatif_row *row,
+                    struct lynx_whatif_row *keep, char *why, size_t len)
 {
 	const struct lynx_profile *own = &prof.profile;
 
+	return lynx_whatif_plan(opt->solo ? &own : j->ranks, opt->solo ? 1 : (size_t)j->read, opt,
+	                        prof.planner, plan_json, wp, row, keep, why, len);
+}
+
+static void *search_thread(void *arg)
+{
 	(void)arg;
-	search.err = lynx_whatif_plan(search.solo ? &own : search.profiles.ranks,
-	                              search.solo ? 1 : (size_t)search.profiles.read, &search.opt,
-	                              prof.planner, NULL, &search.wp, &search.row, &search.keep,
-	                              search.why, sizeof(search.why));
+	search.err = plan_job(&search.profiles, &search.opt, NULL, &search.wp, &search.row,
+	                      &search.keep, search.why, sizeof(search.why));
 	atomic_store(&search.state, SEARCH_DONE);
 	return NULL;
 }
@@ -977,18 +984,17 @@ static void finish_plan(int err, const char *why, struct lynx_whatif_plan *wp,
                         struct lynx_whatif_row *row, struct lynx_whatif_row *keep, bool at_exit);
 
 /* Starts the search of this rank's stage with the profiles in j (taken over). */
-static void start_search(struct job_profiles *j, bool solo, const struct lynx_problem_options *opt)
+static void start_search(struct job_profiles *j, const struct lynx_problem_options *opt)
 {
 	sigset_t all, old;
 	int err;
 
 	search.profiles = *j;
-	search.solo = solo;
 	search.opt = *opt;
 	/* Solo, the problem is this stage alone; else the profile names its stage. Without
 	 * a known stage every stage is searched. */
-	search.opt.search_one_stage = solo || lynx_profile_pipeline_known(&prof.profile);
-	search.opt.searched_stage = solo ? 0 : (uint32_t)prof.profile.pipeline_stage;
+	search.opt.search_one_stage = opt->solo || lynx_profile_pipeline_known(&prof.profile);
+	search.opt.searched_stage = opt->solo ? 0 : (uint32_t)prof.profile.pipeline_stage;
 	atomic_store(&search.state, SEARCH_RUNNING);
 	/* The trainer's signals are the trainer's threads' to take. */
 	sigfillset(&all);
@@ -1068,9 +1074,8 @@ static void try_plan(bool at_exit)
 		}
 		if (lynx_output_private())
 			lynx_info("recompute mode: LYNX_OUT is this process's own directory: "
-			          "planning "
-			          "this rank's stage from its own profile, without the pipeline's "
-			          "windows");
+			          "planning this rank's stage from its own profile, without the "
+			          "pipeline's windows");
 		else
 			lynx_warn(
 			        "recompute mode: %d of %d ranks' profiles in %s after %llu s (the "
@@ -1097,14 +1102,12 @@ static void try_plan(bool at_exit)
 	                                   .search_seconds = SEARCH_SECONDS_PER_STAGE};
 	const struct lynx_planner *pl = lynx_planner_find(prof.planner);
 	if (!plan_json && pl && pl->searches) {
-		start_search(&j, solo, &opt);
+		start_search(&j, &opt);
 		return;
 	}
 	struct lynx_whatif_row row, keep;
 	struct lynx_whatif_plan wp;
-	const struct lynx_profile *own = &prof.profile;
-	int err = lynx_whatif_plan(solo ? &own : j.ranks, solo ? 1 : (size_t)j.read, &opt,
-	                           prof.planner, plan_json, &wp, &row, &keep, why, sizeof(why));
+	int err = plan_job(&j, &opt, plan_json, &wp, &row, &keep, why, sizeof(why));
 	free(plan_json);
 	job_profiles_free(&j);
 	finish_plan(err, why, &wp, &row, &keep, at_exit);
@@ -1190,9 +1193,8 @@ void lynx_profiling_at_exit(void)
 			lynx_recorder_stats(&stats);
 			recorder_losses(losses, sizeof(losses));
 			if (launched(&prof.trace) || stats.dropped >= LOOK_MIN_EVENTS)
-				lynx_warn("no profile at exit: %zu events recorded, fewer than the "
-				          "%d "
-				          "a look needs%s",
+				lynx_warn("no profile at exit: %zu events recorded, fewer than "
+				          "the %d a look needs%s",
 				          prof.trace.count, LOOK_MIN_EVENTS, losses);
 		}
 		if (atomic_load(&prof.phase) == PHASE_LEARNING) {
