@@ -576,6 +576,23 @@ static int prepare(struct classifier *c)
 	return 0;
 }
 
+/*
+ * Parameter words that name memory only by chance: a 32-bit integer beside the upper half
+ * of a pointer left on the trainer's stack (the padding of a by-value struct: tinytrain's
+ * layer norm backward ends in an int and 4 such bytes), or two packed integers. Their low
+ * 32 bits are small, so they can name a buffer only just past a 4 GiB line it crosses.
+ * Words below PACKED_INT_LIMIT past a line, beyond a buffer's first byte, still count for
+ * its lifetime (the safe side) but not as layers sharing it: one per layer made an
+ * optimizer state that straddled a line a "workspace", and its bytes were taken off the
+ * plan's budget until no plan fitted.
+ */
+#define PACKED_INT_LIMIT (1ull << 20)
+
+static bool maybe_packed_integer(const struct lynx_prof_buffer *buf, uint64_t offset)
+{
+	return offset != 0 && ((buf->ptr + offset) & 0xffffffffull) < PACKED_INT_LIMIT;
+}
+
 /* Whether events of two different layers reference buf at one offset. O(r log r) in its
  * references r. */
 static bool shared_by_layers(struct classifier *c, const struct lynx_prof_buffer *buf)
@@ -586,7 +603,7 @@ static bool shared_by_layers(struct classifier *c, const struct lynx_prof_buffer
 		const struct lynx_prof_ref *r = &c->lt->refs[buf->first_ref + k];
 		const struct half *h = half_of(c->halves, c->half_count, r->event);
 
-		if (h)
+		if (h && !maybe_packed_integer(buf, r->offset))
 			c->pairs[n++] = (struct pair){r->offset, c->s->layers[h->span].layer};
 	}
 	qsort(c->pairs, n, sizeof(*c->pairs), cmp_pair);

@@ -139,9 +139,11 @@ int lynx_prof_lifetimes_build(const struct lynx_prof_trace *trace, struct lynx_p
  * Classifies every buffer against the structure, in this order:
  *  - persistent: live across an iteration boundary (an iteration's begin, or the last
  *    iteration's end). WORKSPACE if events of two or more different layers (inside layer
- *    spans) reference it at the same offset (a scratch area the layers share); WEIGHT
- *    otherwise (weights, even in one flat buffer, are referenced at each layer's own
- *    offsets; optimizer states, gradients and other long-lived buffers land here too);
+ *    spans) reference it at the same offset (a scratch area the layers share), words
+ *    that may be an integer packed beside a pointer's upper half (within 1 MiB past a
+ *    4 GiB line, beyond the buffer's first byte) left out; WEIGHT otherwise (weights,
+ *    even in one flat buffer, are referenced at each layer's own offsets; optimizer
+ *    states, gradients and other long-lived buffers land here too);
  *  - TEMPORARY: no layer span or iteration boundary between its allocation and its free
  *    (allocated and freed inside one segment, or inside one stretch between segments);
  *  - SAVED: referenced in the forward and in the backward of one layer span (same layer,

@@ -93,14 +93,27 @@ static inline void drop_sanitizer_notes(char *text)
 	*out = 0;
 }
 
-/* Runs "env... cmd" through sh from the repository root, capturing stdout and stderr. */
+/*
+ * Runs "env... cmd" through sh from the repository root, capturing stdout and stderr. Each
+ * run's streams stay in the scratch directory (run-N.cmd, .stdout, .stderr), which a
+ * failure keeps: the evidence of a failure seen once, and the tail tests/run_tests.sh
+ * prints.
+ */
 static inline struct output run(const char *env, const char *cmd)
 {
-	char line[16384], out_path[1200], err_path[1200];
+	static int runs;
+	char line[16384], out_path[1200], err_path[1200], cmd_path[1200];
 	struct output o;
+	int n = ++runs;
 
-	snprintf(out_path, sizeof(out_path), "%s/stdout", scratch);
-	snprintf(err_path, sizeof(err_path), "%s/stderr", scratch);
+	snprintf(out_path, sizeof(out_path), "%s/run-%03d.stdout", scratch, n);
+	snprintf(err_path, sizeof(err_path), "%s/run-%03d.stderr", scratch, n);
+	snprintf(cmd_path, sizeof(cmd_path), "%s/run-%03d.cmd", scratch, n);
+	FILE *f = fopen(cmd_path, "w");
+	if (f) {
+		fprintf(f, "env %s %s\n", env, cmd);
+		fclose(f);
+	}
 	snprintf(line, sizeof(line), "cd %s/.. && env %s %s >%s 2>%s", build_dir, env, cmd,
 	         out_path, err_path);
 	int status = system(line);

@@ -14,6 +14,10 @@ fi
 passed=0
 failed=0
 failures=()
+# Scratch directories the test binaries keep when something failed (tests/harness.h) are
+# the ones newer than this mark.
+started_mark=$(mktemp)
+trap 'rm -f "$started_mark"' EXIT
 
 run() {
 	local name=$1
@@ -71,7 +75,22 @@ if [ -z "${SAN:-}" ]; then
 	run fault_sweep_quick fault_sweep_quick
 fi
 
+# The warnings of the runs in the scratch directories failed binaries kept, briefly:
+# CI shows the end of this output, and a failure seen once needs its evidence there.
+kept_evidence() {
+	local dir
+	find "$BUILD" -maxdepth 1 -type d -name '*.[0-9]*' -newer "$started_mark" |
+		sort | while read -r dir; do
+		echo "kept: $dir"
+		grep -H -m 3 -E 'WARN|error|rror:' "$dir"/run-*.stderr 2>/dev/null |
+			sed "s|^$dir/||" | cut -c 1-240 | tail -n 12
+	done | head -n 40
+}
+
 echo "=== summary"
+if [ "$failed" -ne 0 ]; then
+	kept_evidence
+fi
 echo "test binaries and checks: $passed passed, $failed failed"
 if [ "$failed" -ne 0 ]; then
 	printf 'failed: %s\n' "${failures[@]}"

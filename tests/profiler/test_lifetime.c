@@ -333,6 +333,7 @@ struct model {
 	size_t layer_count;
 	uint64_t next;        /* bump allocator: addresses are never reused here */
 	bool eager_optimizer; /* optimizer state made at start-up, not at the first step */
+	uint64_t stray_word;  /* carried by every backward launch when not 0 (struct padding) */
 	uint64_t setup_tmp, x[ITERS][MBS][LAYERS + 1], s[ITERS][MBS][LAYERS], tmp, g;
 };
 
@@ -387,7 +388,8 @@ static void iteration(struct model *m, uint32_t it)
 			uint64_t g = bump(m, G_BYTES);
 			sp->backward.begin = (uint32_t)tb->count;
 			alloc(tb, g, G_BYTES);
-			LAUNCH(tb, m->s[it][mb][l], m->x[it][mb][l], W + 256 * l, WS, g);
+			LAUNCH(tb, m->s[it][mb][l], m->x[it][mb][l], W + 256 * l, WS, g,
+			       m->stray_word);
 			release(tb, g);
 			release(tb, m->s[it][mb][l]);
 			release(tb, m->x[it][mb][l]);
@@ -400,15 +402,21 @@ static void iteration(struct model *m, uint32_t it)
 	m->iterations[it].end = (uint32_t)tb->count;
 }
 
-static struct model *model_trace_with(bool eager_optimizer)
+/* A second optimizer state across the 4 GiB line at 0x100000000, made at start-up. */
+#define LINE_STATE (0x100000000ull - 256)
+
+static struct model *model_trace_stray(bool eager_optimizer, uint64_t stray_word)
 {
 	struct model *m = calloc(1, sizeof(*m));
 
 	m->next = 0x1000000;
 	m->eager_optimizer = eager_optimizer;
+	m->stray_word = stray_word;
 	alloc(&m->tb, W, W_BYTES);
 	if (eager_optimizer)
 		alloc(&m->tb, OPT, W_BYTES);
+	if (stray_word)
+		alloc(&m->tb, LINE_STATE, W_BYTES);
 	alloc(&m->tb, WS, WS_BYTES);
 	alloc(&m->tb, m->setup_tmp = bump(m, 64), 64);
 	LAUNCH(&m->tb, m->setup_tmp, W);
@@ -416,6 +424,11 @@ static struct model *model_trace_with(bool eager_optimizer)
 	for (uint32_t it = 0; it < ITERS; it++)
 		iteration(m, it);
 	return m;
+}
+
+static struct model *model_trace_with(bool eager_optimizer)
+{
+	return model_trace_stray(eager_optimizer, 0);
 }
 
 static struct model *model_trace(void)
@@ -522,6 +535,37 @@ static void test_lifetime_peak_is_at_a_first_backward_with_its_breakdown(void **
 	assert_true(lt.peak_event >= first->backward.begin);
 	assert_true(lt.peak_event < first->backward.end);
 	assert_int_equal(m->tb.ev[lt.peak_event].kind, LYNX_PROF_ALLOC);
+	lynx_prof_lifetimes_free(&lt);
+	free(m);
+}
+
+/*
+ * Every layer's backward launch carries one more word, the same in each layer: the padding
+ * after an int in a by-value struct, holding the upper half of a pointer the trainer's
+ * stack held before (0x00000001 beside an int 1). Past the 4 GiB line that the second
+ * optimizer state crosses, it names that state at one offset from every layer: not a
+ * workspace. The same word elsewhere inside the state does make it one.
+ */
+static void test_lifetime_an_integer_beside_stale_padding_makes_no_workspace(void **state)
+{
+	struct model *m = model_trace_stray(false, 0x100000001ull);
+	struct lynx_prof_lifetimes lt;
+
+	classify(m, &lt);
+	assert_int_equal(class_at(&lt, LINE_STATE), LYNX_PROF_CLASS_WEIGHT);
+	assert_int_equal(class_at(&lt, WS), LYNX_PROF_CLASS_WORKSPACE);
+	assert_int_equal(lt.peak_by_class[LYNX_PROF_CLASS_WORKSPACE], WS_BYTES);
+	/* Still a reference: the state's lifetime covers it. */
+	const struct lynx_prof_buffer *b =
+	        lynx_prof_lifetimes_find(&lt, LINE_STATE, (uint32_t)m->tb.count - 1);
+	assert_non_null(b);
+	assert_true(b->ref_count >= (size_t)ITERS * MBS * LAYERS);
+	lynx_prof_lifetimes_free(&lt);
+	free(m);
+
+	m = model_trace_stray(false, LINE_STATE + 64); /* below the line: a shared offset */
+	classify(m, &lt);
+	assert_int_equal(class_at(&lt, LINE_STATE), LYNX_PROF_CLASS_WORKSPACE);
 	lynx_prof_lifetimes_free(&lt);
 	free(m);
 }
@@ -750,6 +794,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_lifetime_classifies_weights_workspace_temporaries_and_saved),
 	        cmocka_unit_test(test_lifetime_peak_is_at_a_first_backward_with_its_breakdown),
 	        cmocka_unit_test(test_lifetime_peak_is_taken_in_a_steady_iteration),
+	        cmocka_unit_test(test_lifetime_an_integer_beside_stale_padding_makes_no_workspace),
 	        cmocka_unit_test(test_lifetime_without_structure_only_temporaries_and_other),
 	        cmocka_unit_test(test_lifetime_classify_refuses_bad_spans),
 	        cmocka_unit_test(test_lifetime_class_names_come_from_the_list),
