@@ -153,6 +153,7 @@ static int driver_failed(struct lynx_arena *a, enum driver_call call, CUresult r
                          size_t size)
 {
 	int err = errno_of(res);
+	char error[96];
 
 	pthread_mutex_lock(&a->lock);
 	if (err == -ENOMEM)
@@ -161,13 +162,14 @@ static int driver_failed(struct lynx_arena *a, enum driver_call call, CUresult r
 		a->stats.failures++;
 	pthread_mutex_unlock(&a->lock);
 	if (err == -EIO && !atomic_exchange_explicit(&warned[call], true, memory_order_relaxed))
-		lynx_warn("VMM arena: %s at %#llx (%zu bytes) failed with CUDA error %d; further "
-		          "failures of %s are not logged",
-		          call_names[call], (unsigned long long)ptr, size, (int)res,
-		          call_names[call]);
+		lynx_warn("VMM arena: %s at %#llx (%zu bytes) failed with %s; further failures of "
+		          "%s are not logged",
+		          call_names[call], (unsigned long long)ptr, size,
+		          lynx_cuda_error_text((int)res, error, sizeof(error)), call_names[call]);
 	else
-		lynx_debug("VMM arena: %s at %#llx (%zu bytes) failed with CUDA error %d",
-		           call_names[call], (unsigned long long)ptr, size, (int)res);
+		lynx_debug("VMM arena: %s at %#llx (%zu bytes) failed with %s", call_names[call],
+		           (unsigned long long)ptr, size,
+		           lynx_cuda_error_text((int)res, error, sizeof(error)));
 	return err;
 }
 

@@ -620,11 +620,13 @@ int exec_restore(struct exec_buf *b, CUstream stream)
 		driver_failed("the restore copy", r);
 		ex.drv.ctx_synchronize();
 		if ((r = ex.drv.memcpy_htod_async(b->addr, b->host, b->sb->bytes, NULL)) ||
-		    (r = ex.drv.ctx_synchronize()))
-			lynx_data_lost(
-			        "recompute mode: layer %u's activation %u (micro-batch %u) "
-			        "could not be copied back from the host (CUDA error %d, twice)",
-			        b->sb->layer, b->sb->index, b->sb->microbatch, (int)r);
+		    (r = ex.drv.ctx_synchronize())) {
+			char error[96];
+			lynx_data_lost("recompute mode: layer %u's activation %u (micro-batch %u) "
+			               "could not be copied back from the host (%s, twice)",
+			               b->sb->layer, b->sb->index, b->sb->microbatch,
+			               lynx_cuda_error_text((int)r, error, sizeof(error)));
+		}
 	} else {
 		b->ready_pending = true;
 	}

@@ -418,11 +418,14 @@ void lynx_data_lost(const char *fmt, ...)
 	vsnprintf(what, sizeof(what), fmt, ap);
 	va_end(ap);
 	/* Not through lynx_error: LYNX_LOG=off must not hide why the job stops. */
+	char error[96];
 	lynx_log_line(LYNX_LOG_ERROR, __FILE__, __LINE__,
 	              "%s: training data is lost; every CUDA and NCCL call of this process "
-	              "fails from now on (CUDA error %d, NCCL error %d, as after a sticky "
+	              "fails from now on (%s, ncclUnhandledCudaError (%d), as after a sticky "
 	              "device fault), so that the job stops instead of training on wrong bytes",
-	              what, (int)CUDA_ERROR_LAUNCH_FAILED, (int)ncclUnhandledCudaError);
+	              what,
+	              lynx_cuda_error_text((int)CUDA_ERROR_LAUNCH_FAILED, error, sizeof(error)),
+	              (int)ncclUnhandledCudaError);
 }
 
 atomic_bool lynx_timing_kernels;

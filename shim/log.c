@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Lynx's levelled log: one write(2) per line, formatted in a stack buffer. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -48,4 +49,28 @@ void lynx_log_line(enum lynx_log_level level, const char *file, int line, const 
 	buf[n++] = '\n';
 	if (write(atomic_load(&log_fd), buf, (size_t)n) < 0)
 		return; /* nowhere left to say it */
+}
+
+/* cuGetErrorName's signature, without cuda.h: CUresult is an int-sized enum. */
+typedef int (*error_name_fn)(int code, const char **name);
+
+const char *lynx_cuda_error_text(int code, char *buf, size_t len)
+{
+	static _Atomic(error_name_fn) error_name;
+	static atomic_bool looked;
+	error_name_fn fn = atomic_load(&error_name);
+	const char *name = NULL;
+
+	/* Looked up once, in the driver the process loaded (perhaps RTLD_LOCAL, as the CUDA
+	 * runtime does): an error comes from a driver that is there. Never loaded here. */
+	if (!fn && !atomic_exchange(&looked, true)) {
+		void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+		fn = driver ? (error_name_fn)dlsym(driver, "cuGetErrorName") : NULL;
+		atomic_store(&error_name, fn);
+	}
+	if (fn && fn(code, &name) == 0 && name)
+		snprintf(buf, len, "%s (%d)", name, code);
+	else
+		snprintf(buf, len, "CUDA error %d", code);
+	return buf;
 }

@@ -21,6 +21,14 @@ int lynx_log_open(enum lynx_log_level level, const char *path);
 void lynx_log_line(enum lynx_log_level level, const char *file, int line, const char *fmt, ...)
         __attribute__((format(printf, 4, 5)));
 
+/*
+ * A CUDA driver error for a log line: the driver's name for it and its number
+ * ("CUDA_ERROR_OUT_OF_MEMORY (2)"), or "CUDA error 2" when no driver is loaded or it does
+ * not know the code. Written into buf (at least 64 bytes), which it returns. The driver's
+ * cuGetErrorName is a table lookup: safe wherever Lynx logs.
+ */
+const char *lynx_cuda_error_text(int code, char *buf, size_t len);
+
 #define lynx_log(level, ...)                                                                \
 	do {                                                                                \
 		if ((level) <= atomic_load_explicit(&lynx_log_level, memory_order_relaxed)) \

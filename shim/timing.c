@@ -155,9 +155,10 @@ int lynx_timing_record(uint32_t mark, CUstream stream)
 	CUresult r = driver.event_record(events[mark - 1], stream);
 	if (r != CUDA_SUCCESS) {
 		/* That call keeps the host's time instead; said once, like every failure. */
-		lynx_warn_once("timing: cuEventRecord failed (CUDA error %d): calls whose mark is "
-		               "missing are timed on the host",
-		               (int)r);
+		char error[96];
+		lynx_warn_once("timing: cuEventRecord failed (%s): calls whose mark is missing are "
+		               "timed on the host",
+		               lynx_cuda_error_text((int)r, error, sizeof(error)));
 		return -EIO;
 	}
 	atomic_store_explicit(&recorded[mark - 1], 1, memory_order_release);
