@@ -30,9 +30,12 @@
 #include "planner.h"
 
 const struct lynx_planner lynx_planners[LYNX_PLANNER_COUNT] = {
-#define LYNX_PLANNER(id, planner_name, fn, search, text) \
-	[LYNX_PLANNER_##                                 \
-	        id] = {.name = planner_name, .plan = fn, .searches = search, .summary = text},
+#define LYNX_PLANNER(id, planner_name, fn, search, budget, text) \
+	[LYNX_PLANNER_##id] = {.name = planner_name,             \
+	                       .plan = fn,                       \
+	                       .searches = search,               \
+	                       .budgeted = budget,               \
+	                       .summary = text},
 #include "planners.def"
 };
 

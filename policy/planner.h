@@ -26,6 +26,7 @@ struct lynx_planner {
 	const char *name;
 	lynx_planner_fn plan;
 	bool searches; /* planners.def: an exact search, seconds to minutes */
+	bool budgeted; /* planners.def: its plan depends on the budget */
 	const char *summary;
 };
 
@@ -35,7 +36,7 @@ enum lynx_planner_id {
 	LYNX_PLANNER_COUNT
 };
 
-#define LYNX_PLANNER(id, name, fn, searches, summary) \
+#define LYNX_PLANNER(id, name, fn, searches, budgeted, summary) \
 	int fn(const struct lynx_problem *p, struct lynx_plan *plan, char *why, size_t len);
 #include "planners.def"
 

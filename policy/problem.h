@@ -220,6 +220,10 @@ struct lynx_problem_options {
 	 * measured (the micro-batches it holds at once); its pipeline transfers are not used
 	 * as windows, since the other stages' timing is unknown. */
 	bool solo;
+	/* lynx_whatif_plan() without a budget (budget_bytes and budget_percent 0): plan at the
+	 * smallest budget whose plan is predicted at most this many hundredths of a percent
+	 * slower than keeping everything (LYNX_MAX_SLOWDOWN); 0: at the measured peak. */
+	uint32_t max_slowdown_bp;
 };
 
 /*

@@ -33,13 +33,17 @@ static int replay_row(const struct lynx_problem *p, const struct lynx_plan *plan
 	return 0;
 }
 
-/* Runs planner name on the profiles' problem at budget; fills the replayed numbers. */
-static int replay(const struct lynx_profile *const *ranks, size_t n, uint64_t budget,
-                  const char *name, struct lynx_whatif_row *row, struct lynx_problem *keep,
-                  char *why, size_t len)
+/* Runs planner name on the profiles' problem (options base, NULL: defaults) at budget;
+ * fills the replayed numbers. */
+static int replay(const struct lynx_profile *const *ranks, size_t n,
+                  const struct lynx_problem_options *base, uint64_t budget, const char *name,
+                  struct lynx_whatif_row *row, struct lynx_problem *keep, char *why, size_t len)
 {
-	struct lynx_problem_options opt = {.budget_bytes = budget};
+	struct lynx_problem_options opt = base ? *base : (struct lynx_problem_options){0};
 	struct lynx_problem p;
+
+	opt.budget_bytes = budget;
+	opt.budget_percent = 0;
 	struct lynx_plan plan;
 	int err = lynx_problem_from_profile(ranks, n, &opt, &p, why, len);
 
@@ -66,7 +70,7 @@ int lynx_whatif_from_profiles(const struct lynx_profile *const *ranks, size_t n,
 
 	memset(out, 0, sizeof(*out));
 	/* Keeping everything, at the measured peak (from_profile's default budget). */
-	err = replay(ranks, n, 0, "none", &base, &p, why, len);
+	err = replay(ranks, n, NULL, 0, "none", &base, &p, why, len);
 	if (err)
 		return err;
 	out->stages = p.n_stages;
@@ -83,7 +87,8 @@ int lynx_whatif_from_profiles(const struct lynx_profile *const *ranks, size_t n,
 			                         : 0;
 			budget = out->static_max + (uint64_t)((double)share * ladder[i]);
 		}
-		err = replay(ranks, n, budget, "heu", &out->rows[out->n_rows], NULL, why, len);
+		err = replay(ranks, n, NULL, budget, "heu", &out->rows[out->n_rows], NULL, why,
+		             len);
 		if (err == -ENOMEM)
 			return err;
 		/* A budget below some stage's static memory: no plan; the ladder stops. */
@@ -134,6 +139,49 @@ void lynx_whatif_plan_free(struct lynx_whatif_plan *out)
 	out->problem = NULL;
 }
 
+/* Bisection steps of budget_within_slowdown: the budget to 1/16384 of the activations'
+ * share of the peak, a few milliseconds of HEU per step on a profile's problem. */
+#define SLOWDOWN_STEPS 14
+
+/*
+ * The smallest budget at which planner's plan fits and is predicted at most max_slowdown_bp
+ * slower than keeping everything, by bisection between the largest static memory (no plan
+ * goes below it) and the peak of keeping everything (no slowdown): the checker's time
+ * grows as the budget shrinks, if not strictly. A searching planner's budget is found with
+ * HEU, whose plan it can only better at that budget.
+ */
+static int budget_within_slowdown(const struct lynx_profile *const *ranks, size_t n,
+                                  const struct lynx_problem_options *opt, const char *planner,
+                                  uint64_t *budget, char *why, size_t len)
+{
+	const struct lynx_planner *pl = lynx_planner_find(planner);
+	const char *probe = pl && !pl->searches ? planner : "heu";
+	struct lynx_whatif_row base, row;
+	struct lynx_problem p;
+	int err = replay(ranks, n, opt, 0, "none", &base, &p, why, len);
+
+	if (err)
+		return err;
+	/* hi: keeping everything fits there, by the checker too. */
+	uint64_t lo = lynx_problem_max_static_bytes(&p),
+	         hi = base.peak > p.budget_bytes ? base.peak : p.budget_bytes;
+	double limit = base.step_s * (1.0 + opt->max_slowdown_bp / 10000.0);
+	lynx_problem_free(&p);
+	for (int step = 0; step < SLOWDOWN_STEPS && hi > lo + 1; step++) {
+		uint64_t mid = lo + (hi - lo) / 2;
+		char ignored[256];
+		err = replay(ranks, n, opt, mid, probe, &row, NULL, ignored, sizeof(ignored));
+		if (err == -ENOMEM)
+			return err;
+		if (!err && row.fits && row.step_s <= limit)
+			hi = mid;
+		else
+			lo = mid;
+	}
+	*budget = hi;
+	return 0;
+}
+
 int lynx_whatif_plan(const struct lynx_profile *const *ranks, size_t n,
                      const struct lynx_problem_options *opt, const char *planner,
                      const char *plan_json, struct lynx_whatif_plan *out,
@@ -141,13 +189,22 @@ int lynx_whatif_plan(const struct lynx_profile *const *ranks, size_t n,
                      size_t len)
 {
 	const struct lynx_planner *pl = lynx_planner_find(planner ? planner : "heu");
+	struct lynx_problem_options chosen = *opt;
 	int err;
 
-	out->problem = calloc(1, sizeof(*out->problem));
+	out->problem = NULL;
 	out->plan = NULL;
+	if (opt->max_slowdown_bp && !opt->budget_bytes && !opt->budget_percent && !plan_json &&
+	    pl && pl->budgeted) {
+		err = budget_within_slowdown(ranks, n, opt, pl->name, &chosen.budget_bytes, why,
+		                             len);
+		if (err)
+			return err;
+	}
+	out->problem = calloc(1, sizeof(*out->problem));
 	if (!out->problem)
 		return -ENOMEM;
-	err = lynx_problem_from_profile(ranks, n, opt, out->problem, why, len);
+	err = lynx_problem_from_profile(ranks, n, &chosen, out->problem, why, len);
 	if (err) {
 		free(out->problem);
 		out->problem = NULL;

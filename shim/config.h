@@ -32,6 +32,7 @@ struct lynx_config {
 #define LYNX_OPTION_TYPE_ENUM int
 #define LYNX_OPTION_TYPE_SIZE uint64_t
 #define LYNX_OPTION_TYPE_SHARE struct lynx_share
+#define LYNX_OPTION_TYPE_PERCENT uint32_t /* hundredths of a percent: 2% is 200 */
 #define LYNX_OPTION_TYPE_UINT uint64_t
 #define LYNX_OPTION_TYPE_PATH const char *
 #define LYNX_OPTION_TYPE_TEXT const char *
@@ -58,6 +59,17 @@ extern const struct lynx_option_info lynx_options[LYNX_OPT_COUNT];
  */
 int lynx_config_parse(struct lynx_config *cfg, const char *(*lookup)(const char *name),
                       void (*warn)(const char *line));
+
+/*
+ * A size in bytes: digits, optionally a decimal point and digits, and a unit: none or B
+ * (bytes, whole), K, M, G, T or KiB, MiB, GiB, TiB (powers of 1024), KB, MB, GB, TB
+ * (powers of 1000). "4.5M" is 4718592 bytes, "70GB" 70000000000; a fraction of a byte is
+ * dropped. Returns 0, or -EINVAL (out untouched) for anything else or a size past 2^64.
+ */
+int lynx_size_parse(const char *text, uint64_t *out);
+#define LYNX_SIZE_UNITS_HELP                                                             \
+	"bytes, or a number, decimals allowed, with K, M, G or T (powers of 1024, also " \
+	"written KiB...), or KB, MB, GB or TB (powers of 1000): 512M, 4.5GiB, 70GB"
 
 /* Writes the value of option id in cfg as text (for `lynx env`). */
 void lynx_config_format(const struct lynx_config *cfg, enum lynx_option_id id, char *buf,

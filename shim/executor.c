@@ -75,9 +75,11 @@ static CUstream stream_of(enum lynx_hook_id id, uint64_t stream)
 
 void driver_failed(const char *what, CUresult r)
 {
+	char error[96];
+
 	ex.stats.failures++;
-	lynx_warn_once("recompute mode: %s failed (CUDA error %d); the activation stays as it was",
-	               what, (int)r);
+	lynx_warn_once("recompute mode: %s failed (%s); the activation stays as it was", what,
+	               lynx_cuda_error_text((int)r, error, sizeof(error)));
 }
 
 /* ---- Bookkeeping -------------------------------------------------------------------------- */
@@ -929,9 +931,9 @@ int lynx_exec_arm(const struct lynx_prof_script *script, const struct lynx_exec_
 	ex.can_replay =
 	        !lynx_replay_driver_resolve(&ex.replay_drv, lookup, NULL) && ex.address_range;
 	if ((r = ex.drv.ctx_get_device(&device))) {
-		lynx_warn("recompute mode: no current CUDA device (CUDA error %d); training goes "
-		          "on unchanged",
-		          (int)r);
+		char error[96];
+		lynx_warn("recompute mode: no current CUDA device (%s); training goes on unchanged",
+		          lynx_cuda_error_text((int)r, error, sizeof(error)));
 		goto fail;
 	}
 	for (size_t i = 0; i < script->n_buffers; i++)
@@ -975,9 +977,10 @@ int lynx_exec_arm(const struct lynx_prof_script *script, const struct lynx_exec_
 	qsort(ex.restore_order, script->n_buffers, sizeof(uint32_t), token_cmp_restore);
 	qsort(ex.window_order, ex.n_windowed, sizeof(uint32_t), token_cmp_window);
 	if ((r = make_cuda_objects())) {
-		lynx_warn("recompute mode: cannot prepare the executor's streams and events (CUDA "
-		          "error %d); training goes on unchanged",
-		          (int)r);
+		char error[96];
+		lynx_warn("recompute mode: cannot prepare the executor's streams and events (%s); "
+		          "training goes on unchanged",
+		          lynx_cuda_error_text((int)r, error, sizeof(error)));
 		err = -EIO;
 		goto fail;
 	}
@@ -1033,6 +1036,12 @@ static void print_achieved(FILE *f, const char *tag, const struct lynx_exec_stat
 	        tag, (double)e->measured_iteration_ns / 1e6, 100.0 * (e->predicted_slowdown - 1.0),
 	        achieved / 1e6, percent(achieved, (double)e->measured_iteration_ns),
 	        s->timed_iterations);
+	if (e->max_slowdown > 0 && achieved > e->max_slowdown * (double)e->measured_iteration_ns)
+		lynx_warn("recompute mode: the followed iterations took %+.1f%%, over "
+		          "LYNX_MAX_SLOWDOWN=%s (the plan was predicted at %+.1f%%): the cost "
+		          "model misses part of the executor's cost on this job",
+		          percent(achieved, (double)e->measured_iteration_ns), e->max_slowdown_text,
+		          100.0 * (e->predicted_slowdown - 1.0));
 }
 
 /* What became of the RECOMPUTE decisions: examinations by verdict, replays, failures. */

@@ -162,6 +162,10 @@ struct lynx_exec_expectation {
 	double predicted_slowdown;      /* the plan's iteration time over keeping everything */
 	/* The plan's memory budget, which the executor keeps (see lynx_exec_arm); 0: none. */
 	uint64_t budget_bytes;
+	/* The slowdown asked for (LYNX_MAX_SLOWDOWN, 1.02 for 2%), and its text; 0: none. An
+	 * achieved one above it is warned at exit. */
+	double max_slowdown;
+	char max_slowdown_text[16];
 };
 
 /* What to do with one scripted activation and, for RECOMPUTE, where: the token of the

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -64,8 +65,13 @@ static struct {
 	int attempts;
 	bool out_of_memory;
 	uint32_t warmup;
-	uint64_t budget;          /* LYNX_BUDGET, for the what-if; 0: a ladder of budgets */
-	uint32_t budget_percent;  /* LYNX_BUDGET as a share of each rank's own peak; 0: bytes */
+	uint64_t budget;         /* LYNX_BUDGET, for the what-if; 0: a ladder of budgets */
+	uint32_t budget_percent; /* LYNX_BUDGET as a share of each rank's own peak; 0: bytes */
+	/* Without LYNX_BUDGET, LYNX_MAX_SLOWDOWN (hundredths of a percent), and its text and
+	 * whether it is the default, for the plan's summary. */
+	uint32_t max_slowdown_bp;
+	char max_slowdown[16];
+	bool max_slowdown_default;
 	bool recompute;           /* LYNX_MODE=recompute: plan online once every profile is there */
 	char planner[32];         /* LYNX_PLANNER */
 	char plan_path[PATH_MAX]; /* LYNX_PLAN, or "" */
@@ -74,6 +80,9 @@ static struct {
 	char out_dir[PATH_MAX];
 	struct lynx_profile profile;
 	bool have_profile;
+	/* The profile was made at exit: the job ended before warm-up did. Its times are the
+	 * host's (no CUDA call at exit), so no plan and no what-if come from it. */
+	bool profile_at_exit;
 	struct lynx_prof_script script; /* the chosen iteration's, for the executor */
 	int fault;                      /* LYNX_FAULT, for the executor */
 	/* Recompute mode, during warm-up: the most device memory in use (cuMemGetInfo) seen
@@ -199,6 +208,16 @@ bool lynx_profiling_start(const struct lynx_config *cfg, bool output_ok)
 	prof.fault = cfg->fault;
 	lynx_config_format(cfg, LYNX_OPT_LYNX_PLANNER, prof.planner, sizeof(prof.planner));
 	snprintf(prof.plan_path, sizeof(prof.plan_path), "%s", cfg->plan ? cfg->plan : "");
+	/* LYNX_MAX_SLOWDOWN chooses the budget of a planner that takes one, when none is
+	 * given and no plan either. */
+	const struct lynx_planner *pl = lynx_planner_find(prof.planner);
+	prof.max_slowdown_bp =
+	        prof.budget || prof.budget_percent || prof.plan_path[0] || !pl || !pl->budgeted
+	                ? 0
+	                : cfg->max_slowdown;
+	lynx_config_format(cfg, LYNX_OPT_LYNX_MAX_SLOWDOWN, prof.max_slowdown,
+	                   sizeof(prof.max_slowdown));
+	prof.max_slowdown_default = !getenv(lynx_options[LYNX_OPT_LYNX_MAX_SLOWDOWN].name);
 	prof.output_ok = output_ok;
 	snprintf(prof.out_dir, sizeof(prof.out_dir), "%s", cfg->out_dir);
 	if (lynx_prof_trace_init(&prof.trace, (int)getpid())) {
@@ -479,6 +498,7 @@ static void try_finish(bool at_exit)
 	else if (pending)
 		resolve_marks(&prof.view, true);
 	write_profile(&prof.view, at_exit);
+	prof.profile_at_exit = at_exit && prof.have_profile;
 	drop_collected();
 	prof.plan_since_ns = now_ns();
 	prof.plan_tried_ns = 0;
@@ -641,6 +661,18 @@ static void print_whatif(void)
 	char why[256], tag[32];
 
 	rank_tag(tag, sizeof(tag));
+	if (prof.profile_at_exit) {
+		/* A line of the summary, as the what-if would be (recompute mode has warned
+		 * already, with its plan). */
+		if (!prof.recompute)
+			fprintf(stderr,
+			        "%s: what-if: none: the job ended before warm-up did, and the "
+			        "profile made at exit has host times only; run more iterations "
+			        "(warm-up needs LYNX_WARMUP=%u identical ones, and a few more to "
+			        "confirm and time them)\n",
+			        tag, prof.warmup);
+		return;
+	}
 	if (job_profiles_read(&j))
 		fprintf(stderr, "%s: what-if: out of memory\n", tag);
 	else if (j.read < j.world)
@@ -728,14 +760,15 @@ static uint32_t this_stage(const struct lynx_whatif_plan *wp)
 }
 
 /* The budget this rank holds, in cuMemGetInfo's terms: LYNX_BUDGET itself; its share of
- * this stage's peak of tensors, with what planning_budget takes off back on; or, with no
- * budget, the one the planner was given (the measured peak). */
+ * this stage's peak of tensors; or, with no budget, the one the planner was given (the
+ * smallest within LYNX_MAX_SLOWDOWN, or the measured peak) - the last two with what
+ * planning_budget takes off back on. */
 static uint64_t held_budget(const struct lynx_whatif_plan *wp, uint32_t s,
                             const struct lynx_whatif_row *row)
 {
 	if (prof.budget_percent)
 		return in_device_terms(lynx_problem_stage_budget(wp->problem, s));
-	return prof.budget ? prof.budget : row->budget_bytes;
+	return prof.budget ? prof.budget : in_device_terms(row->budget_bytes);
 }
 
 /* The plan's summary for this rank's stage, once. */
@@ -747,7 +780,7 @@ static void print_plan(const struct lynx_whatif_plan *wp, const struct lynx_what
 	char tag[32];
 
 	uint64_t beyond, budget = planning_budget(&beyond);
-	char planned_for[160] = "";
+	char planned_for[200] = "";
 
 	rank_tag(tag, sizeof(tag));
 	if (prof.budget_percent)
@@ -755,6 +788,10 @@ static void print_plan(const struct lynx_whatif_plan *wp, const struct lynx_what
 		         "; LYNX_BUDGET=%u%% of this stage's peak of tensors, with %.2f MiB for "
 		         "what warm-up had in use beyond them",
 		         prof.budget_percent, lynx_prof_mib(beyond));
+	else if (prof.max_slowdown_bp)
+		snprintf(planned_for, sizeof(planned_for),
+		         "; no LYNX_BUDGET: the smallest predicted within LYNX_MAX_SLOWDOWN=%s%s",
+		         prof.max_slowdown, prof.max_slowdown_default ? " (the default)" : "");
 	else if (budget != prof.budget)
 		snprintf(planned_for, sizeof(planned_for),
 		         "; planned for %.2f MiB: %.2f MiB for what warm-up had in use beyond its "
@@ -764,19 +801,20 @@ static void print_plan(const struct lynx_whatif_plan *wp, const struct lynx_what
 	for (int a = 0; a < LYNX_ACTION_COUNT; a++)
 		groups += counts[a];
 	uint64_t peak = in_device_terms(wp->plan->stages[s].peak_bytes), measured = measured_peak();
+	double less = measured ? 100.0 * (1.0 - (double)peak / (double)measured) : 0.0;
 	fprintf(stderr,
 	        "%s: recompute plan (%s%s, budget %.2f MiB%s), stage %u of %u: of %u groups keep "
 	        "%u, "
 	        "offload %u, recompute in windows %u, on demand %u; this stage's predicted peak "
-	        "%.2f MiB in use (measured without a plan: %.2f MiB, %.1f%% less), iteration "
+	        "%.2f MiB in use (measured without a plan: %.2f MiB, %.1f%% %s), iteration "
 	        "%+.1f%%%s\n",
 	        tag, prof.plan_path[0] ? "LYNX_PLAN " : "",
 	        prof.plan_path[0] ? prof.plan_path : wp->plan->planner,
 	        lynx_prof_mib(held_budget(wp, s, row)), planned_for, s, n, groups,
 	        counts[LYNX_ACTION_KEEP], counts[LYNX_ACTION_OFFLOAD],
 	        counts[LYNX_ACTION_RECOMPUTE_IN_WINDOW], counts[LYNX_ACTION_RECOMPUTE_ON_DEMAND],
-	        lynx_prof_mib(peak), lynx_prof_mib(measured),
-	        measured ? 100.0 * (1.0 - (double)peak / (double)measured) : 0.0,
+	        lynx_prof_mib(peak), lynx_prof_mib(measured), fabs(less),
+	        less < 0 ? "more" : "less",
 	        keep->step_s > 0 ? 100.0 * (row->step_s / keep->step_s - 1.0) : 0.0,
 	        row->fits ? "" : "; DOES NOT FIT the budget");
 }
@@ -837,6 +875,22 @@ static uint32_t window_token(const struct lynx_problem *p, const struct lynx_pro
 	return best;
 }
 
+/* Without a budget, why a plan keeps every activation of this rank's: in why. */
+static const char *keeps_everything_because(char *why, size_t len)
+{
+	if (prof.plan_path[0])
+		snprintf(why, len, "LYNX_PLAN keeps every activation of this stage");
+	else if (!lynx_planner_find(prof.planner) || !lynx_planner_find(prof.planner)->budgeted)
+		snprintf(why, len, "LYNX_PLANNER=%s keeps every activation of this stage",
+		         prof.planner);
+	else
+		snprintf(why, len,
+		         "no eviction is predicted to cost at most LYNX_MAX_SLOWDOWN=%s of the "
+		         "iteration; give LYNX_BUDGET or a larger LYNX_MAX_SLOWDOWN",
+		         prof.max_slowdown);
+	return why;
+}
+
 /*
  * The plan's decision for each of this rank's scripted activations: the k-th saved buffer
  * of profile layer l is buffer k of the stage's problem layer l - profile_first_layer,
@@ -852,6 +906,7 @@ static void arm_executor(const struct lynx_whatif_plan *wp, const struct lynx_wh
 	size_t n = prof.script.n_buffers;
 	struct lynx_exec_decision *decisions = calloc(n ? n : 1, sizeof(*decisions));
 	uint32_t windows = 0, in_windows = 0;
+	char why[192];
 	int err;
 
 	/*
@@ -914,7 +969,10 @@ static void arm_executor(const struct lynx_whatif_plan *wp, const struct lynx_wh
 	        .predicted_slowdown = keep->step_s > 0 ? row->step_s / keep->step_s : 1.0,
 	        /* Kept in cuMemGetInfo's terms: LYNX_BUDGET itself. */
 	        .budget_bytes = held_budget(wp, s, row),
+	        .max_slowdown = prof.max_slowdown_bp ? 1.0 + prof.max_slowdown_bp / 10000.0 : 0.0,
 	};
+	snprintf(expect.max_slowdown_text, sizeof(expect.max_slowdown_text), "%s",
+	         prof.max_slowdown);
 	err = lynx_exec_arm(&prof.script, decisions, &expect, (enum lynx_exec_fault)prof.fault);
 	free(decisions);
 	if (err == -EINVAL && expect.measured_peak_bytes > expect.budget_bytes)
@@ -922,6 +980,10 @@ static void arm_executor(const struct lynx_whatif_plan *wp, const struct lynx_wh
 		          "peak %.2f MiB is over the budget %.2f MiB: the budget is not held",
 		          lynx_prof_mib(expect.measured_peak_bytes),
 		          lynx_prof_mib(expect.budget_bytes));
+	else if (err == -EINVAL && !prof.budget && !prof.budget_percent)
+		lynx_warn("recompute mode: the plan evicts nothing on this rank: no LYNX_BUDGET, "
+		          "and %s",
+		          keeps_everything_because(why, sizeof(why)));
 	else if (err == -EINVAL)
 		lynx_info("recompute mode: the plan evicts nothing on this rank (its peak fits the "
 		          "budget)");
@@ -1098,6 +1160,7 @@ static void try_plan(bool at_exit)
 	uint64_t beyond;
 	struct lynx_problem_options opt = {.budget_bytes = planning_budget(&beyond),
 	                                   .budget_percent = prof.budget_percent,
+	                                   .max_slowdown_bp = prof.max_slowdown_bp,
 	                                   .solo = solo,
 	                                   .search_seconds = SEARCH_SECONDS_PER_STAGE};
 	const struct lynx_planner *pl = lynx_planner_find(prof.planner);
@@ -1208,9 +1271,17 @@ void lynx_profiling_at_exit(void)
 	default:
 		break;
 	}
-	/* A profile written at exit, or a plan still waiting: one more try. */
-	if (atomic_load(&prof.phase) == PHASE_PLANNING)
+	/* A plan still waiting: one more try; none from a profile made at exit. */
+	if (atomic_load(&prof.phase) == PHASE_PLANNING && prof.profile_at_exit) {
+		lynx_warn("recompute mode: the job ended before warm-up did (its profile was made "
+		          "at exit, with host times): no plan; run more iterations (warm-up needs "
+		          "LYNX_WARMUP=%u identical ones, and a few more to confirm and time "
+		          "them)",
+		          prof.warmup);
+		plan_done();
+	} else if (atomic_load(&prof.phase) == PHASE_PLANNING) {
 		try_plan(true);
+	}
 	if (prof.have_profile) {
 		lynx_profile_print_summary(stderr, &prof.profile, lynx_job_rank());
 		if (lynx_job_rank() <= 0)

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "jobargs.h"
 #include "lynx.h"
 
@@ -20,34 +21,6 @@ static int parse_uint(const char *text, uint32_t *out)
 	if (errno || *end || v == 0 || v > UINT32_MAX)
 		return -EINVAL;
 	*out = (uint32_t)v;
-	return 0;
-}
-
-/* "<digits>[K|M|G|T]", powers of 1024, as LYNX_BUDGET. */
-static int parse_size(const char *text, uint64_t *out)
-{
-	static const char suffixes[] = "KMGT";
-	const char *at;
-	char *end;
-	unsigned long long v;
-	uint64_t scale = 1;
-
-	if (text[0] < '0' || text[0] > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(text, &end, 10);
-	if (errno)
-		return -EINVAL;
-	if (*end) {
-		at = end[1] ? NULL : strchr(suffixes, *end);
-		if (!at)
-			return -EINVAL;
-		for (const char *s = suffixes; s <= at; s++)
-			scale <<= 10;
-	}
-	if (v > UINT64_MAX / scale)
-		return -EINVAL;
-	*out = v * scale;
 	return 0;
 }
 
@@ -93,12 +66,9 @@ int lynx_jobargs_parse(const char *cmd, const struct lynx_option *opts, size_t n
 		else if (o->kind == LYNX_OPTION_UINT && parse_uint(value, (uint32_t *)field))
 			return lynx_usage_error(cmd, "%s '%s' is not a positive integer", o->name,
 			                        value);
-		else if (o->kind == LYNX_OPTION_SIZE && parse_size(value, (uint64_t *)field))
-			return lynx_usage_error(
-			        cmd,
-			        "%s '%s' is not a size (bytes, or a number with K, M, "
-			        "G or T)",
-			        o->name, value);
+		else if (o->kind == LYNX_OPTION_SIZE && lynx_size_parse(value, (uint64_t *)field))
+			return lynx_usage_error(cmd, "%s '%s' is not a size (%s)", o->name, value,
+			                        LYNX_SIZE_UNITS_HELP);
 	}
 	return 0;
 }

@@ -58,8 +58,7 @@ struct lynx_option {
 	        LYNX_OPTION(type, "--micro-batch", "B", UINT, member.micro_batch,                  \
 	                    "sequences per micro-batch (default 1)"),                              \
 	        LYNX_OPTION(type, "--budget", "BYTES", SIZE, member.budget,                        \
-	                    "memory budget per GPU: bytes, or K/M/G/T (powers of 1024); 0: the "   \
-	                    "GPU's"),                                                              \
+	                    "memory budget per GPU: a size (512M, 4.5GiB, 70GB); 0: the GPU's"),   \
 	        LYNX_OPTION(type, "--sp", NULL, FLAG, member.sp, "Megatron sequence parallelism"), \
 	        LYNX_OPTION(type, "--distributed-optimizer", NULL, FLAG,                           \
 	                    member.distributed_optimizer,                                          \

@@ -26,7 +26,9 @@ struct lynx_command {
 
 /* Every subcommand, in the order `lynx --help` lists them. */
 static const struct lynx_command commands[] = {
-        {"run", lynx_run_main, "[--mode MODE] [--out DIR] -- COMMAND [ARGS...]",
+        {"run", lynx_run_main,
+         "[--mode MODE] [--out DIR] [--budget SIZE|N% | --max-slowdown P%] [--planner NAME] "
+         "[--plan FILE] -- COMMAND [ARGS...]",
          "run a training command with liblynx.so preloaded", lynx_run_help},
         {"env", lynx_env_main, "", "show every LYNX_* setting: value here, default, meaning",
          lynx_env_help},

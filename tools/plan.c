@@ -72,8 +72,11 @@ void lynx_plan_help(FILE *out)
 	        "counts). Only\n--budget (default: the largest measured peak), --budget-percent, "
 	        "--planner, --out\nand --time-limit apply. The layer's ops are its kernels, its "
 	        "groups the saved "
-	        "buffers, its windows\nthe measured collectives (policy/problem.h says how). A "
-	        "profile measures no host\nlink, so the offload planner is refused.\n");
+	        "buffers, its windows\nthe measured collectives (policy/problem.h says how). The "
+	        "offload planner needs every\nprofile's host link, which recompute mode "
+	        "measures in warm-up (profiling-only mode\ndoes not): without it, it is refused."
+	        "\n\nExit status: 0 for a plan that fits; 1 when it does not (it is written all "
+	        "the\nsame, to look at) or on failure; 2 for bad input.\n");
 }
 
 /* The options that apply to profiles; the others describe a model. */
@@ -270,6 +273,14 @@ static int plan_problem(const struct lynx_problem *p, const struct lynx_planner 
 		print_profile_header(p, n_profiles, &plan);
 	print_summary(p, &plan, checked ? &r : NULL);
 	rc = write_plan(p, &plan, a->out ? a->out : "plan.json");
+	/* A plan that does not fit is written, to look at, but is no success. */
+	if (rc == LYNX_EXIT_OK && !(checked ? r.fits : plan.fits)) {
+		fprintf(stderr,
+		        "lynx plan: the %s plan does not fit the budget (the summary says where); "
+		        "written for inspection, exit status 1\n",
+		        pl->name);
+		rc = LYNX_EXIT_FAIL;
+	}
 	if (checked)
 		lynx_checker_free(&r);
 	lynx_plan_free(&plan);

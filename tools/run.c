@@ -21,16 +21,46 @@
 #define ALLOC_CONF_NEW "PYTORCH_ALLOC_CONF"
 #define ALLOC_BACKEND "backend:cudaMallocAsync"
 
+/* lynx run's options: each sets one LYNX_* variable for the command (options.def). */
+static const struct run_flag {
+	const char *flag, *arg;
+	enum lynx_option_id option;
+	bool recompute_only; /* applies to recompute mode only */
+	const char *help;
+} run_flags[] = {
+        {"--mode", "MODE", LYNX_OPT_LYNX_MODE, false, NULL},
+        {"--out", "DIR", LYNX_OPT_LYNX_OUT, false, "where profiles, traces and plans go"},
+        {"--budget", "SIZE|N%", LYNX_OPT_LYNX_BUDGET, false,
+         "memory per rank: a size, or N% of its measured peak"},
+        {"--max-slowdown", "P%", LYNX_OPT_LYNX_MAX_SLOWDOWN, true,
+         "without --budget, save the most memory predicted within P% of the iteration"},
+        {"--planner", "NAME", LYNX_OPT_LYNX_PLANNER, true, NULL},
+        {"--plan", "FILE", LYNX_OPT_LYNX_PLAN, true, "a plan to follow instead of planning"},
+};
+#define RUN_FLAGS (sizeof(run_flags) / sizeof(run_flags[0]))
+
 void lynx_run_help(FILE *out)
 {
-	const struct lynx_option_info *mode = &lynx_options[LYNX_OPT_LYNX_MODE];
+	fprintf(out, "Runs COMMAND with liblynx.so first in LD_PRELOAD (after sanitizer runtimes,\n"
+	             "which must stay first), so that every process it starts is observed.\n\n");
+	for (size_t k = 0; k < RUN_FLAGS; k++) {
+		const struct run_flag *f = &run_flags[k];
+		const struct lynx_option_info *o = &lynx_options[f->option];
+		char left[40];
 
+		snprintf(left, sizeof(left), "%s %s", f->flag, f->arg);
+		fprintf(out, "  %-18s sets %s%s\n", left, o->name,
+		        f->recompute_only ? " (recompute mode only)" : "");
+		if (f->help)
+			fprintf(out, "  %-18s %s\n", "", f->help);
+		if (!strcmp(o->kind, "ENUM"))
+			fprintf(out, "  %-18s one of %s (default %s)\n", "", o->values,
+			        o->default_value);
+	}
 	fprintf(out,
-	        "Runs COMMAND with liblynx.so first in LD_PRELOAD (after sanitizer runtimes,\n"
-	        "which must stay first), so that every process it starts is observed.\n\n"
-	        "  --mode MODE   sets %s: one of %s\n"
-	        "                (unset: the environment's, else %s)\n"
-	        "  --out DIR     sets %s: where profiles, traces and plans go\n\n"
+	        "\nAn option not given leaves the environment's setting in place.\nSizes: %s.\n"
+	        "--max-slowdown applies without a budget; its default, %s, applies whenever\n"
+	        "recompute mode has no budget.\n\n"
 	        "It sets " ALLOC_CONF "=" ALLOC_BACKEND "\n"
 	        "unless " ALLOC_CONF " or " ALLOC_CONF_NEW " is set already:\n"
 	        "Lynx evicts per-tensor allocations. A user's setting is kept; when it lacks\n"
@@ -39,8 +69,7 @@ void lynx_run_help(FILE *out)
 	        "<bin>/../lib/liblynx.so (install), where <bin> holds this lynx.\n\n"
 	        "Exit status: COMMAND's own; 2 for a bad command line or no liblynx.so; 127 when\n"
 	        "COMMAND is not found, 126 when it cannot be executed.\n",
-	        mode->name, mode->values, mode->default_value,
-	        lynx_options[LYNX_OPT_LYNX_OUT].name);
+	        LYNX_SIZE_UNITS_HELP, lynx_options[LYNX_OPT_LYNX_MAX_SLOWDOWN].default_value);
 }
 
 /*
@@ -67,12 +96,78 @@ static int option_value(int argc, char **argv, int *i, const char *name, const c
 	return 1;
 }
 
-/* The --mode value, seen by the parser as LYNX_MODE (and nothing else as set). */
-static const char *mode_given;
+/* The values given on the command line, by option (NULL: not given), as the parser's
+ * environment. */
+static const char *given[LYNX_OPT_COUNT];
 
-static const char *lookup_mode(const char *name)
+static const char *lookup_given(const char *name)
 {
-	return strcmp(name, lynx_options[LYNX_OPT_LYNX_MODE].name) ? NULL : mode_given;
+	for (int id = 0; id < LYNX_OPT_COUNT; id++)
+		if (!strcmp(name, lynx_options[id].name))
+			return given[id];
+	return NULL;
+}
+
+/* What a refused value of option o should have been. */
+static const char *expected(const struct lynx_option_info *o, char *buf, size_t len)
+{
+	if (!strcmp(o->kind, "ENUM"))
+		snprintf(buf, len, "one of %s", o->values);
+	else if (!strcmp(o->kind, "PERCENT"))
+		snprintf(buf, len, "a percentage from 0%% to 100%%, at most two decimals");
+	else if (!strcmp(o->kind, "SHARE"))
+		snprintf(buf, len, "a size (%s) or a percentage from 1%% to 100%%",
+		         LYNX_SIZE_UNITS_HELP);
+	else
+		snprintf(buf, len, "a valid value");
+	return buf;
+}
+
+/* Checks the values given (as liblynx.so will parse them): 0, or a usage error. */
+static int check_given(void)
+{
+	struct lynx_config cfg;
+	char what[400];
+	bool recompute;
+
+	for (size_t k = 0; k < RUN_FLAGS; k++) {
+		const struct run_flag *f = &run_flags[k];
+		const char *value = given[f->option];
+		const char *saved[LYNX_OPT_COUNT];
+
+		if (!value)
+			continue;
+		if (!*value)
+			return lynx_usage_error("run", "%s needs a value (%s)", f->flag, f->arg);
+		/* This option alone, so that a refusal is this one's. */
+		memcpy(saved, given, sizeof(saved));
+		memset(given, 0, sizeof(given));
+		given[f->option] = value;
+		int refused = lynx_config_parse(&cfg, lookup_given, NULL);
+		memcpy(given, saved, sizeof(saved));
+		if (refused)
+			return lynx_usage_error(
+			        "run", "%s '%s' is not %s", f->flag, value,
+			        expected(&lynx_options[f->option], what, sizeof(what)));
+	}
+	if (given[LYNX_OPT_LYNX_BUDGET] && given[LYNX_OPT_LYNX_MAX_SLOWDOWN])
+		return lynx_usage_error("run", "give --budget or --max-slowdown, not both (a "
+		                               "budget leaves the slowdown to the plan)");
+	/* The mode the command will run in: --mode, else the environment's, else the
+	 * default (a bad one in the environment: the default, as liblynx.so will say). */
+	const char *mode = given[LYNX_OPT_LYNX_MODE];
+	if (!mode)
+		given[LYNX_OPT_LYNX_MODE] = getenv(lynx_options[LYNX_OPT_LYNX_MODE].name);
+	lynx_config_parse(&cfg, lookup_given, NULL);
+	given[LYNX_OPT_LYNX_MODE] = mode;
+	recompute = cfg.mode == LYNX_MODE_RECOMPUTE;
+	for (size_t k = 0; k < RUN_FLAGS; k++)
+		if (run_flags[k].recompute_only && given[run_flags[k].option] && !recompute)
+			return lynx_usage_error("run",
+			                        "%s applies to recompute mode only: add --mode "
+			                        "recompute",
+			                        run_flags[k].flag);
+	return 0;
 }
 
 static const char *lookup_env(const char *name)
@@ -165,23 +260,23 @@ static int set_alloc_conf(void)
 
 int lynx_run_main(int argc, char **argv)
 {
-	const char *mode = NULL, *out = NULL;
 	char lib[PATH_MAX], tried[2 * PATH_MAX + 64];
-	struct lynx_config cfg;
 	char *preload;
 	int i, err;
 
+	memset(given, 0, sizeof(given));
 	for (i = 1; i < argc && strcmp(argv[i], "--"); i++) {
-		int got;
+		int got = 0;
 
 		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
 			return lynx_command_help("run");
-		if ((got = option_value(argc, argv, &i, "--mode", &mode)) ||
-		    (got = option_value(argc, argv, &i, "--out", &out))) {
-			if (got < 0)
-				return lynx_usage_error("run", "%s needs a value", argv[i]);
+		for (size_t k = 0; k < RUN_FLAGS && !got; k++)
+			got = option_value(argc, argv, &i, run_flags[k].flag,
+			                   &given[run_flags[k].option]);
+		if (got < 0)
+			return lynx_usage_error("run", "%s needs a value", argv[i]);
+		if (got)
 			continue;
-		}
 		if (argv[i][0] == '-')
 			return lynx_usage_error("run", "unknown option '%s'", argv[i]);
 		return lynx_usage_error("run", "missing '--' before the command ('%s')", argv[i]);
@@ -190,14 +285,8 @@ int lynx_run_main(int argc, char **argv)
 		return lynx_usage_error("run", "missing '--' and a command to run");
 	if (i + 1 >= argc)
 		return lynx_usage_error("run", "no command after '--'");
-	if (mode) {
-		mode_given = mode;
-		if (lynx_config_parse(&cfg, lookup_mode, NULL))
-			return lynx_usage_error("run", "--mode '%s' is not one of %s", mode,
-			                        lynx_options[LYNX_OPT_LYNX_MODE].values);
-	}
-	if (out && !*out)
-		return lynx_usage_error("run", "--out needs a directory");
+	if ((err = check_given()))
+		return err;
 
 	err = lynx_libpath_find(lib, sizeof(lib), tried, sizeof(tried));
 	if (err) {
@@ -208,9 +297,12 @@ int lynx_run_main(int argc, char **argv)
 		return LYNX_EXIT_USAGE;
 	}
 	preload = preload_list(lib, getenv("LD_PRELOAD"));
-	if (!preload || setenv("LD_PRELOAD", preload, 1) ||
-	    (mode && setenv(lynx_options[LYNX_OPT_LYNX_MODE].name, mode, 1)) ||
-	    (out && setenv(lynx_options[LYNX_OPT_LYNX_OUT].name, out, 1)) || set_alloc_conf()) {
+	bool env_ok = preload && !setenv("LD_PRELOAD", preload, 1);
+	for (size_t k = 0; k < RUN_FLAGS && env_ok; k++) {
+		enum lynx_option_id id = run_flags[k].option;
+		env_ok = !given[id] || !setenv(lynx_options[id].name, given[id], 1);
+	}
+	if (!env_ok || set_alloc_conf()) {
 		fprintf(stderr, "lynx run: cannot set the environment: %s\n", strerror(errno));
 		free(preload);
 		return LYNX_EXIT_FAIL;

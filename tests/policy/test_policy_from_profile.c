@@ -1013,6 +1013,70 @@ static void test_whatif_ladder_saves_memory_at_a_cost(void **state)
 	drop(pr);
 }
 
+/*
+ * LYNX_MAX_SLOWDOWN (lynx_whatif_plan without a budget): the budget chosen is the smallest
+ * at which the plan is predicted within the slowdown. Its plan is within it and saves
+ * memory; a budget 1% of the activations' share lower is not within it (or does not fit);
+ * a larger slowdown saves at least as much; a planner that takes no budget, or none asked
+ * for, plans at the measured peak as before.
+ */
+static void test_max_slowdown_picks_the_smallest_budget_within_it(void **state)
+{
+	struct lynx_profile *pr = tp_stage();
+	const struct lynx_profile *ranks[] = {pr};
+	struct lynx_whatif_row row, keep, tighter;
+	struct lynx_whatif_plan wp;
+	char why[256];
+	uint64_t peak_at[2];
+	const uint32_t asks[2] = {2000, 10000}; /* 20%, 100%: this layer has no windows */
+
+	for (int k = 0; k < 2; k++) {
+		struct lynx_problem_options opt = {.max_slowdown_bp = asks[k]};
+		if (lynx_whatif_plan(ranks, 1, &opt, "heu", NULL, &wp, &row, &keep, why,
+		                     sizeof(why)))
+			fail_msg("plan: %s", why);
+		uint64_t chosen = wp.problem->budget_bytes,
+		         floor = lynx_problem_max_static_bytes(wp.problem);
+		if (!row.fits || row.peak >= keep.peak)
+			fail_msg("%u bp: budget %llu (floor %llu, keep %llu): peak %llu, %.6f s "
+			         "against %.6f s",
+			         asks[k], (unsigned long long)chosen, (unsigned long long)floor,
+			         (unsigned long long)keep.peak, (unsigned long long)row.peak,
+			         row.step_s, keep.step_s);
+		assert_true(row.step_s <= keep.step_s * (1.0 + asks[k] / 10000.0));
+		assert_true(chosen < keep.peak);
+		peak_at[k] = row.peak;
+		lynx_whatif_plan_free(&wp);
+
+		/* Just below: over the slowdown, or no fitting plan. */
+		struct lynx_problem_options below = {.budget_bytes =
+		                                             chosen - (keep.peak - floor) / 100};
+		if (lynx_whatif_plan(ranks, 1, &below, "heu", NULL, &wp, &tighter, NULL, why,
+		                     sizeof(why)) == 0) {
+			assert_true(!tighter.fits ||
+			            tighter.step_s > keep.step_s * (1.0 + asks[k] / 10000.0));
+			lynx_whatif_plan_free(&wp);
+		}
+	}
+	assert_true(peak_at[1] <= peak_at[0]);
+
+	/* Full recompute takes no budget: the measured peak, whatever the slowdown. */
+	struct lynx_problem_options opt = {.max_slowdown_bp = 200};
+	struct lynx_problem_options plain = {0};
+	assert_int_equal(
+	        lynx_whatif_plan(ranks, 1, &opt, "full", NULL, &wp, &row, NULL, why, sizeof(why)),
+	        0);
+	uint64_t full_budget = wp.problem->budget_bytes;
+	lynx_whatif_plan_free(&wp);
+	assert_int_equal(
+	        lynx_whatif_plan(ranks, 1, &plain, "heu", NULL, &wp, &row, &keep, why, sizeof(why)),
+	        0);
+	assert_int_equal(wp.problem->budget_bytes, full_budget);
+	assert_int_equal(row.peak, keep.peak); /* no budget, no slowdown: keep everything */
+	lynx_whatif_plan_free(&wp);
+	drop(pr);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1032,6 +1096,7 @@ int main(void)
 	        cmocka_unit_test(test_host_link_is_the_slowest_profiles),
 	        cmocka_unit_test(test_offload_planner_offloads_with_the_profiles_host_link),
 	        cmocka_unit_test(test_whatif_ladder_saves_memory_at_a_cost),
+	        cmocka_unit_test(test_max_slowdown_picks_the_smallest_budget_within_it),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -25,6 +25,8 @@
  *    peak at least 40% below tinytrain's --recompute none, its peak and step time within
  *    5% of the plan's prediction and every rank's peak within the budget, in at most 1.05
  *    times its step time and 0.85 times that of its --recompute full;
+ *  - without a budget, a plan within LYNX_MAX_SLOWDOWN (2%): said, evicting, the same
+ *    results, and a slowdown achieved above it warned;
  *  - a budget no plan can reach: a warning on every rank, no plan, the same results.
  */
 #include <ctype.h>
@@ -498,6 +500,47 @@ static void test_long_sequences_meet_the_memory_and_time_targets(void **state)
 	release(&o);
 }
 
+/* The achieved slowdown rank's executor summary reports ("achieved 260.376 ms (+1.1%"), in
+ * percent; fails when there is none. */
+static double achieved_percent(const char *err, int rank)
+{
+	char prefix[64];
+
+	snprintf(prefix, sizeof(prefix), "lynx[rank %d]: executor: time: ", rank);
+	const char *line = strstr(err, prefix);
+	const char *at = line ? strstr(line, " ms (") : NULL;
+	if (!at)
+		fail_msg("no achieved time on rank %d", rank);
+	return atof(at + strlen(" ms ("));
+}
+
+/*
+ * Recompute mode without a budget plans at the smallest budget predicted within
+ * LYNX_MAX_SLOWDOWN (2% by default): it says so, evicts on the first stage, which then holds
+ * less, and training is identical. An achieved slowdown above it is warned, and only then.
+ */
+static void test_without_a_budget_plans_within_the_max_slowdown(void **state)
+{
+	struct step_line a[MAX_LINES], b[MAX_LINES];
+	struct output plain = plain_pp2_tp2;
+	struct output o = run_trainer(PP2_TP2, "", "slowdown");
+	size_t n = assert_identical(&plain, &o, a, b);
+
+	assert_int_equal(count_of(o.err, "no LYNX_BUDGET: the smallest predicted within "
+	                                 "LYNX_MAX_SLOWDOWN=2% (the default)"),
+	                 4);
+	for (int rank = 0; rank < 2; rank++)
+		assert_true(stat_of(o.err, rank, "evicted (") > 0);
+	for (size_t i = n - 4; i < n; i++)
+		if (i % 4 < 2)
+			assert_true(b[i].peak_bytes < a[i].peak_bytes);
+	int over = 0;
+	for (int rank = 0; rank < 4; rank++)
+		over += achieved_percent(o.err, rank) > 2.0;
+	assert_int_equal(count_of(o.err, "over LYNX_MAX_SLOWDOWN=2%"), over);
+	release(&o);
+}
+
 static void test_a_budget_out_of_reach_warns_and_changes_nothing(void **state)
 {
 	struct step_line a[MAX_LINES], b[MAX_LINES];
@@ -536,6 +579,8 @@ static void test_every_reason_to_do_nothing_is_one_warn_line_per_rank(void **sta
 		                      */
 	} cases[] = {
 	        {"one-step", "1", "", "no profile: no repeating sequence", false},
+	        /* Shorter than warm-up: a profile at exit, with host times, and no plan. */
+	        {"short", "4", "", "the job ended before warm-up did", false},
 	        {"static", "10", "LYNX_BUDGET=1M", "recompute mode: no plan: the memory budget",
 	         false},
 	        {"no-plan-file", "10", "LYNX_PLAN=/nonexistent/plan.json",
@@ -550,19 +595,23 @@ static void test_every_reason_to_do_nothing_is_one_warn_line_per_rank(void **sta
 	        {"recorder-budget", "10", "LYNX_RECORDER_BUDGET=64K", "the recorder dropped",
 	         false},
 	};
-	struct output bare[2];
-	char env[4096], cmd[1600], fifo[1200] = "";
+	static const char *const lengths[] = {"1", "4", "10"}; /* the cases' steps */
+	struct output bare[3];
+	char env[4096], cmd[1600], fifo[1200] = "", path[1300];
 
 	/* A small job: what is checked is what Lynx says, not what it saves. */
-	for (int k = 0; k < 2; k++) {
+	for (int k = 0; k < 3; k++) {
 		snprintf(cmd, sizeof(cmd),
 		         "%s/bin/tinytrain --nproc 2 --pp 2 --layers 4 --microbatches 2 --steps %s",
-		         build_dir, k ? "10" : "1");
+		         build_dir, lengths[k]);
 		bare[k] = run(simgpu_env(), cmd);
 		assert_int_equal(bare[k].exit_code, 0);
 	}
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		const struct output *plain = &bare[strcmp(cases[i].steps, "1") != 0];
+		int length = 0;
+		while (length < 2 && strcmp(lengths[length], cases[i].steps))
+			length++;
+		const struct output *plain = &bare[length];
 		struct step_line a[MAX_LINES], b[MAX_LINES];
 
 		if (cases[i].plan_is_a_fifo) {
@@ -588,10 +637,28 @@ static void test_every_reason_to_do_nothing_is_one_warn_line_per_rank(void **sta
 		if (warn_lines(o.err, cases[i].reason) != 2)
 			fail_msg("%s: want one WARN line per rank with '%s':\n%s", cases[i].name,
 			         cases[i].reason, o.err);
+		/* No plan from a profile made at exit. */
+		snprintf(path, sizeof(path), "%s/%s/plan.json", scratch, cases[i].name);
+		if (!strcmp(cases[i].name, "short"))
+			assert_int_equal(access(path, F_OK), -1);
 		release(&o);
 	}
-	release(&bare[0]);
-	release(&bare[1]);
+	/* Profiling only, the same short job: rank 0 makes no what-if from host times, and
+	 * says why in its summary. */
+	snprintf(env, sizeof(env), "%s LD_PRELOAD=%s/liblynx.so LYNX_MODE=profile LYNX_OUT=%s/%s",
+	         simgpu_env(), build_dir, scratch, "short-profile");
+	snprintf(cmd, sizeof(cmd),
+	         "%s/bin/tinytrain --nproc 2 --pp 2 --layers 4 --microbatches 2 --steps 4",
+	         build_dir);
+	struct output o = run(env, cmd);
+	assert_int_equal(o.exit_code, 0);
+	assert_int_equal(count_of(o.err, "lynx[rank 0]: what-if: none: the job ended before "
+	                                 "warm-up did"),
+	                 1);
+	assert_null(strstr(o.err, "what-if (Lynx HEU"));
+	release(&o);
+	for (int k = 0; k < 3; k++)
+		release(&bare[k]);
 }
 
 /*
@@ -652,6 +719,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_a_search_runs_off_the_trainers_thread),
 	        cmocka_unit_test(test_a_failing_cuMemCreate_during_restores_loses_nothing),
 	        cmocka_unit_test(test_long_sequences_meet_the_memory_and_time_targets),
+	        cmocka_unit_test(test_without_a_budget_plans_within_the_max_slowdown),
 	        cmocka_unit_test(test_a_budget_out_of_reach_warns_and_changes_nothing),
 	        cmocka_unit_test(test_every_reason_to_do_nothing_is_one_warn_line_per_rank),
 	        cmocka_unit_test(test_each_rank_plans_alone_without_a_shared_directory),

@@ -243,6 +243,54 @@ static void test_run_sets_preload_mode_out_and_allocator(void **state)
 	free(r.text);
 }
 
+/* The budget, the planner and a plan, asked for in words: set for the command as given
+ * (liblynx.so reads them), checked first as liblynx.so will read them. */
+static void test_run_takes_budget_planner_and_plan(void **state)
+{
+	struct result r = run_lynx(
+	        OUT, "", "run --mode recompute --budget 4.5GiB --planner opt --plan=p.json -- env");
+
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.text, "\nLYNX_BUDGET=4.5GiB\n"));
+	assert_non_null(strstr(r.text, "\nLYNX_PLANNER=opt\n"));
+	assert_non_null(strstr(r.text, "\nLYNX_PLAN=p.json\n"));
+	free(r.text);
+	/* A percentage, and profile mode's what-if takes a budget too. */
+	r = run_lynx(OUT, "", "run --budget 60% -- env");
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.text, "\nLYNX_BUDGET=60%\n"));
+	free(r.text);
+	r = run_lynx(OUT, "", "run --mode recompute --max-slowdown 0.5% -- env");
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.text, "\nLYNX_MAX_SLOWDOWN=0.5%\n"));
+	free(r.text);
+	/* The environment's recompute mode is the mode. */
+	r = run_lynx(OUT, "LYNX_MODE=recompute", "run --planner checkmate -- env");
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.text, "\nLYNX_PLANNER=checkmate\n"));
+	free(r.text);
+
+	static const struct {
+		const char *args, *says;
+	} bad[] = {
+	        {"run --budget 4.5Q -- env", "--budget '4.5Q' is not a size"},
+	        {"run --budget 101% -- env", "or a percentage from 1% to 100%"},
+	        {"run --budget= -- env", "--budget needs a value"},
+	        {"run --mode recompute --planner fastest -- env", "is not one of heu|opt"},
+	        {"run --planner opt -- env", "--planner applies to recompute mode only"},
+	        {"run --mode profile --plan p.json -- env", "--plan applies to recompute mode"},
+	        {"run --mode recompute --max-slowdown 2.5 -- env", "is not a percentage"},
+	        {"run --mode recompute --max-slowdown 101% -- env", "from 0% to 100%"},
+	        {"run --mode recompute --budget 6M --max-slowdown 2% -- env", "not both"},
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		r = run_lynx(ERR, "", bad[i].args);
+		if (r.status != 2 || !strstr(r.text, bad[i].says))
+			fail_msg("'lynx %s' exited %d saying:\n%s", bad[i].args, r.status, r.text);
+		free(r.text);
+	}
+}
+
 static void test_run_keeps_user_allocator_setting(void **state)
 {
 	struct result out =
@@ -366,8 +414,10 @@ static void test_env_budget_takes_a_size_or_a_percentage(void **state)
 {
 	static const struct {
 		const char *value, *shown;
-	} good[] = {{"60%", " 60% "}, {"100%", " 100% "}, {"1%", " 1% "}, {"6M", " 6M "}};
-	static const char *const bad[] = {"0%", "101%", "%", "60%%", "6M%", "-5%", "60 %"};
+	} good[] = {{"60%", " 60% "}, {"100%", " 100% "},    {"1%", " 1% "},
+	            {"6M", " 6M "},   {"4.5GiB", " 4608M "}, {"70GB", " 68359375K "}};
+	static const char *const bad[] = {"0%",  "101%", "%",    "60%%", "6M%",
+	                                  "-5%", "60 %", "4.5%", "4.5",  "4.5Q"};
 	char vars[128], line[1024];
 
 	for (size_t i = 0; i < ARRAY_SIZE(good); i++) {
@@ -387,7 +437,8 @@ static void test_env_budget_takes_a_size_or_a_percentage(void **state)
 		if (!strstr(line, " invalid "))
 			fail_msg("LYNX_BUDGET=%s accepted: %s", bad[i], line);
 		assert_true(find_line(r.text, "  warning: LYNX_BUDGET=", line, sizeof(line)));
-		assert_non_null(strstr(line, "a size or a percentage"));
+		assert_non_null(strstr(line, "is not a size ("));
+		assert_non_null(strstr(line, ") or a percentage"));
 		free(r.text);
 	}
 }
@@ -479,6 +530,7 @@ int main(void)
 	        cmocka_unit_test(test_run_without_dashdash_or_command_exits_2),
 	        cmocka_unit_test(test_run_bogus_mode_names_allowed_values),
 	        cmocka_unit_test(test_run_sets_preload_mode_out_and_allocator),
+	        cmocka_unit_test(test_run_takes_budget_planner_and_plan),
 	        cmocka_unit_test(test_run_keeps_user_allocator_setting),
 	        cmocka_unit_test(test_run_prepends_to_user_preload_after_sanitizers),
 	        cmocka_unit_test(test_run_without_library_exits_2),

@@ -136,6 +136,16 @@ static void test_plan_from_one_profile_writes_the_plan(void **state)
 	free(json);
 	free(r.text);
 
+	/* A budget that no plan meets: the best one is written, to look at, and the exit
+	 * status says that it does not fit. */
+	r = plan(ERR, "one.json --budget 1050000 --out tight.plan.json");
+	assert_int_equal(r.status, 1);
+	assert_non_null(strstr(r.text, "the heu plan does not fit the budget"));
+	free(r.text);
+	json = read_scratch("tight.plan.json");
+	assert_non_null(json);
+	free(json);
+
 	/* The default budget is the measured peak: everything is kept. */
 	r = plan(OUT, "one.json --planner none --out none.plan.json");
 	assert_int_equal(r.status, 0);
