@@ -75,7 +75,7 @@ static void test_config_sizes_refuse_the_rest(void **state)
 	refused("M");
 	refused(".5M");
 	refused("5.M");
-	refused("1.5");  /* bytes are whole */
+	refused("1.5"); /* bytes are whole */
 	refused("1.5B");
 	refused("1.0");
 	refused("1e6");
@@ -120,11 +120,11 @@ static void test_config_reads_slowdowns_in_hundredths_of_a_percent(void **state)
 		int bp; /* -1: refused */
 		const char *shown;
 	} cases[] = {
-	        {"2%", 200, "2%"},       {"0%", 0, "0%"},         {"100%", 10000, "100%"},
-	        {"0.5%", 50, "0.5%"},    {"1.25%", 125, "1.25%"}, {"2.50%", 250, "2.5%"},
-	        {"101%", -1, NULL},      {"2", -1, NULL},         {"%", -1, NULL},
-	        {".5%", -1, NULL},       {"1.%", -1, NULL},       {"1.255%", -1, NULL},
-	        {"-1%", -1, NULL},       {"2 %", -1, NULL},       {"00002%", -1, NULL},
+	        {"2%", 200, "2%"},    {"0%", 0, "0%"},         {"100%", 10000, "100%"},
+	        {"0.5%", 50, "0.5%"}, {"1.25%", 125, "1.25%"}, {"2.50%", 250, "2.5%"},
+	        {"101%", -1, NULL},   {"2", -1, NULL},         {"%", -1, NULL},
+	        {".5%", -1, NULL},    {"1.%", -1, NULL},       {"1.255%", -1, NULL},
+	        {"-1%", -1, NULL},    {"2 %", -1, NULL},       {"00002%", -1, NULL},
 	        {"2%%", -1, NULL},
 	};
 	struct lynx_config cfg;
@@ -198,7 +198,8 @@ int main(void)
 	        cmocka_unit_test(test_config_sizes_refuse_the_rest),
 	        cmocka_unit_test(test_config_reads_slowdowns_in_hundredths_of_a_percent),
 	        cmocka_unit_test(test_config_reads_budgets_in_words_and_percentages),
-	        cmocka_unit_test(test_config_refuses_a_bad_value_with_one_line_and_keeps_the_default),
+	        cmocka_unit_test(
+	                test_config_refuses_a_bad_value_with_one_line_and_keeps_the_default),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

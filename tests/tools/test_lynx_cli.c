@@ -247,28 +247,32 @@ static void test_run_sets_preload_mode_out_and_allocator(void **state)
  * (liblynx.so reads them), checked first as liblynx.so will read them. */
 static void test_run_takes_budget_planner_and_plan(void **state)
 {
-	struct result r = run_lynx(
-	        OUT, "", "run --mode recompute --budget 4.5GiB --planner opt --plan=p.json -- env");
+	static const struct {
+		const char *env, *args, *sets[3];
+	} good[] = {
+	        {"",
+	         "run --mode recompute --budget 4.5GiB --planner opt --plan=p.json -- env",
+	         {"\nLYNX_BUDGET=4.5GiB\n", "\nLYNX_PLANNER=opt\n", "\nLYNX_PLAN=p.json\n"}},
+	        /* A percentage, and profile mode's what-if takes a budget too. */
+	        {"", "run --budget 60% -- env", {"\nLYNX_BUDGET=60%\n"}},
+	        {"",
+	         "run --mode recompute --max-slowdown 0.5% -- env",
+	         {"\nLYNX_MAX_SLOWDOWN=0.5%\n"}},
+	        /* The environment's recompute mode is the mode. */
+	        {"LYNX_MODE=recompute",
+	         "run --planner checkmate -- env",
+	         {"\nLYNX_PLANNER=checkmate\n"}},
+	};
+	struct result r;
 
-	assert_int_equal(r.status, 0);
-	assert_non_null(strstr(r.text, "\nLYNX_BUDGET=4.5GiB\n"));
-	assert_non_null(strstr(r.text, "\nLYNX_PLANNER=opt\n"));
-	assert_non_null(strstr(r.text, "\nLYNX_PLAN=p.json\n"));
-	free(r.text);
-	/* A percentage, and profile mode's what-if takes a budget too. */
-	r = run_lynx(OUT, "", "run --budget 60% -- env");
-	assert_int_equal(r.status, 0);
-	assert_non_null(strstr(r.text, "\nLYNX_BUDGET=60%\n"));
-	free(r.text);
-	r = run_lynx(OUT, "", "run --mode recompute --max-slowdown 0.5% -- env");
-	assert_int_equal(r.status, 0);
-	assert_non_null(strstr(r.text, "\nLYNX_MAX_SLOWDOWN=0.5%\n"));
-	free(r.text);
-	/* The environment's recompute mode is the mode. */
-	r = run_lynx(OUT, "LYNX_MODE=recompute", "run --planner checkmate -- env");
-	assert_int_equal(r.status, 0);
-	assert_non_null(strstr(r.text, "\nLYNX_PLANNER=checkmate\n"));
-	free(r.text);
+	for (size_t i = 0; i < ARRAY_SIZE(good); i++) {
+		r = run_lynx(OUT, good[i].env, good[i].args);
+		assert_int_equal(r.status, 0);
+		for (size_t k = 0; k < ARRAY_SIZE(good[i].sets) && good[i].sets[k]; k++)
+			if (!strstr(r.text, good[i].sets[k]))
+				fail_msg("'lynx %s' did not set %s", good[i].args, good[i].sets[k]);
+		free(r.text);
+	}
 
 	static const struct {
 		const char *args, *says;
