@@ -305,7 +305,8 @@ bench-policy: $(LYNX)
 	$(Q)BUILD=$(BUILD) tests/bench/bench_policy.sh
 # make fuzz: the readers of untrusted text under libFuzzer with ASan and UBSan, each for
 # FUZZ_SECONDS: the profile reader (seeds in tests/fuzz/corpus), the plan reader
-# (tests/fuzz/corpus_plan) and the LYNX_* settings parser (tests/fuzz/corpus_options); new
+# (tests/fuzz/corpus_plan), the LYNX_* settings parser (tests/fuzz/corpus_options) and the
+# recompute summary reader of lynx report (tests/fuzz/corpus_summary); new
 # inputs go to $(BUILD)/fuzz/corpus*. Needs clang with libFuzzer (Debian's clang-14 has it);
 # cJSON itself is the system's, uninstrumented.
 FUZZ_CC ?= clang
@@ -334,14 +335,23 @@ $(FUZZ_OPTIONS): tests/fuzz/fuzz_options.c shim/config.c shim/config.h shim/opti
 	$(call say,FUZZCC,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -Ishim -o $@ tests/fuzz/fuzz_options.c shim/config.c
-fuzz: $(FUZZ_PROFILE) $(FUZZ_PLAN) $(FUZZ_OPTIONS)
-	@mkdir -p $(BUILD)/fuzz/corpus $(BUILD)/fuzz/corpus_plan $(BUILD)/fuzz/corpus_options
+FUZZ_SUMMARY := $(BUILD)/fuzz/fuzz_summary
+$(FUZZ_SUMMARY): tests/fuzz/fuzz_summary.c tools/report_summary.c tools/report_summary.h
+	$(call say,FUZZCC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -Itools -o $@ tests/fuzz/fuzz_summary.c \
+		tools/report_summary.c -lcjson -lm
+fuzz: $(FUZZ_PROFILE) $(FUZZ_PLAN) $(FUZZ_OPTIONS) $(FUZZ_SUMMARY)
+	@mkdir -p $(BUILD)/fuzz/corpus $(BUILD)/fuzz/corpus_plan $(BUILD)/fuzz/corpus_options \
+		$(BUILD)/fuzz/corpus_summary
 	$(Q)$(FUZZ_PROFILE) -max_total_time=$(FUZZ_SECONDS) -max_len=16384 \
 		-dict=tests/fuzz/profile.dict $(BUILD)/fuzz/corpus tests/fuzz/corpus
 	$(Q)$(FUZZ_PLAN) -max_total_time=$(FUZZ_SECONDS) -max_len=16384 \
 		-dict=tests/fuzz/plan.dict $(BUILD)/fuzz/corpus_plan tests/fuzz/corpus_plan
 	$(Q)$(FUZZ_OPTIONS) -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
 		-dict=tests/fuzz/options.dict $(BUILD)/fuzz/corpus_options tests/fuzz/corpus_options
+	$(Q)$(FUZZ_SUMMARY) -max_total_time=$(FUZZ_SECONDS) -max_len=8192 \
+		-dict=tests/fuzz/summary.dict $(BUILD)/fuzz/corpus_summary tests/fuzz/corpus_summary
 
 # ---------------------------------------------------------------------------
 # The GPU suite (tests/gpu/, docs/gpu/README.md). make gpu-bundle: a relocatable bundle,

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <cjson/cJSON.h>
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <uthash.h>
@@ -1173,6 +1174,86 @@ int lynx_exec_write_trace(const char *path, int rank)
 	pthread_mutex_unlock(&ex.lock);
 	fprintf(f, "\n]}\n");
 	return lynx_atomic_file_commit(&file); /* a write error shows in its ferror */
+}
+
+int lynx_exec_write_summary(const char *path, int rank)
+{
+	const struct lynx_exec_expectation *e = &ex.expect;
+	struct lynx_exec_stats s;
+	cJSON *root, *o, *refused;
+	int err = -ENOMEM;
+
+	if (!ex.ever_armed)
+		return -ENOENT;
+	lynx_exec_stats(&s);
+	if (!(root = cJSON_CreateObject()))
+		return -ENOMEM;
+	cJSON_AddStringToObject(root, "format", "lynx-summary");
+	cJSON_AddNumberToObject(root, "version", 1);
+	cJSON_AddNumberToObject(root, "rank", rank);
+	o = cJSON_AddObjectToObject(root, "plan");
+	if (o) {
+		cJSON_AddStringToObject(o, "planner", e->planner);
+		cJSON_AddNumberToObject(o, "budget_bytes", (double)e->budget_bytes);
+		if (e->max_slowdown > 0)
+			cJSON_AddStringToObject(o, "max_slowdown", e->max_slowdown_text);
+		else
+			cJSON_AddNullToObject(o, "max_slowdown");
+		cJSON *d = cJSON_AddObjectToObject(o, "decisions");
+		if (d) {
+			cJSON_AddNumberToObject(d, "keep", ex.planned[LYNX_EXEC_KEEP]);
+			cJSON_AddNumberToObject(d, "offload", ex.planned[LYNX_EXEC_OFFLOAD]);
+			cJSON_AddNumberToObject(d, "recompute", ex.planned[LYNX_EXEC_RECOMPUTE]);
+		}
+	}
+	if ((o = cJSON_AddObjectToObject(root, "memory"))) {
+		cJSON_AddNumberToObject(o, "measured_peak_bytes", (double)e->measured_peak_bytes);
+		cJSON_AddNumberToObject(o, "predicted_peak_bytes", (double)e->predicted_peak_bytes);
+		cJSON_AddNumberToObject(o, "achieved_peak_bytes", (double)s.peak_used_bytes);
+	}
+	if ((o = cJSON_AddObjectToObject(root, "step"))) {
+		cJSON_AddNumberToObject(o, "measured_ns", (double)e->measured_iteration_ns);
+		cJSON_AddNumberToObject(o, "predicted_slowdown", e->predicted_slowdown);
+		if (s.timed_iterations)
+			cJSON_AddNumberToObject(o, "achieved_ns",
+			                        (double)s.iteration_ns /
+			                                (double)s.timed_iterations);
+		else
+			cJSON_AddNullToObject(o, "achieved_ns");
+		cJSON_AddNumberToObject(o, "timed_iterations", (double)s.timed_iterations);
+	}
+	if ((o = cJSON_AddObjectToObject(root, "evictions"))) {
+		cJSON_AddNumberToObject(o, "offloaded", (double)(s.evictions - s.discards));
+		cJSON_AddNumberToObject(o, "replayed", (double)s.discards);
+		cJSON_AddNumberToObject(o, "bytes", (double)s.evicted_bytes);
+		cJSON_AddNumberToObject(o, "peak_bytes", (double)s.peak_evicted_bytes);
+	}
+	if ((o = cJSON_AddObjectToObject(root, "replay"))) {
+		cJSON_AddNumberToObject(o, "reproduces",
+		                        (double)ex.verdicts[LYNX_REPLAY_REPRODUCES]);
+		refused = cJSON_AddArrayToObject(o, "refused");
+		for (int v = 0; refused && v < LYNX_REPLAY_VERDICT_COUNT; v++) {
+			cJSON *r;
+			if (v == LYNX_REPLAY_REPRODUCES || !ex.verdicts[v] ||
+			    !(r = cJSON_CreateObject()))
+				continue;
+			cJSON_AddStringToObject(r, "verdict", lynx_replay_verdict_name(v));
+			cJSON_AddNumberToObject(r, "count", (double)ex.verdicts[v]);
+			cJSON_AddStringToObject(r, "first", ex.verdict_reason[v]);
+			cJSON_AddItemToArray(refused, r);
+		}
+	}
+	if ((o = cJSON_AddObjectToObject(root, "stats"))) {
+#define LYNX_EXEC_STAT(field, meaning) cJSON_AddNumberToObject(o, #field, (double)s.field);
+		LYNX_EXEC_STATS
+#undef LYNX_EXEC_STAT
+	}
+	char *text = cJSON_Print(root);
+	if (text)
+		err = lynx_atomic_file_write(path, text);
+	free(text);
+	cJSON_Delete(root);
+	return err;
 }
 
 void lynx_exec_after_fork(void)

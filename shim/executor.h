@@ -166,6 +166,7 @@ struct lynx_exec_expectation {
 	 * achieved one above it is warned at exit. */
 	double max_slowdown;
 	char max_slowdown_text[16];
+	char planner[32]; /* the plan's planner, or "LYNX_PLAN" */
 };
 
 /* What to do with one scripted activation and, for RECOMPUTE, where: the token of the
@@ -253,6 +254,20 @@ void lynx_exec_stats(struct lynx_exec_stats *out);
 
 /* The exit summary's lines (nothing if never armed); tag prefixes each line. */
 void lynx_exec_print_summary(FILE *f, const char *tag);
+
+/*
+ * Writes the summary's numbers to path (summary.<rank>.json, atomically) as JSON that
+ * `lynx report` reads: {"format": "lynx-summary", "version": 1, "rank", "plan": {planner,
+ * budget_bytes, max_slowdown or null, decisions {keep, offload, recompute}}, "memory":
+ * {measured_peak_bytes (warm-up, no plan), predicted_peak_bytes, achieved_peak_bytes (the
+ * most cuMemGetInfo showed at the executor's actions)}, "step": {measured_ns,
+ * predicted_slowdown, achieved_ns (the mean of the timed followed iterations; null when
+ * none was timed), timed_iterations}, "evictions": {offloaded, replayed, bytes,
+ * peak_bytes}, "replay": {reproduces, refused: [{verdict, count, first}]}, "stats":
+ * {every LYNX_EXEC_STATS field}}. Returns 0, -ENOENT when never armed (nothing to
+ * summarise), -ENOMEM or a write's -errno.
+ */
+int lynx_exec_write_summary(const char *path, int rank);
 
 /* What the executor's trace shows, one slice per action: X(ID, name). */
 #define LYNX_EXEC_EVENTS(X)                                                      \

@@ -973,6 +973,8 @@ static void arm_executor(const struct lynx_whatif_plan *wp, const struct lynx_wh
 	};
 	snprintf(expect.max_slowdown_text, sizeof(expect.max_slowdown_text), "%s",
 	         prof.max_slowdown);
+	snprintf(expect.planner, sizeof(expect.planner), "%s",
+	         prof.plan_path[0] ? "LYNX_PLAN" : wp->plan->planner);
 	err = lynx_exec_arm(&prof.script, decisions, &expect, (enum lynx_exec_fault)prof.fault);
 	free(decisions);
 	if (err == -EINVAL && expect.measured_peak_bytes > expect.budget_bytes)
@@ -1291,6 +1293,10 @@ void lynx_profiling_at_exit(void)
 		lynx_exec_print_summary(stderr, tag);
 		profile_path(path, sizeof(path), "executor", "json");
 		int err = prof.output_ok ? lynx_exec_write_trace(path, lynx_job_rank()) : -ENOENT;
+		if (err && err != -ENOENT)
+			lynx_warn("cannot write %s: %s", path, strerror(-err));
+		profile_path(path, sizeof(path), "summary", "json");
+		err = prof.output_ok ? lynx_exec_write_summary(path, lynx_job_rank()) : -ENOENT;
 		if (err && err != -ENOENT)
 			lynx_warn("cannot write %s: %s", path, strerror(-err));
 	}

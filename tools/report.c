@@ -21,9 +21,11 @@
 #include "regular_file.h"
 #include "report.h"
 #include "report_model.h"
+#include "report_summary.h"
 #include "whatif.h"
 
 #define MAX_RANKS 4096
+#define SUMMARY_MAX_BYTES (1 << 20) /* a summary is a few KiB */
 
 void lynx_report_help(FILE *out)
 {
@@ -33,7 +35,9 @@ void lynx_report_help(FILE *out)
 	        "(`--trace DIR/trace.R.json`). Ranks with the same layers, micro-batches and\n"
 	        "windows form a stage; a stage's layer times are its slowest rank's medians.\n"
 	        "report.svg plots, per rank, device memory over one iteration and each stream's\n"
-	        "busy share (from the timeline; device-timed work only), and the peak by class.\n");
+	        "busy share (from the timeline; device-timed work only), and the peak by class.\n"
+	        "After a recompute run, each rank's summary.<rank>.json gives a row: the plan,\n"
+	        "and peak and step in warm-up, planned and achieved.\n");
 }
 
 /* ---- Formatting ---------------------------------------------------------------------------- */
@@ -699,6 +703,85 @@ static int read_profiles(struct report *rep)
 	return 0;
 }
 
+/* A change against warm-up's measurement, "-21.9%". */
+static const char *change(double now, double before, char *buf, size_t len)
+{
+	if (before > 0)
+		snprintf(buf, len, "%+.1f%%", 100.0 * (now / before - 1.0));
+	else
+		snprintf(buf, len, "-");
+	return buf;
+}
+
+/*
+ * Recompute mode's outcome, per rank, from summary.<rank>.json (written at exit by ranks
+ * whose executor was armed): the plan, and peak and step planned and achieved beside
+ * warm-up's, with evictions and refused replays. Nothing when no rank wrote one; a file
+ * that cannot be read is named on stderr and left out.
+ */
+static void print_recompute(const struct report *rep)
+{
+	char path[4200], why[256], a[40], b[40], c[40], d[40], e[40], f[40];
+	bool header = false;
+
+	for (size_t i = 0; i < rep->count; i++) {
+		struct lynx_summary s;
+		char *text;
+		size_t len;
+
+		snprintf(path, sizeof(path), "%s/summary.%d.json", rep->dir, rep->ranks[i].rank);
+		if (access(path, F_OK))
+			continue;
+		int err = lynx_regular_file_read(path, SUMMARY_MAX_BYTES, &text, &len, why,
+		                                 sizeof(why));
+		if (!err) {
+			err = lynx_summary_parse(text, len, &s, why, sizeof(why));
+			free(text);
+		}
+		if (err) {
+			fprintf(stderr, "lynx report: %s: %s; left out\n", path,
+			        err == -ENOMEM ? "out of memory" : why);
+			continue;
+		}
+		if (!header) {
+			printf("\nrecompute mode (summary.<rank>.json): warm-up without a plan, "
+			       "planned, achieved\n");
+			printf("  %-4s  %-9s  %-10s  %-38s  %-30s  %s\n", "rank", "planner",
+			       "budget", "peak", "step", "evicted (offload/replay)");
+			header = true;
+		}
+		char peak[96], step[96], refused[160] = "";
+		snprintf(peak, sizeof(peak), "%s, %s, %s (%s)",
+		         fmt_bytes(s.measured_peak_bytes, a, sizeof(a)),
+		         fmt_bytes(s.predicted_peak_bytes, b, sizeof(b)),
+		         fmt_bytes(s.achieved_peak_bytes, c, sizeof(c)),
+		         change((double)s.achieved_peak_bytes, (double)s.measured_peak_bytes, d,
+		                sizeof(d)));
+		if (s.achieved_known)
+			snprintf(step, sizeof(step), "%.3f ms, %+.1f%%, %s",
+			         (double)s.measured_ns / 1e6, 100.0 * (s.predicted_slowdown - 1.0),
+			         change(s.achieved_ns, (double)s.measured_ns, e, sizeof(e)));
+		else
+			snprintf(step, sizeof(step), "%.3f ms, %+.1f%%, not timed",
+			         (double)s.measured_ns / 1e6, 100.0 * (s.predicted_slowdown - 1.0));
+		for (size_t k = 0; k < s.n_refused; k++)
+			snprintf(refused + strlen(refused), sizeof(refused) - strlen(refused),
+			         "%s%s %llu",
+			         k ? ", " : "; replays refused: ", s.refused[k].verdict,
+			         (unsigned long long)s.refused[k].count);
+		snprintf(f, sizeof(f), "%s%s%s", s.budget_bytes ? "" : "-",
+		         s.budget_bytes ? fmt_bytes(s.budget_bytes, a, sizeof(a)) : "",
+		         s.max_slowdown[0] ? "*" : "");
+		printf("  %-4d  %-9s  %-10s  %-38s  %-30s  %llu/%llu%s\n", s.rank, s.planner, f,
+		       peak, step, (unsigned long long)s.offloaded, (unsigned long long)s.replayed,
+		       refused);
+		if (s.max_slowdown[0])
+			printf("        (*: the smallest budget predicted within "
+			       "LYNX_MAX_SLOWDOWN=%s)\n",
+			       s.max_slowdown);
+	}
+}
+
 /* What Lynx's HEU would save and cost on this job (policy/whatif.h); profiles that do not
  * make a planning problem (a stage missing, full recompute on) say why instead. */
 static void print_whatif(const struct report *rep)
@@ -757,6 +840,7 @@ int lynx_report_main(int argc, char **argv)
 	}
 	print_tables(&rep);
 	print_whatif(&rep);
+	print_recompute(&rep);
 	snprintf(path, sizeof(path), "%s/report.svg", rep.dir);
 	err = lynx_report_write_svg(&rep, path);
 	if (err) {

@@ -215,6 +215,19 @@ static void test_recompute_mode_is_bit_identical_and_saves_memory(void **state)
 		assert_non_null(strstr(text, "\"actions_left_out\": 0}"));
 		free(text);
 	}
+	/* Each rank's summary file, as lynx report reads it: one row per rank. */
+	char cmd[2600];
+	snprintf(cmd, sizeof(cmd), "%s/bin/lynx report %s/pp2tp2", build_dir, scratch);
+	struct output rep = run("", cmd);
+	assert_int_equal(rep.exit_code, 0);
+	assert_non_null(strstr(rep.out, "recompute mode (summary.<rank>.json)"));
+	for (int rank = 0; rank < 4; rank++) {
+		char row[32];
+		snprintf(row, sizeof(row), "\n  %d     heu        2.10 MiB ", rank);
+		assert_non_null(strstr(rep.out, row));
+	}
+	assert_null(strstr(rep.err, "left out"));
+	release(&rep);
 	/* The last step, steady state: the first stage (ranks 0 and 1) holds less, and every
 	 * rank's step takes at most 5% longer. */
 	for (size_t i = n - 4; i < n; i++) {

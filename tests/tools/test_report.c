@@ -317,6 +317,57 @@ static void test_profile_trace_is_written_without_a_profile(void **state)
 	assert_int_equal(access(path, F_OK), -1);
 }
 
+/* A recompute summary as the executor writes it (shim/executor.h), for rank r. */
+#define SUMMARY(r)                                                                               \
+	"{\"format\": \"lynx-summary\", \"version\": 1, \"rank\": " #r ", \"plan\": "            \
+	"{\"planner\": \"heu\", \"budget_bytes\": 2201600, \"max_slowdown\": \"2%%\", "          \
+	"\"decisions\": {\"keep\": 136, \"offload\": 0, \"recompute\": 168}}, \"memory\": "      \
+	"{\"measured_peak_bytes\": 2818048, \"predicted_peak_bytes\": 2200064, "                 \
+	"\"achieved_peak_bytes\": 2195456}, \"step\": {\"measured_ns\": 257609573, "             \
+	"\"predicted_slowdown\": 1.1656, \"achieved_ns\": 269764984, \"timed_iterations\": 1}, " \
+	"\"evictions\": {\"offloaded\": 448, \"replayed\": 224, \"bytes\": 5570560, "            \
+	"\"peak_bytes\": 675840}, \"replay\": {\"reproduces\": 80, \"refused\": "                \
+	"[{\"verdict\": \"DIFFERS\", \"count\": 28, \"first\": \"layer 3\"}]}, \"stats\": {}}"
+
+/*
+ * Recompute mode's outcome per rank, from summary.<rank>.json: planned and achieved peak
+ * and step beside warm-up's, evictions and refused replays. A corrupt summary is named on
+ * stderr and left out; the rest of the report stands.
+ */
+static void test_report_shows_each_ranks_recompute_summary(void **state)
+{
+	char dir[1300], path[1400];
+
+	(void)state;
+	copy_dir(full, "summaries", "profile.0.json profile.1.json", dir, sizeof(dir));
+	snprintf(path, sizeof(path), "%s/summary.0.json", dir);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fprintf(f, SUMMARY(0));
+	fclose(f);
+	snprintf(path, sizeof(path), "%s/summary.1.json", dir);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fprintf(f, "{\"format\": \"lynx-summary\", \"version\": 1, \"rank\": 1}");
+	fclose(f);
+	struct output o = report(dir);
+	if (o.exit_code)
+		fail_msg("exit %d: %s", o.exit_code, o.err);
+	assert_non_null(strstr(o.out, "recompute mode (summary.<rank>.json)"));
+	assert_non_null(strstr(o.out, "  0     heu        2.10 MiB*   2.69 MiB, 2.10 MiB, 2.09 MiB "
+	                              "(-22.1%)"));
+	assert_non_null(strstr(o.out, "257.610 ms, +16.6%, +4.7%"));
+	assert_non_null(strstr(o.out, "448/224; replays refused: DIFFERS 28"));
+	assert_non_null(strstr(o.out, "LYNX_MAX_SLOWDOWN=2%"));
+	assert_null(strstr(o.out, "  1     heu"));
+	assert_non_null(strstr(o.err, "summary.1.json: no \"plan\" object; left out"));
+	release(&o);
+	/* No summaries (profiling only): no such section. */
+	o = report(full);
+	assert_null(strstr(o.out, "recompute mode"));
+	release(&o);
+}
+
 static void test_report_usage_errors(void **state)
 {
 	char cmd[sizeof(lynx) + 64];
@@ -412,6 +463,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_report_refuses_corrupt_inputs_naming_file_and_place),
 	        cmocka_unit_test(test_profile_trace_is_written_without_a_profile),
 	        cmocka_unit_test(test_report_usage_errors),
+	        cmocka_unit_test(test_report_shows_each_ranks_recompute_summary),
 	};
 
 	if (argc < 1 || harness_init(argv[0], "test_report")) {
