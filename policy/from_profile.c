@@ -108,6 +108,12 @@ static int check_profile(const struct ctx *c, size_t i)
 			                          "%u's %zu forward kernels",
 			                          name, g, gr->producer, gr->layer,
 			                          l->fwd_kernels.count);
+		if (gr->producer_end > (int64_t)l->fwd_kernels.count)
+			return lynx_policy_refuse(c->why, c->len,
+			                          "%s: group %zu's producer run ends at %d, beyond "
+			                          "layer %u's %zu forward kernels",
+			                          name, g, gr->producer_end, gr->layer,
+			                          l->fwd_kernels.count);
 		if (gr->first_consumer < -1 || gr->first_consumer > (int64_t)l->bwd_kernels.count ||
 		    gr->last_consumer < -1 || gr->last_consumer > (int64_t)l->bwd_kernels.count)
 			return lynx_policy_refuse(
@@ -528,6 +534,13 @@ static bool group_of_layer(const struct layer_src *ls, const struct lynx_profile
 	return g->layer == ls->index && g->bytes > 0;
 }
 
+/* The last kernel of g's producer run (profile.h's producer_end), at least its producer
+ * (a profile made in memory may leave producer_end 0); -1: the layer's input. */
+static int32_t produced_by(const struct lynx_profile_group *g)
+{
+	return g->producer < 0 ? -1 : g->producer_end > g->producer ? g->producer_end : g->producer;
+}
+
 /* Ops: one per kernel, or runs of kernels cut at collectives and producers. */
 static int cut_ops(struct layer_src *ls)
 {
@@ -545,9 +558,9 @@ static int cut_ops(struct layer_src *ls)
 	if (!cut)
 		return -ENOMEM;
 	for (size_t g = 0; g < pr->group_count; g++)
-		if (group_of_layer(ls, &pr->groups[g]) && pr->groups[g].producer >= 0 &&
-		    (uint32_t)pr->groups[g].producer + 1 < ls->K)
-			cut[pr->groups[g].producer + 1] = 1;
+		if (group_of_layer(ls, &pr->groups[g]) && produced_by(&pr->groups[g]) >= 0 &&
+		    (uint32_t)produced_by(&pr->groups[g]) + 1 < ls->K)
+			cut[produced_by(&pr->groups[g]) + 1] = 1;
 	for (size_t w = 0; w < pr->window_count; w++)
 		if (pr->windows[w].kind == LYNX_PROFILE_WINDOW_TP_FWD &&
 		    pr->windows[w].layer == (int32_t)ls->index && pr->windows[w].kernel > 0 &&
@@ -804,7 +817,8 @@ static int fill_groups(const struct layer_src *ls, struct lynx_problem_layer *L)
 		if (!group_of_layer(ls, gr))
 			continue;
 		into[n] = (uint32_t)n;
-		it[n] = (struct item){.producer = producer_op(ls, gr->producer),
+		/* Ready once its producer's whole run has: a rebuild relaunches all of it. */
+		it[n] = (struct item){.producer = producer_op(ls, produced_by(gr)),
 		                      .consumer = consumer_op(ls, gr->last_consumer),
 		                      .bytes = gr->bytes,
 		                      .order = g,

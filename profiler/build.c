@@ -550,6 +550,41 @@ static int32_t position(const struct lynx_prof_trace *t, const struct lynx_prof_
 	return launches_before(t, s->first, e);
 }
 
+/* Whether buf is referenced by event e. O(its references). */
+static bool references(const struct build *b, const struct lynx_prof_buffer *buf, uint32_t e)
+{
+	for (size_t r = 0; r < buf->ref_count; r++)
+		if (b->lt.refs[buf->first_ref + r].event == e)
+			return true;
+	return false;
+}
+
+/*
+ * The position in f of the last launch of the run that produces buf: its producer, then
+ * the program's launches right after it, of the same function, that touch buf too (a
+ * kernel launched per sequence), as the executor captures a producer to replay. producer
+ * itself when it runs alone, -1 with it.
+ */
+static int32_t producer_end(const struct build *b, const struct lynx_prof_segment *f,
+                            const struct lynx_prof_buffer *buf, int32_t producer)
+{
+	const struct lynx_prof_trace *t = b->t;
+	int32_t end = producer;
+
+	if (producer < 0)
+		return producer;
+	uint64_t function = t->events[buf->producer].u.launch.function;
+	for (uint32_t e = buf->producer + 1; e < f->end; e++) {
+		const struct lynx_prof_event *ev = &t->events[e];
+		if (!is_program_launch(ev))
+			continue;
+		if (ev->u.launch.function != function || !references(b, buf, e))
+			break;
+		end++;
+	}
+	return end;
+}
+
 /* The saved activations of each layer on micro-batch 0 of the chosen iteration. */
 static int fill_groups(struct build *b, struct lynx_profile *p)
 {
@@ -579,6 +614,7 @@ static int fill_groups(struct build *b, struct lynx_profile *p)
 				g->layer = (uint32_t)k;
 				g->bytes = buf->bytes;
 				g->producer = position(b->t, f, buf->producer);
+				g->producer_end = producer_end(b, f, buf, g->producer);
 				g->first_consumer = g->last_consumer = -1;
 				for (size_t r = 0; r < buf->ref_count; r++) {
 					int32_t at = position(b->t, bw,

@@ -44,7 +44,9 @@
  * "warmup_forwards" and "non_saved_peak_bytes", writes the *_ns arrays exactly when the
  * in-memory ns is not NULL, and "host_link" exactly when lynx_profile_host_link_measured().
  * "pipeline" came later still: this rank's stage and the stage count, written exactly when
- * lynx_profile_pipeline_known(); absent, the stage is unknown.
+ * lynx_profile_pipeline_known(); absent, the stage is unknown. A group's "producer_end"
+ * came last (producer when absent; otherwise from producer to the layer's kernel count),
+ * written after "producer".
  */
 #include <errno.h>
 #include <locale.h>
@@ -229,7 +231,7 @@ static bool add_group(cJSON *arr, const struct lynx_profile_group *g)
 		return false;
 	cJSON_AddItemToArray(arr, o);
 	return add_num(o, "layer", g->layer) && add_num(o, "bytes", (double)g->bytes) &&
-	       add_num(o, "producer", g->producer) &&
+	       add_num(o, "producer", g->producer) && add_num(o, "producer_end", g->producer_end) &&
 	       add_num(o, "first_consumer", g->first_consumer) &&
 	       add_num(o, "last_consumer", g->last_consumer);
 }
@@ -704,6 +706,14 @@ static int read_group(struct reader *r, const cJSON *o, size_t i, size_t layers,
 	    (err = get_index(r, o, p.buf, "first_consumer", INT32_MAX, &g->first_consumer)) ||
 	    (err = get_index(r, o, p.buf, "last_consumer", INT32_MAX, &g->last_consumer)))
 		return err;
+	g->producer_end = g->producer;
+	if (cJSON_GetObjectItemCaseSensitive(o, "producer_end") &&
+	    (err = get_index(r, o, p.buf, "producer_end", INT32_MAX, &g->producer_end)))
+		return err;
+	if (g->producer_end < g->producer || (g->producer < 0 && g->producer_end >= 0))
+		return refuse(r,
+		              "%s.producer_end: %d cannot end a run that starts at the producer %d",
+		              p.buf, g->producer_end, g->producer);
 	if (g->layer >= layers)
 		return refuse(r, "%s.layer: %u is not one of the %zu layers", p.buf, g->layer,
 		              layers);

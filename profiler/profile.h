@@ -104,7 +104,11 @@ struct lynx_profile_layer {
 struct lynx_profile_group {
 	uint32_t layer;
 	uint64_t bytes;
-	int32_t producer;       /* forward kernel that first touched it; -1: the layer's input */
+	int32_t producer; /* forward kernel that first touched it; -1: the layer's input */
+	/* The last of the launches right after the producer, of its function, that touch it
+	 * too (one per sequence of a batch, say): what rebuilding it relaunches, as the
+	 * executor captures a producer. producer when it is alone, or -1 with it. */
+	int32_t producer_end;
 	int32_t first_consumer; /* first backward kernel that touches it; -1: none seen */
 	int32_t last_consumer;  /* last backward kernel that touches it; -1: none seen */
 };

@@ -87,7 +87,7 @@ static void add_group(struct lynx_profile *p, uint32_t layer, uint64_t bytes, in
 	p->groups = realloc(p->groups, (p->group_count + 1) * sizeof(*p->groups));
 	assert_non_null(p->groups);
 	p->groups[p->group_count++] = (struct lynx_profile_group){
-	        layer, bytes, producer, last_consumer < 0 ? -1 : 0, last_consumer};
+	        layer, bytes, producer, producer, last_consumer < 0 ? -1 : 0, last_consumer};
 }
 
 /* A window; idle_ns 0: not measured. */
@@ -230,6 +230,33 @@ static void test_maps_kernels_groups_and_collectives(void **state)
 	assert_int_equal(p.stages[0].static_bytes, (1 << 20) + (96 << 10));
 	assert_int_equal(p.budget_bytes, pr->memory.peak_bytes);
 	assert_true(p.d2h.busbw == 0 && p.h2d.busbw == 0);
+	lynx_problem_free(&p);
+	drop(pr);
+}
+
+/*
+ * A group produced by a run of launches (its producer, then the next kernel of its
+ * function, as a kernel launched per sequence): rebuilding it relaunches the whole run, so
+ * its ops reach the run's end and its rebuild costs both kernels. Here kernel 3's group (ops
+ * 2-3) ends its run at kernel 4: ops 2-4, and the group after it (kernel 4's) is then made
+ * with it, as its sibling.
+ */
+static void test_a_producer_run_is_rebuilt_whole(void **state)
+{
+	struct lynx_profile *pr = tp_stage();
+	const struct lynx_profile *ranks[] = {pr};
+	struct lynx_problem p;
+	const struct lynx_problem_layer *L = &p.layer;
+
+	for (size_t g = 0; g < pr->group_count; g++)
+		if (pr->groups[g].producer == 3)
+			pr->groups[g].producer_end = 4;
+	build(ranks, 1, NULL, &p);
+	assert_int_equal(L->n_groups, 5);
+	assert_int_equal(L->groups[3].producer, 4);
+	assert_int_equal(L->groups[3].ops, 0x1c);
+	assert_near("recompute", L->groups[3].recompute_s, 3e-6);
+	assert_int_equal(L->groups[4].producer, 4);
 	lynx_problem_free(&p);
 	drop(pr);
 }
@@ -1081,6 +1108,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_maps_kernels_groups_and_collectives),
+	        cmocka_unit_test(test_a_producer_run_is_rebuilt_whole),
 	        cmocka_unit_test(test_uses_device_times_and_measured_idle),
 	        cmocka_unit_test(test_orders_pipeline_stages_by_warmup),
 	        cmocka_unit_test(test_orders_pipeline_stages_as_the_profiles_name_them),

@@ -110,7 +110,7 @@ static void test_profile_pp2_tp2_layers_and_windows(void **state)
 
 	(void)state;
 	assert_int_equal(record_tinytrain("--nproc 4 --pp 2 --tp 2 --layers 8 --microbatches 4 "
-	                                  "--steps 2",
+	                                  "--batch 2 --steps 2",
 	                                  &rec),
 	                 0);
 	assert_int_equal(rec.ranks, 4);
@@ -166,6 +166,19 @@ static void test_profile_pp2_tp2_layers_and_windows(void **state)
 				assert_true(w->peer >= 0);
 			}
 		}
+		/* The attention dropout runs once per sequence of the batch: its output and mask
+		 * are produced by a run of two launches, which a rebuild relaunches. */
+		size_t runs = 0;
+		for (size_t g = 0; g < p.group_count; g++) {
+			const struct lynx_profile_group *gr = &p.groups[g];
+			assert_true(gr->producer < 0 ? gr->producer_end == gr->producer
+			                             : gr->producer_end >= gr->producer);
+			if (gr->producer >= 0 && gr->producer_end == gr->producer + 1 &&
+			    !strcmp(p.layers[gr->layer].fwd_kernels.name[gr->producer],
+			            "tt_dropout_fwd"))
+				runs++;
+		}
+		assert_int_equal(runs, 2 * p.layer_count);
 		check_round_trip(&p);
 		lynx_profile_free(&p);
 	}
@@ -210,7 +223,7 @@ static uint64_t fwd_kernel_ns[] = {70, 25}, bwd_kernel_ns[] = {280};
 static void small_profile(struct lynx_profile *p)
 {
 	static struct lynx_profile_layer layers[2];
-	static struct lynx_profile_group groups[1] = {{1, 4096, -1, 0, 1}};
+	static struct lynx_profile_group groups[1] = {{1, 4096, -1, -1, 0, 1}};
 	static struct lynx_profile_window windows[2];
 
 	for (int i = 0; i < 2; i++)
@@ -415,8 +428,11 @@ static void test_profile_reads_a_profile_without_the_optional_keys(void **state)
 	assert_null(strstr(text, "_ns\":\t["));
 	p.memory.non_saved_peak_bytes = 700; /* = 1000 - 300 saved at the peak */
 	char *older = replace(text, "\"warmup_forwards\":\t0,", "");
-	old = replace(older, ",\n\t\t\"non_saved_peak_bytes\":\t700", "");
+	char *oldest = replace(older, ",\n\t\t\"non_saved_peak_bytes\":\t700", "");
+	old = replace(oldest, "\t\t\t\"producer_end\":\t-1,\n", "");
+	free(oldest);
 	free(older);
+	assert_null(strstr(old, "producer_end"));
 	assert_null(strstr(old, "non_saved_peak_bytes"));
 	if (lynx_profile_from_json(old, strlen(old), &back, why, sizeof(why)))
 		fail_msg("%s", why);
@@ -424,6 +440,7 @@ static void test_profile_reads_a_profile_without_the_optional_keys(void **state)
 	assert_false(lynx_profile_pipeline_known(&back));
 	assert_null(strstr(text, "\"pipeline\""));
 	assert_int_equal(back.memory.non_saved_peak_bytes, 700);
+	assert_int_equal(back.groups[0].producer_end, back.groups[0].producer);
 	assert_null(back.layers[0].fwd_kernels.ns);
 	again = lynx_profile_to_json(&back);
 	assert_string_equal(again, text); /* the key comes back, explicit */
@@ -496,6 +513,8 @@ static void test_profile_refuses_bad_fields_with_their_path(void **state)
 	         "layers[0].forward: expected min_ns <= ns <= max_ns"},
 	        {"\"kind\":\t\"pp_recv_bwd\"", "\"kind\":\t\"pp_sideways\"",
 	         "windows[1].kind: unknown value \"pp_sideways\""},
+	        {"\"producer_end\":\t-1", "\"producer_end\":\t2",
+	         "groups[0].producer_end: 2 cannot end a run that starts at the producer -1"},
 	        {"\"source\":\t\"device\"", "\"source\":\t\"sundial\"",
 	         "layers[0].backward.source: unknown value \"sundial\""},
 	        {"\"k1\"", "17", "layers[0].kernels.forward[1]: expected a string"},

@@ -20,13 +20,14 @@
  *    fails (SIMGPU_FAULTS) are made on demand or after waiting for frees: same results,
  *    and the summary says so;
  *  - with activations the larger share of memory (--seq 64 --batch 4), LYNX_BUDGET=6M and
- *    the mixed planner offload on the second stage and replay part of the first stage in
- *    the backward's all-reduces (each checked there once), and take the first stage's
- *    peak at least 40% below tinytrain's --recompute none, its peak and step time within
- *    5% of the plan's prediction and every rank's peak within the budget, in at most 1.05
- *    times its step time and 0.85 times that of its --recompute full;
- *  - without a budget, a plan within LYNX_MAX_SLOWDOWN (2%): said, evicting, the same
- *    results, and a slowdown achieved above it warned;
+ *    the mixed planner offload on the second stage and replay part of the first stage,
+ *    and take the first stage's peak at least 40% below tinytrain's --recompute none,
+ *    its peak within 5% of the plan's prediction and its step time from 10% under to
+ *    5% over it, every rank's peak within the budget, in at most 1.05 times its step
+ *    time and 0.85 times that of its --recompute full;
+ *  - without a budget, a plan within LYNX_MAX_SLOWDOWN (2%): said, evicting (part of the
+ *    first stage replayed in the backward's all-reduces, each checked there once), the
+ *    same results, and a slowdown achieved above it warned;
  *  - a budget no plan can reach: a warning on every rank, no plan, the same results.
  */
 #include <ctype.h>
@@ -470,25 +471,13 @@ static void test_long_sequences_meet_the_memory_and_time_targets(void **state)
 	assert_non_null(at);
 	double slowdown = 1.0 + atof(at + strlen(", iteration ")) / 100.0;
 	/* The mixed plan (HEU's, then offloading where the checker finds it faster) offloads
-	 * on the second stage and rebuilds part of the first stage in the tensor-parallel
-	 * all-reduces of the backward: checked there once, then replayed there on the replay
-	 * stream. */
+	 * on the second stage and rebuilds on the first. (Its rebuilds in windows are
+	 * test_without_a_budget_plans_within_the_max_slowdown's: here, with each producer's
+	 * run priced whole, they no longer fit the tensor-parallel all-reduces.) */
 	for (int rank = 2; rank < 4; rank++)
 		assert_true(stat_of(o.err, rank, "offloaded, ") > 0);
-	for (int rank = 0; rank < 2; rank++) {
-		char path[1300];
-		assert_true(stat_of(o.err, rank, "activations planned for a window") > 0);
-		assert_true(stat_of(o.err, rank, "checked there") > 0);
-		assert_int_equal(stat_of(o.err, rank, "refused (replayed on demand)"), 0);
-		assert_true(stat_of(o.err, rank, "replays in windows") > 0);
-		assert_int_equal(stat_of(o.err, rank, "left to the guard"), 0);
-		snprintf(path, sizeof(path), "%s/long/executor.%d.json", scratch, rank);
-		char *text = slurp(path);
-		assert_non_null(text);
-		assert_non_null(strstr(text, "{\"name\": \"check window\""));
-		assert_non_null(strstr(text, "{\"name\": \"replay in window\""));
-		free(text);
-	}
+	for (int rank = 0; rank < 2; rank++)
+		assert_true(stat_of(o.err, rank, "restored by replay") > 0);
 	for (size_t i = n - 4; i < n; i++) {
 		/* Every rank within the budget: the plan is made for it less what warm-up had
 		 * in use beyond its tensors and a replay's workspace scratch, and the executor
@@ -496,13 +485,15 @@ static void test_long_sequences_meet_the_memory_and_time_targets(void **state)
 		assert_true(b[i].peak_bytes <= 6ll << 20);
 		if (i % 4 < 2) { /* the first stage, which holds the most */
 			assert_true((double)b[i].peak_bytes <= 0.60 * (double)none[i].peak_bytes);
-			/* Within 5% of the plan's prediction, in memory in use, and in time
-			 * (the plan is pessimistic there: docs/recompute.md, "What is left"). */
+			/* Within 5% of the plan's prediction in memory in use. In time at most
+			 * 5% over it, and at most 10% under: the plan is pessimistic about
+			 * rebuilds on demand (predicted +9.2%, +3.6% taken: docs/measurements.md,
+			 * "Recompute mode without a budget"). */
 			assert_true((double)b[i].peak_bytes <= 1.05 * predicted);
 			assert_true((double)b[i].peak_bytes >= 0.95 * predicted);
 			double step = slowdown * (double)none[i].step_time_ns;
 			assert_true((double)b[i].step_time_ns <= 1.05 * step);
-			assert_true((double)b[i].step_time_ns >= 0.95 * step);
+			assert_true((double)b[i].step_time_ns >= 0.90 * step);
 		}
 		assert_true((double)b[i].step_time_ns <= 1.05 * (double)none[i].step_time_ns);
 		assert_true((double)b[i].step_time_ns <=
@@ -542,8 +533,23 @@ static void test_without_a_budget_plans_within_the_max_slowdown(void **state)
 	assert_int_equal(count_of(o.err, "no LYNX_BUDGET: the smallest predicted within "
 	                                 "LYNX_MAX_SLOWDOWN=2% (the default)"),
 	                 4);
-	for (int rank = 0; rank < 2; rank++)
+	/* The first stage rebuilds part of its activations in the tensor-parallel all-reduces
+	 * of the backward: checked there once, then replayed there on the replay stream. */
+	for (int rank = 0; rank < 2; rank++) {
+		char path[1300];
 		assert_true(stat_of(o.err, rank, "evicted (") > 0);
+		assert_true(stat_of(o.err, rank, "activations planned for a window") > 0);
+		assert_true(stat_of(o.err, rank, "checked there") > 0);
+		assert_int_equal(stat_of(o.err, rank, "refused (replayed on demand)"), 0);
+		assert_true(stat_of(o.err, rank, "replays in windows") > 0);
+		assert_int_equal(stat_of(o.err, rank, "left to the guard"), 0);
+		snprintf(path, sizeof(path), "%s/slowdown/executor.%d.json", scratch, rank);
+		char *text = slurp(path);
+		assert_non_null(text);
+		assert_non_null(strstr(text, "{\"name\": \"check window\""));
+		assert_non_null(strstr(text, "{\"name\": \"replay in window\""));
+		free(text);
+	}
 	for (size_t i = n - 4; i < n; i++)
 		if (i % 4 < 2)
 			assert_true(b[i].peak_bytes < a[i].peak_bytes);
