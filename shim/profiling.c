@@ -81,7 +81,8 @@ static struct {
 	struct lynx_profile profile;
 	bool have_profile;
 	/* The profile was made at exit: the job ended before warm-up did. Its times are the
-	 * host's (no CUDA call at exit), so no plan and no what-if come from it. */
+	 * host's (no CUDA call at exit), so no plan and no what-if come from it (WARMUP_HINT
+	 * says what to do). */
 	bool profile_at_exit;
 	struct lynx_prof_script script; /* the chosen iteration's, for the executor */
 	int fault;                      /* LYNX_FAULT, for the executor */
@@ -650,6 +651,12 @@ static void rank_tag(char *tag, size_t len)
 	snprintf(tag, len, "lynx[rank %d]", lynx_job_rank() < 0 ? 0 : lynx_job_rank());
 }
 
+/* What a job that ended before warm-up did needs, for its warning and summary (%u: the
+ * LYNX_WARMUP in force). */
+#define WARMUP_HINT                                                                            \
+	"run more iterations (warm-up needs LYNX_WARMUP=%u identical ones, and a few more to " \
+	"confirm and time them)"
+
 /*
  * The job's what-if, printed once, by rank 0: it needs every stage's profile, which the
  * other ranks wrote into LYNX_OUT at the end of their warm-up. Plain CPU work at exit.
@@ -667,9 +674,7 @@ static void print_whatif(void)
 		if (!prof.recompute)
 			fprintf(stderr,
 			        "%s: what-if: none: the job ended before warm-up did, and the "
-			        "profile made at exit has host times only; run more iterations "
-			        "(warm-up needs LYNX_WARMUP=%u identical ones, and a few more to "
-			        "confirm and time them)\n",
+			        "profile made at exit has host times only; " WARMUP_HINT "\n",
 			        tag, prof.warmup);
 		return;
 	}
@@ -878,9 +883,11 @@ static uint32_t window_token(const struct lynx_problem *p, const struct lynx_pro
 /* Without a budget, why a plan keeps every activation of this rank's: in why. */
 static const char *keeps_everything_because(char *why, size_t len)
 {
+	const struct lynx_planner *pl = lynx_planner_find(prof.planner);
+
 	if (prof.plan_path[0])
 		snprintf(why, len, "LYNX_PLAN keeps every activation of this stage");
-	else if (!lynx_planner_find(prof.planner) || !lynx_planner_find(prof.planner)->budgeted)
+	else if (!pl || !pl->budgeted)
 		snprintf(why, len, "LYNX_PLANNER=%s keeps every activation of this stage",
 		         prof.planner);
 	else
@@ -1241,6 +1248,19 @@ void lynx_profiling_at_sync(void)
 	pthread_mutex_unlock(&prof.look);
 }
 
+/* The executor's file stem.<rank>.json, by write (-ENOENT: never armed, nothing to write). */
+static void write_exec_file(const char *stem, int (*write)(const char *path, int rank))
+{
+	char path[PATH_MAX + 64];
+	int err;
+
+	if (!prof.output_ok)
+		return;
+	profile_path(path, sizeof(path), stem, "json");
+	if ((err = write(path, lynx_job_rank())) && err != -ENOENT)
+		lynx_warn("cannot write %s: %s", path, strerror(-err));
+}
+
 void lynx_profiling_at_exit(void)
 {
 	pthread_mutex_lock(&prof.look);
@@ -1276,9 +1296,7 @@ void lynx_profiling_at_exit(void)
 	/* A plan still waiting: one more try; none from a profile made at exit. */
 	if (atomic_load(&prof.phase) == PHASE_PLANNING && prof.profile_at_exit) {
 		lynx_warn("recompute mode: the job ended before warm-up did (its profile was made "
-		          "at exit, with host times): no plan; run more iterations (warm-up needs "
-		          "LYNX_WARMUP=%u identical ones, and a few more to confirm and time "
-		          "them)",
+		          "at exit, with host times): no plan; " WARMUP_HINT,
 		          prof.warmup);
 		plan_done();
 	} else if (atomic_load(&prof.phase) == PHASE_PLANNING) {
@@ -1288,17 +1306,11 @@ void lynx_profiling_at_exit(void)
 		lynx_profile_print_summary(stderr, &prof.profile, lynx_job_rank());
 		if (lynx_job_rank() <= 0)
 			print_whatif();
-		char tag[32], path[PATH_MAX + 64];
+		char tag[32];
 		rank_tag(tag, sizeof(tag));
 		lynx_exec_print_summary(stderr, tag);
-		profile_path(path, sizeof(path), "executor", "json");
-		int err = prof.output_ok ? lynx_exec_write_trace(path, lynx_job_rank()) : -ENOENT;
-		if (err && err != -ENOENT)
-			lynx_warn("cannot write %s: %s", path, strerror(-err));
-		profile_path(path, sizeof(path), "summary", "json");
-		err = prof.output_ok ? lynx_exec_write_summary(path, lynx_job_rank()) : -ENOENT;
-		if (err && err != -ENOENT)
-			lynx_warn("cannot write %s: %s", path, strerror(-err));
+		write_exec_file("executor", lynx_exec_write_trace);
+		write_exec_file("summary", lynx_exec_write_summary);
 	}
 	pthread_mutex_unlock(&prof.look);
 }
