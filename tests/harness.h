@@ -160,4 +160,45 @@ static inline struct result run_clean(enum stream stream, const char *cmd)
 	return r;
 }
 
+/*
+ * Runs the binary's tests as cmocka_run_group_tests() does, or only those LYNX_TESTS names
+ * (comma-separated): tests/run_tests.sh runs a subset of the end-to-end binaries under the
+ * sanitizers. A name that matches no test is a failure, so that a renamed test is never
+ * silently left out.
+ */
+static inline int harness_run_tests(const char *group, const struct CMUnitTest *tests, size_t n,
+                                    CMFixtureFunction setup, CMFixtureFunction teardown)
+{
+	const char *wanted = getenv("LYNX_TESTS");
+	struct CMUnitTest *chosen;
+	size_t k = 0;
+	int failed;
+
+	if (!wanted || !*wanted)
+		return _cmocka_run_group_tests(group, tests, n, setup, teardown);
+	chosen = calloc(n ? n : 1, sizeof(*chosen));
+	if (!chosen)
+		return 1;
+	for (const char *name = wanted; *name;) {
+		size_t len = strcspn(name, ",");
+		size_t i = 0;
+
+		while (i < n && (strlen(tests[i].name) != len || strncmp(tests[i].name, name, len)))
+			i++;
+		if (i == n || k == n) {
+			fprintf(stderr,
+			        "%s: LYNX_TESTS names '%.*s', which is not one of its tests%s\n",
+			        group, (int)len, name, i == n ? "" : " once");
+			free(chosen);
+			return 1;
+		}
+		chosen[k++] = tests[i];
+		name += len + (name[len] == ',');
+	}
+	printf("[ SUBSET   ] %zu of %zu tests (LYNX_TESTS)\n", k, n);
+	failed = _cmocka_run_group_tests(group, chosen, k, setup, teardown);
+	free(chosen);
+	return failed;
+}
+
 #endif /* LYNX_TESTS_HARNESS_H */

@@ -34,8 +34,26 @@ run() {
 	echo "--- $name: $((SECONDS - started)) s"
 }
 
+# The end-to-end binaries take minutes under a sanitizer (each runs tinytrain's ranks a dozen
+# times): there, only the tests named here run (LYNX_TESTS, tests/harness.h), those whose paths
+# the binary's other tests share: under ASan, a fork after the plan is armed and every reason
+# to do nothing beside test_executor's whole run; under TSan, where one tinytrain run takes a
+# minute, the search thread beside the recorder's and the executor's. CI's three passes must
+# take under 25 minutes in all.
+subset_under() { # subset_under SANITIZER BINARY: the tests to run, or nothing for all
+	case "$1:$2" in
+	address:test_recompute_targets)
+		echo test_every_reason_to_do_nothing_is_one_warn_line_per_rank,test_each_rank_plans_alone_without_a_shared_directory
+		;;
+	thread:test_executor)
+		echo test_a_search_runs_off_the_trainers_thread
+		;;
+	esac
+}
 for t in "$@"; do
-	run "$(basename "$t")" timeout 300 "$t"
+	name=$(basename "$t")
+	subset=$([ -n "${SAN:-}" ] && subset_under "${SAN%%,*}" "$name")
+	run "$name" env ${subset:+LYNX_TESTS=$subset} timeout 300 "$t"
 done
 
 # simgpu's example: two ranks, identical bytes on every run (results and virtual times).
@@ -57,9 +75,11 @@ gpu_suite_on_simgpu() {
 	tests/gpu/run.sh --simgpu --bundle "$BUILD/gpu" --out "$out" || return 1
 	python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); sys.exit(r["failed"] != 0 or r["passed"] < 10)' "$out/results.json"
 }
-# The shape matrix's quick cells (make shapes runs all 30): Lynx on tinytrain with GPipe,
+# The shape matrix's quick cells (make shapes runs all 32): Lynx on tinytrain with GPipe,
 # interleaved 1F1B, one micro-batch, DDP buckets, lazy optimizer state and the Ex launch
-# paths, profile and recompute checked against the truth. Not under the sanitizers either.
+# paths, profile and recompute checked against the truth; the schedules at their smallest
+# (2 micro-batches of GPipe, 3 stages interleaved), 150 s in all. Not under the sanitizers
+# either.
 shapes_quick() {
 	tests/shapes/matrix.py --build "$BUILD" --quick --repeat 2 --repeat-cells 1
 }

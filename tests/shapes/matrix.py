@@ -63,7 +63,8 @@ CELLS = [
     ("tp2-m4-ex", "--nproc 2 --tp 2 --microbatches 4 --launch ex", False),
     # pipelines: schedules and one micro-batch
     ("pp2-m4-1f1b", "--nproc 2 --pp 2 --microbatches 4", False),
-    ("pp2-m4-gpipe", "--nproc 2 --pp 2 --microbatches 4 --schedule gpipe", True),
+    ("pp2-m4-gpipe", "--nproc 2 --pp 2 --microbatches 4 --schedule gpipe", False),
+    ("pp2-m2-gpipe", "--nproc 2 --pp 2 --microbatches 2 --schedule gpipe", True),
     ("pp2-m1-1f1b", "--nproc 2 --pp 2 --microbatches 1", True),
     ("pp2-m1-gpipe", "--nproc 2 --pp 2 --microbatches 1 --schedule gpipe", False),
     ("pp2-m4-gpipe-lazy", "--nproc 2 --pp 2 --microbatches 4 --schedule gpipe "
@@ -74,7 +75,9 @@ CELLS = [
     ("pp2-m4-created", "--nproc 2 --pp 2 --microbatches 4 --compute-stream created", False),
     ("pp4-m4-1f1b", "--nproc 4 --pp 4 --microbatches 4", False),
     ("pp4-m4-interleaved", "--nproc 4 --pp 4 --microbatches 4 --schedule interleaved "
-     "--virtual-stages 2 --layers 16", True),
+     "--virtual-stages 2 --layers 16", False),
+    ("pp3-m3-interleaved", "--nproc 3 --pp 3 --microbatches 3 --schedule interleaved "
+     "--virtual-stages 2 --layers 12", True),
     # the layouts together
     ("pp2tp2-m4", "--nproc 4 --pp 2 --tp 2 --microbatches 4", False),
     ("pp2tp2-m4-gpipe", "--nproc 4 --pp 2 --tp 2 --microbatches 4 --schedule gpipe", False),

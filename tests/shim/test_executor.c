@@ -42,7 +42,7 @@
 static void test_recompute_mode_is_bit_identical_and_saves_memory(void **state)
 {
 	struct step_line a[MAX_LINES], b[MAX_LINES];
-	struct output plain = plain_pp2_tp2;
+	struct output plain = plain_pp2_tp2();
 	struct output o = run_trainer(PP2_TP2, "LYNX_BUDGET=2150K", "pp2tp2");
 	size_t n = assert_identical(&plain, &o, a, b);
 
@@ -140,7 +140,7 @@ static void test_other_layouts_stay_bit_identical(void **state)
 static void test_dropping_the_stream_waits_breaks_training(void **state)
 {
 	struct step_line a[MAX_LINES], b[MAX_LINES];
-	struct output plain = plain_pp2_tp2;
+	struct output plain = plain_pp2_tp2();
 	struct output o =
 	        run_trainer(PP2_TP2,
 	                    "LYNX_BUDGET=2150K LYNX_FAULT=skip-stream-waits "
@@ -158,7 +158,7 @@ static void test_dropping_the_stream_waits_breaks_training(void **state)
 static void test_restores_that_cannot_start_ahead_are_made_on_demand(void **state)
 {
 	struct step_line a[MAX_LINES], b[MAX_LINES];
-	struct output plain = plain_pp2_tp2;
+	struct output plain = plain_pp2_tp2();
 	struct output o =
 	        run_trainer(PP2_TP2, "LYNX_BUDGET=2150K LYNX_FAULT=fail-prefetch", "noprefetch");
 
@@ -176,7 +176,7 @@ static void test_restores_that_cannot_start_ahead_are_made_on_demand(void **stat
 static void test_a_recompute_only_plan_survives_failing_replays(void **state)
 {
 	struct step_line a[MAX_LINES], b[MAX_LINES];
-	struct output plain = plain_pp2_tp2;
+	struct output plain = plain_pp2_tp2();
 	struct output o =
 	        run_trainer(PP2_TP2, "LYNX_PLANNER=full LYNX_FAULT=fail-replay", "failreplay");
 
@@ -221,7 +221,7 @@ static void test_lost_bytes_stop_the_trainer_with_an_error(void **state)
 static void test_a_search_runs_off_the_trainers_thread(void **state)
 {
 	struct step_line a[MAX_LINES], b[MAX_LINES];
-	struct output plain = plain_pp2_tp2;
+	struct output plain = plain_pp2_tp2();
 	struct output o = run_trainer(
 	        PP2_TP2, "LYNX_BUDGET=2150K LYNX_PLANNER=checkmate LYNX_LOG=info", "search");
 
@@ -274,7 +274,7 @@ static void test_a_failing_cuMemCreate_during_restores_loses_nothing(void **stat
 	struct step_line a[MAX_LINES], b[MAX_LINES];
 	char env[2048], dir[1200];
 	size_t len = 0;
-	struct output plain = plain_pp2_tp2;
+	struct output plain = plain_pp2_tp2();
 
 	snprintf(dir, sizeof(dir), "%s/count", scratch);
 	snprintf(env, sizeof(env), "LYNX_BUDGET=2150K SIMGPU_COUNTERS=%s/calls", dir);
@@ -316,6 +316,7 @@ int main(int argc, char **argv)
 	(void)argc;
 	if (harness_init(argv[0], "test-executor"))
 		return 1;
-	failed = cmocka_run_group_tests(tests, plain_setup, plain_teardown);
+	failed = harness_run_tests("test_executor", tests, sizeof(tests) / sizeof(tests[0]), NULL,
+	                           plain_teardown);
 	return harness_finish(failed);
 }

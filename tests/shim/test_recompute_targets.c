@@ -125,7 +125,7 @@ static double achieved_percent(const char *err, int rank)
 static void test_without_a_budget_plans_within_the_max_slowdown(void **state)
 {
 	struct step_line a[MAX_LINES], b[MAX_LINES];
-	struct output plain = plain_pp2_tp2;
+	struct output plain = plain_pp2_tp2();
 	struct output o = run_trainer(PP2_TP2, "", "slowdown");
 	size_t n = assert_identical(&plain, &o, a, b);
 
@@ -162,7 +162,7 @@ static void test_without_a_budget_plans_within_the_max_slowdown(void **state)
 static void test_a_budget_out_of_reach_warns_and_changes_nothing(void **state)
 {
 	struct step_line a[MAX_LINES], b[MAX_LINES];
-	struct output plain = plain_pp2_tp2;
+	struct output plain = plain_pp2_tp2();
 	struct output o = run_trainer(PP2_TP2, "LYNX_BUDGET=1M", "unreachable");
 
 	assert_identical(&plain, &o, a, b);
@@ -339,6 +339,7 @@ int main(int argc, char **argv)
 	(void)argc;
 	if (harness_init(argv[0], "test-recompute-targets"))
 		return 1;
-	failed = cmocka_run_group_tests(tests, plain_setup, plain_teardown);
+	failed = harness_run_tests("test_recompute_targets", tests,
+	                           sizeof(tests) / sizeof(tests[0]), NULL, plain_teardown);
 	return harness_finish(failed);
 }
