@@ -911,26 +911,30 @@ static void arm_executor(const struct lynx_whatif_plan *wp, const struct lynx_wh
 	uint32_t s = this_stage(wp);
 	const struct lynx_problem_stage *st = &p->stages[s];
 	size_t n = prof.script.n_buffers;
-	struct lynx_exec_decision *decisions = calloc(n ? n : 1, sizeof(*decisions));
+	struct lynx_exec_decision *decisions;
 	uint32_t windows = 0, in_windows = 0;
 	char why[192];
 	int err;
 
 	/*
-	 * A plan predicted over this stage's budget is armed all the same, and said: the
-	 * prediction errs on the safe side (the GPU suite's dry run at 50%: 3.46 MiB predicted
-	 * against 3.34 MiB, 3.2 MiB measured), and not arming it would leave the whole peak.
+	 * A plan predicted over the budget asked for is not armed: the budget holds, or the
+	 * rank says that no plan fits and trains unchanged (never a plan that may or may not
+	 * hold it). Without LYNX_BUDGET there is no budget to miss: the problem's is the
+	 * measured peak, or the one LYNX_MAX_SLOWDOWN chose for this plan.
 	 */
-	if (wp->plan->stages[s].peak_bytes > lynx_problem_stage_budget(p, s)) {
+	if ((prof.budget || prof.budget_percent) &&
+	    wp->plan->stages[s].peak_bytes > lynx_problem_stage_budget(p, s)) {
 		char asked[64] = "";
 		if (prof.budget_percent)
 			snprintf(asked, sizeof(asked), "LYNX_BUDGET=%u%%, ", prof.budget_percent);
 		lynx_warn("recompute mode: no plan fits this rank's budget (%s%.2f MiB): the "
-		          "best (%s), armed, is predicted to reach %.2f MiB on stage %u; the "
-		          "budget may not hold",
+		          "best (%s) is predicted to reach %.2f MiB on stage %u; none is armed, "
+		          "and this rank trains unchanged",
 		          asked, lynx_prof_mib(held_budget(wp, s, row)), wp->plan->planner,
 		          lynx_prof_mib(in_device_terms(wp->plan->stages[s].peak_bytes)), s);
+		return;
 	}
+	decisions = calloc(n ? n : 1, sizeof(*decisions));
 	if (!decisions) {
 		lynx_warn("recompute mode: out of memory arming the executor; training goes on "
 		          "unchanged");

@@ -478,14 +478,23 @@ def matrix(work, steps_log, simgpu, checks):
                     None)
                 r.update(peak_in_use_last_third=peak, within_budget_from_step=held_from,
                          within_budget=bool(tail) and peak <= budget)
-                checks.ok(f"{label}: peak within budget", r["within_budget"],
-                          f"peak in use over steps {tail[0]['step']}-{tail[-1]['step']}: "
-                          f"{mib(peak)} against a budget of {mib(budget)} "
-                          f"({budget / r['profiled_peak']:.0%} of the profiled "
-                          f"{mib(r['profiled_peak'])}); " + (
-                              f"within it from step {held_from} on" if held_from is not None
-                              else "over it at the last step") if tail and peak else
-                          "no peak measured")
+                # Or the run said that no plan fits and trained unchanged: Lynx arms no plan
+                # predicted over the budget (the identity check above covers "unchanged").
+                said = [line for line in lynx_lines(read_text(os.path.join(
+                    work, f"{variant}-{cell}.err"))) if "no plan fits this rank's budget" in line]
+                r["no_plan_fits"] = bool(said)
+                if said and not r["within_budget"]:
+                    checks.ok(f"{label}: peak within budget, or no plan armed",
+                              True, "said no plan fits, nothing armed: " + said[0][-200:])
+                else:
+                    checks.ok(f"{label}: peak within budget", r["within_budget"],
+                              f"peak in use over steps {tail[0]['step']}-{tail[-1]['step']}: "
+                              f"{mib(peak)} against a budget of {mib(budget)} "
+                              f"({budget / r['profiled_peak']:.0%} of the profiled "
+                              f"{mib(r['profiled_peak'])}); " + (
+                                  f"within it from step {held_from} on"
+                                  if held_from is not None else "over it at the last step")
+                              if tail and peak else "no peak measured")
             r["steps"] = [{k: v for k, v in s.items() if k != "profiled"} for s in st]
             r.pop("stdout_rows", None)
     return table, layers_expected
