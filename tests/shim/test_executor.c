@@ -113,7 +113,7 @@ static void test_other_layouts_stay_bit_identical(void **state)
 	const struct {
 		const char *layout, *budget;
 	} runs[] = {
-	        {"--nproc 4 --pp 4 --tp 1 --dp 1", "LYNX_BUDGET=2600K LYNX_PLANNER=offload"},
+	        {"--nproc 4 --pp 4 --tp 1 --dp 1", "LYNX_BUDGET=2800K LYNX_PLANNER=offload"},
 	        {"--nproc 4 --pp 1 --tp 1 --dp 4", "LYNX_BUDGET=7300K"},
 	};
 	struct step_line a[MAX_LINES], b[MAX_LINES];
