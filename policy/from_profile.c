@@ -702,6 +702,7 @@ static void name_ops(const struct layer_src *ls, struct lynx_problem_layer *L)
  */
 struct item {
 	int32_t producer, consumer; /* ops */
+	int32_t first;              /* op of the first launch of its producer run */
 	uint64_t bytes;
 	size_t order;    /* in the profile */
 	int32_t kernel;  /* the first buffer's producer kernel, for its name */
@@ -738,6 +739,7 @@ static void fold(struct item *it, size_t *n, uint32_t *into, size_t a, size_t b)
 	it[a].bytes += it[b].bytes;
 	it[a].merged += 1 + it[b].merged;
 	it[a].producer = it[a].producer > it[b].producer ? it[a].producer : it[b].producer;
+	it[a].first = it[a].first < it[b].first ? it[a].first : it[b].first;
 	it[a].consumer = it[a].consumer < it[b].consumer ? it[a].consumer : it[b].consumer;
 	memmove(&it[b], &it[b + 1], (*n - b - 1) * sizeof(*it));
 	(*n)--;
@@ -819,6 +821,7 @@ static int fill_groups(const struct layer_src *ls, struct lynx_problem_layer *L)
 		into[n] = (uint32_t)n;
 		/* Ready once its producer's whole run has: a rebuild relaunches all of it. */
 		it[n] = (struct item){.producer = producer_op(ls, produced_by(gr)),
+		                      .first = producer_op(ls, gr->producer),
 		                      .consumer = consumer_op(ls, gr->last_consumer),
 		                      .bytes = gr->bytes,
 		                      .order = g,
@@ -848,9 +851,14 @@ static int fill_groups(const struct layer_src *ls, struct lynx_problem_layer *L)
 				before = true;
 				prev = it[h].producer > prev ? it[h].producer : prev;
 			}
-		/* Nothing saved before it: what its ops read was not kept. */
+		/* Rebuilt as the executor does it: its producer run replayed, reading what is
+		 * resident (deps: every group before it, on the safe side). A run whose replay
+		 * would read a temporary is refused by the executor's examination and offloaded
+		 * instead; the plan prices it as the run all the same. Nothing saved before it:
+		 * what it reads was not kept. */
 		if (it[g].producer >= 0 && before)
-			for (int32_t op = prev + 1; op <= it[g].producer; op++) {
+			for (int32_t op = it[g].first > prev ? it[g].first : prev + 1;
+			     op <= it[g].producer; op++) {
 				pg->ops |= 1u << op;
 				pg->recompute_s += L->ops[op].rerun_s;
 			}
@@ -1030,7 +1038,9 @@ static int fill_layer(const struct ctx *c, struct layer_src *ls, struct lynx_pro
 	for (uint32_t op = 0; op < L->n_ops; op++) {
 		struct lynx_problem_op *o = &L->ops[op];
 
-		o->rerun_s = o->fwd_s + o->wait_fwd_s;
+		/* A replay reruns kernels, never a collective: what the collective gave is in a
+		 * buffer the replay reads, or the executor's examination refuses the replay. */
+		o->rerun_s = o->fwd_s;
 		L->fwd_s += o->fwd_s + o->wait_fwd_s;
 		L->bwd_s += o->bwd_s + o->wait_bwd_s;
 	}

@@ -53,8 +53,14 @@ static void test_recompute_mode_is_bit_identical_and_saves_memory(void **state)
 		assert_true(stat_of(o.err, rank, "evicted (") > 0);
 		assert_true(stat_of(o.err, rank, "ahead of use") > 0);
 		assert_int_equal(stat_of(o.err, rank, "driver failures"), 0);
-		/* Planned beside achieved, timed over the followed iterations. */
-		assert_true(stat_of(o.err, rank, "followed iterations, device time") >= 1);
+		/* Planned beside achieved, timed over the followed iterations that had no
+		 * examination and no window check, on the first stage at least (on the second,
+		 * those can take every followed iteration that ends before the job does). */
+		char untimed[64];
+		snprintf(untimed, sizeof(untimed), "lynx[rank %d]: executor: time: no followed",
+		         rank);
+		assert_true(stat_of(o.err, rank, "followed iterations, device time") >= 1 ||
+		            (rank >= 2 && strstr(o.err, untimed)));
 		/* Planned for recompute on the first stage, where the budget binds: producers
 		 * examined, most replayed, some refused. */
 		if (rank >= 2)

@@ -8,14 +8,15 @@
  *    and take the first stage's peak at least 40% below tinytrain's --recompute none,
  *    its peak within 5% of the plan's prediction and its step time from 10% under to
  *    5% over it, every rank's peak within the budget, in at most 1.05 times its step
- *    time and 0.85 times that of its --recompute full;
- *  - without a budget, a plan within LYNX_MAX_SLOWDOWN (2%): said, evicting (part of the
- *    first stage replayed in the backward's all-reduces, each checked there once), the
- *    same results, and a slowdown achieved above it warned;
+ *    time and 0.85 times that of its --recompute full; part of the first stage replayed
+ *    in the backward's all-reduces, each checked there once;
+ *  - without a budget, a plan within LYNX_MAX_SLOWDOWN (2%): said, evicting on the first
+ *    stage, the same results, and a slowdown achieved above it warned;
  *  - a budget no plan can reach: a warning on every rank, no plan, the same results;
  *  - every other reason to do nothing: one WARN line per rank;
  *  - without a shared directory, each rank plans its own stage.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -70,13 +71,26 @@ static void test_long_sequences_meet_the_memory_and_time_targets(void **state)
 	assert_non_null(at);
 	double slowdown = 1.0 + atof(at + strlen(", iteration ")) / 100.0;
 	/* The mixed plan (HEU's, then offloading where the checker finds it faster) offloads
-	 * on the second stage and rebuilds on the first. (Its rebuilds in windows are
-	 * test_without_a_budget_plans_within_the_max_slowdown's: here, with each producer's
-	 * run priced whole, they no longer fit the tensor-parallel all-reduces.) */
+	 * on the second stage and rebuilds on the first, on demand and in windows. */
 	for (int rank = 2; rank < 4; rank++)
 		assert_true(stat_of(o.err, rank, "offloaded, ") > 0);
-	for (int rank = 0; rank < 2; rank++)
+	/* The first stage rebuilds part of its activations in the tensor-parallel all-reduces
+	 * of the backward: checked there once, then replayed there on the replay stream. */
+	for (int rank = 0; rank < 2; rank++) {
+		char path[1300];
 		assert_true(stat_of(o.err, rank, "restored by replay") > 0);
+		assert_true(stat_of(o.err, rank, "activations planned for a window") > 0);
+		assert_true(stat_of(o.err, rank, "checked there") > 0);
+		assert_int_equal(stat_of(o.err, rank, "refused (replayed on demand)"), 0);
+		assert_true(stat_of(o.err, rank, "replays in windows") > 0);
+		assert_int_equal(stat_of(o.err, rank, "left to the guard"), 0);
+		snprintf(path, sizeof(path), "%s/long/executor.%d.json", scratch, rank);
+		char *text = slurp(path);
+		assert_non_null(text);
+		assert_non_null(strstr(text, "{\"name\": \"check window\""));
+		assert_non_null(strstr(text, "{\"name\": \"replay in window\""));
+		free(text);
+	}
 	for (size_t i = n - 4; i < n; i++) {
 		/* Every rank within the budget: the plan is made for it less what warm-up had
 		 * in use beyond its tensors and a replay's workspace scratch, and the executor
@@ -104,7 +118,7 @@ static void test_long_sequences_meet_the_memory_and_time_targets(void **state)
 }
 
 /* The achieved slowdown rank's executor summary reports ("achieved 260.376 ms (+1.1%"), in
- * percent; fails when there is none. */
+ * percent; NAN when there is none (a rank that evicts nothing arms no executor). */
 static double achieved_percent(const char *err, int rank)
 {
 	char prefix[64];
@@ -112,9 +126,7 @@ static double achieved_percent(const char *err, int rank)
 	snprintf(prefix, sizeof(prefix), "lynx[rank %d]: executor: time: ", rank);
 	const char *line = strstr(err, prefix);
 	const char *at = line ? strstr(line, " ms (") : NULL;
-	if (!at)
-		fail_msg("no achieved time on rank %d", rank);
-	return atof(at + strlen(" ms ("));
+	return at ? atof(at + strlen(" ms (")) : NAN;
 }
 
 /*
@@ -132,29 +144,16 @@ static void test_without_a_budget_plans_within_the_max_slowdown(void **state)
 	assert_int_equal(count_of(o.err, "no LYNX_BUDGET: the smallest predicted within "
 	                                 "LYNX_MAX_SLOWDOWN=2% (the default)"),
 	                 4);
-	/* The first stage rebuilds part of its activations in the tensor-parallel all-reduces
-	 * of the backward: checked there once, then replayed there on the replay stream. */
 	for (int rank = 0; rank < 2; rank++) {
-		char path[1300];
 		assert_true(stat_of(o.err, rank, "evicted (") > 0);
-		assert_true(stat_of(o.err, rank, "activations planned for a window") > 0);
-		assert_true(stat_of(o.err, rank, "checked there") > 0);
-		assert_int_equal(stat_of(o.err, rank, "refused (replayed on demand)"), 0);
-		assert_true(stat_of(o.err, rank, "replays in windows") > 0);
-		assert_int_equal(stat_of(o.err, rank, "left to the guard"), 0);
-		snprintf(path, sizeof(path), "%s/slowdown/executor.%d.json", scratch, rank);
-		char *text = slurp(path);
-		assert_non_null(text);
-		assert_non_null(strstr(text, "{\"name\": \"check window\""));
-		assert_non_null(strstr(text, "{\"name\": \"replay in window\""));
-		free(text);
+		assert_false(isnan(achieved_percent(o.err, rank)));
 	}
 	for (size_t i = n - 4; i < n; i++)
 		if (i % 4 < 2)
 			assert_true(b[i].peak_bytes < a[i].peak_bytes);
 	int over = 0;
 	for (int rank = 0; rank < 4; rank++)
-		over += achieved_percent(o.err, rank) > 2.0;
+		over += achieved_percent(o.err, rank) > 2.0; /* false for NAN */
 	assert_int_equal(count_of(o.err, "over LYNX_MAX_SLOWDOWN=2%"), over);
 	release(&o);
 }
