@@ -21,8 +21,10 @@
  * Activation groups. Each group of a layer is produced by the forward of op `producer`
  * (-1: it is the layer's input, present when the layer starts), read by the backward of op
  * `consumer` and freed after it. A dropped group is freed at the end of its layer's forward.
- * Rebuilding a set of groups reruns the union of their `ops` (each op's `rerun_s`: its
- * forward with the collective before it) from their `deps`, which must be resident; a group
+ * Rebuilding a set of groups reruns the union of their `ops` (each op's `rerun_s`: built from
+ * a model, its forward with the collective before it, as Megatron's recompute reruns it;
+ * from profiles, its kernels only, as Lynx's executor replays a producer run and never a
+ * collective) from their `deps`, which must be resident; a group
  * without ops (the layer input) cannot be rebuilt inside the layer.
  *
  * Windows: the places where the compute stream idles, one entry per place in a stage's
@@ -94,7 +96,7 @@ struct lynx_problem_op {
 	 * wherever a collective was seen, at 0 when its idle time was not measured). */
 	double wait_fwd_s;
 	double wait_bwd_s; /* idle after the op's backward: a TP_BWD window as wait_fwd_s */
-	double rerun_s;    /* fwd_s + wait_fwd_s: the op again, with its collective */
+	double rerun_s;    /* the op again: fwd_s + wait_fwd_s from a model, fwd_s from profiles */
 };
 
 struct lynx_problem_group {
