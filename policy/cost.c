@@ -4,70 +4,48 @@
 
 #include "cost.h"
 
-/* The sizes layer.def's coefficients multiply, on one rank. */
-struct units {
-	double nh;  /* N·h: tokens of the micro-batch x hidden */
-	double nht; /* N·h/t */
-	double rh;  /* R·h: the tokens LayerNorm and dropout see (N/t under SP) x hidden */
-	double s;   /* S = a·s²·b/t: attention scores */
-	double wt;  /* h²/t: a GEMM's weights are w·h²/t bytes per rank */
-};
-
-static double ew_bytes(const struct units *u, const struct lynx_ew_coef *c)
-{
-	return c->r * u->rh + c->nht * u->nht + c->s * u->s;
-}
-
 /*
  * One op, forward and backward. GEMMs take the slower of their FLOPs at the sustained
  * GEMM rate and their operand traffic at the sustained memory rate (the attention GEMMs,
  * with K = h/a, are often memory-bound); the backward runs two GEMMs as large as the
- * forward's. Element-wise traffic always runs at the memory rate.
+ * forward's, flash attention's 2.5 (it reruns QK^T, then computes dV, dP, dQ and dK).
+ * Element-wise traffic always runs at the memory rate.
  */
-static void cost_op(const struct lynx_model_desc *m, const struct units *u, enum lynx_op op,
+static void cost_op(const struct lynx_layer_op_shape *os, enum lynx_op op,
                     struct lynx_layer_cost *lc)
 {
-	const struct lynx_layer_op_info *oi = &lynx_layer_ops[op];
-	double flops = (double)lynx_model_op_fwd_flops(m, op);
-	double operands = oi->operands.nh * u->nh + oi->operands.nht * u->nht +
-	                  oi->operands.s * u->s + oi->operands.w * u->wt;
 	double gemm = 0;
 
-	if (oi->kind != LYNX_OP_KIND_EW) {
-		gemm = flops / lc->gemm_flops_per_s;
-		if (operands / lc->mem_bytes_per_s > gemm)
-			gemm = operands / lc->mem_bytes_per_s;
+	if (!os->present)
+		return;
+	if (os->kind != LYNX_OP_KIND_EW) {
+		gemm = (double)os->flops / lc->gemm_flops_per_s;
+		if ((double)os->operand_bytes / lc->mem_bytes_per_s > gemm)
+			gemm = (double)os->operand_bytes / lc->mem_bytes_per_s;
 	}
-	lc->op_fwd_s[op] = gemm + ew_bytes(u, &oi->fwd_ew) / lc->mem_bytes_per_s;
-	lc->op_bwd_s[op] = 2 * gemm + ew_bytes(u, &oi->bwd_ew) / lc->mem_bytes_per_s;
-	lc->op_wgrad_s[op] = oi->kind == LYNX_OP_KIND_GEMM ? gemm : 0;
+	lc->op_fwd_s[op] = gemm + (double)os->fwd_ew_bytes / lc->mem_bytes_per_s;
+	lc->op_bwd_s[op] = (os->kind == LYNX_OP_KIND_FLASH ? 2.5 : 2) * gemm +
+	                   (double)os->bwd_ew_bytes / lc->mem_bytes_per_s;
+	lc->op_wgrad_s[op] = os->kind == LYNX_OP_KIND_GEMM ? gemm : 0;
 }
 
 int lynx_cost_layer(const struct lynx_model_desc *m, const struct lynx_cluster *c,
                     struct lynx_layer_cost *lc, char *why, size_t len)
 {
-	double tokens = (double)m->seq * m->micro_batch, h = m->hidden, t = m->tp;
 	/* Every TP collective moves the full hidden state of the micro-batch, 16-bit. */
 	uint64_t comm_bytes = 2ull * m->seq * m->micro_batch * m->hidden;
-	struct units u;
 	int err = lynx_model_validate(m, why, len);
 
 	if (err)
 		return err;
-	u = (struct units){
-	        .nh = tokens * h,
-	        .nht = tokens * h / t,
-	        .rh = (m->sp ? tokens / t : tokens) * h,
-	        .s = (double)m->heads * m->seq * m->seq * m->micro_batch / t,
-	        .wt = h * h / t,
-	};
 	*lc = (struct lynx_layer_cost){
 	        .gemm_flops_per_s = c->gpu->peak_flops * c->gpu->gemm_eff,
 	        .mem_bytes_per_s = c->gpu->mem_bw * c->gpu->mem_eff,
 	        .tp_link = lynx_cost_link(c, m->tp, 1),
 	};
+	lynx_model_layer(m, &lc->shape);
 	for (int op = 0; op < LYNX_OP_COUNT; op++) {
-		cost_op(m, &u, op, lc);
+		cost_op(&lc->shape.ops[op], op, lc);
 		lc->fwd_s += lc->op_fwd_s[op];
 		lc->bwd_s += lc->op_bwd_s[op];
 	}
@@ -89,7 +67,7 @@ int lynx_cost_layer(const struct lynx_model_desc *m, const struct lynx_cluster *
 	}
 	for (int g = 0; g < LYNX_GROUP_COUNT; g++)
 		lc->group_recompute_s[g] =
-		        lynx_cost_rerun_s(lc, lynx_layer_groups[g].ops, lynx_layer_groups[g].comms);
+		        lynx_cost_rerun_s(lc, lc->shape.groups[g].ops, lc->shape.groups[g].comms);
 	return 0;
 }
 

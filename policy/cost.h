@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The analytical time model of one GPT transformer layer on one tensor-parallel rank: each
+ * The analytical time model of one decoder transformer layer on one tensor-parallel rank: each
  * op of layer.def at the GPU's sustained GEMM and memory rates (a roofline), each
  * tensor-parallel collective as NCCL's ring algorithm on the cluster's links, and what
  * Megatron's recomputation baselines add to the backward. The planners build on it.
@@ -21,10 +21,12 @@
 #include "model.h"
 #include "presets.h"
 
-/* Times of one layer and micro-batch on one rank, in seconds. */
+/* Times of one layer and micro-batch on one rank, in seconds; an op or group the layer does
+ * not have takes 0. */
 struct lynx_layer_cost {
-	double gemm_flops_per_s; /* sustained: peak_flops · gemm_eff */
-	double mem_bytes_per_s;  /* sustained: mem_bw · mem_eff */
+	struct lynx_layer_shape shape; /* the layer they are of (lynx_model_layer()) */
+	double gemm_flops_per_s;       /* sustained: peak_flops · gemm_eff */
+	double mem_bytes_per_s;        /* sustained: mem_bw · mem_eff */
 	const struct lynx_link *tp_link;
 
 	double op_fwd_s[LYNX_OP_COUNT];

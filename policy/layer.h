@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The structure of one GPT transformer layer (layer.def): its ops, its tensor-parallel
- * collectives and its recomputable activation groups, as ids and constant info tables.
- * Pure data: no state, safe from any thread.
+ * The structure of one decoder transformer layer (layer.def): the ids of its ops, its
+ * tensor-parallel collectives and its recomputable activation groups, over every
+ * architecture, and the collectives' constant table. What one job's layer has, and its
+ * sizes, is model.h's lynx_model_layer(). Pure data: no state, safe from any thread.
  */
 #ifndef LYNX_POLICY_LAYER_H
 #define LYNX_POLICY_LAYER_H
@@ -13,6 +14,7 @@
 enum lynx_op_kind {
 	LYNX_OP_KIND_GEMM,  /* weights x activations: has a weight gradient */
 	LYNX_OP_KIND_BGEMM, /* batched activations x activations (attention) */
+	LYNX_OP_KIND_FLASH, /* fused attention: its backward reruns the scores */
 	LYNX_OP_KIND_EW,    /* element-wise: memory-bound */
 };
 
@@ -60,28 +62,12 @@ enum lynx_group {
 
 /*
  * What Megatron's selective recomputation reruns: its checkpointed CoreAttention module,
- * QK^T, softmax, dropout and PV. PV's output (proj_in) stays saved, as the projection's
- * input, but rerunning the checkpointed function recomputes it anyway.
+ * QK^T, softmax, dropout and PV, or the flash kernel in the scores' place. PV's output (proj_in)
+ * stays saved, as the projection's input, but rerunning the checkpointed function recomputes it
+ * anyway.
  */
 #define LYNX_CORE_ATTENTION_OPS \
 	(LYNX_OPS(SCORES) | LYNX_OPS(SOFTMAX) | LYNX_OPS(ATTN_DROPOUT) | LYNX_OPS(CONTEXT))
-
-/* Element-wise bytes: r·R·h + nht·N·h/t + s·S (units in layer.def). */
-struct lynx_ew_coef {
-	uint32_t r, nht, s;
-};
-
-struct lynx_layer_op_info {
-	const char *name;
-	enum lynx_op_kind kind;
-	/* Forward FLOPs per rank: (flops_nh2·N·h² + flops_bs2h·b·s²·h) / t. */
-	uint32_t flops_nh2, flops_bs2h;
-	/* GEMM operand bytes: nh·N·h + nht·N·h/t + s·S + w·h²/t. */
-	struct {
-		uint32_t nh, nht, s, w;
-	} operands;
-	struct lynx_ew_coef fwd_ew, bwd_ew;
-};
 
 struct lynx_layer_comm_info {
 	const char *name;
@@ -90,28 +76,9 @@ struct lynx_layer_comm_info {
 	enum lynx_op bwd_hidden_by; /* whose weight-gradient GEMM overlaps it; NONE: exposed */
 };
 
-struct lynx_layer_group_info {
-	const char *name;
-	enum lynx_block block;
-	/* Bytes = sbh·s·b·h + as2b·a·s²·b, divided by t if tp_split, or by t for every group
-	 * under sequence parallelism. */
-	uint32_t sbh, as2b;
-	bool tp_split;
-	uint32_t ops;   /* LYNX_OPS() mask rerun to rebuild it; 0: the layer's input */
-	uint32_t comms; /* LYNX_COMMS() mask of collectives that rerun needs */
-	uint32_t deps;  /* LYNX_GROUPS() mask that must be resident to rebuild it */
-	/* The op whose backward first reads it; autograd frees it after that op. */
-	enum lynx_op consumer;
-};
-
-extern const struct lynx_layer_op_info lynx_layer_ops[LYNX_OP_COUNT];
 extern const struct lynx_layer_comm_info lynx_layer_comms[LYNX_COMM_COUNT];
-extern const struct lynx_layer_group_info lynx_layer_groups[LYNX_GROUP_COUNT];
 
 /* Name of a collective algorithm ("all_reduce", ...), for reports. */
 const char *lynx_layer_coll_name(enum lynx_coll coll);
-
-/* The group called name (as in layer.def), or LYNX_GROUP_COUNT if there is none. */
-enum lynx_group lynx_layer_find_group(const char *name);
 
 #endif /* LYNX_POLICY_LAYER_H */

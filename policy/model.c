@@ -1,8 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Korthikanti et al.'s memory and FLOP formulas on a GPT job description. */
+/*
+ * A decoder layer's anatomy (layer.def) evaluated for one job, and the memory, FLOP and
+ * parameter counts built on it; for GPT these are Korthikanti et al.'s formulas, exactly.
+ */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "refuse.h"
 #include "model.h"
@@ -15,18 +19,38 @@ static bool mul3(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
 	return !__builtin_mul_overflow(a, b, &ab) && !__builtin_mul_overflow(ab, c, out);
 }
 
+uint32_t lynx_model_ffn(const struct lynx_model_desc *m)
+{
+	return m->arch.ffn ? m->arch.ffn : 4 * m->hidden;
+}
+
+uint32_t lynx_model_kv_heads(const struct lynx_model_desc *m)
+{
+	return m->arch.kv_heads ? m->arch.kv_heads : m->heads;
+}
+
+/* The widest row any GEMM of the layer reads or writes: QKV's h + 2kd, SwiGLU's 2f, or s. */
+static uint64_t widest(const struct lynx_model_desc *m)
+{
+	uint64_t qkv = m->hidden + 2ull * lynx_model_kv_heads(m) * (m->hidden / m->heads);
+	uint64_t f1 = 2ull * lynx_model_ffn(m), w = qkv > f1 ? qkv : f1;
+
+	return w > m->seq ? w : m->seq;
+}
+
 /* Whether the largest integers this file computes fit: 34·sbh and 5·as²b (activation bytes),
- * 24·bsh² + 4·bs²h (layer FLOPs), and L·(12h² + 13h) + (v + s)·h + 2h (parameters). */
+ * 8·sbh·w for the widest GEMM w (layer FLOPs and operands), L·h·(4h + 3w) + (2v + s + 2)·h
+ * (parameters). Called after the divisibility checks, so h/a is exact. */
 static bool fits_64_bits(const struct lynx_model_desc *m)
 {
-	uint64_t sbh, as2b, dense, attn, flops, layer, params, x;
+	uint64_t sbh, as2b, flops, layer, params, x, w = widest(m);
 
 	return mul3(m->seq, m->micro_batch, m->hidden, &sbh) && mul3(sbh, 34, 1, &x) &&
 	       mul3(m->heads, (uint64_t)m->seq * m->seq, m->micro_batch, &as2b) &&
-	       mul3(as2b, 5, 1, &x) && mul3(sbh, m->hidden, 24, &dense) &&
-	       mul3(sbh, m->seq, 4, &attn) && !__builtin_add_overflow(dense, attn, &flops) &&
-	       mul3(m->hidden, m->hidden, 13, &layer) && mul3(layer, m->layers, 1, &params) &&
-	       mul3((uint64_t)m->vocab + m->seq + 2, m->hidden, 1, &x) &&
+	       mul3(as2b, 5, 1, &x) && mul3(sbh, w, 8, &flops) &&
+	       mul3(m->hidden, 4ull * m->hidden + 3 * w, 1, &layer) &&
+	       mul3(layer, m->layers, 1, &params) &&
+	       mul3(2ull * m->vocab + m->seq + 2, m->hidden, 1, &x) &&
 	       !__builtin_add_overflow(params, x, &x);
 }
 
@@ -61,6 +85,32 @@ static int validate(const struct lynx_model_desc *m, bool even, char *why, size_
 		return lynx_policy_refuse(
 		        why, len, "heads a=%u are not divisible by the tensor-parallel size t=%u",
 		        m->heads, m->tp);
+	if ((unsigned)m->arch.mlp >= LYNX_MLP_COUNT || (unsigned)m->arch.norm >= LYNX_NORM_COUNT ||
+	    (unsigned)m->arch.attention >= LYNX_ATTENTION_COUNT ||
+	    (unsigned)m->arch.position >= LYNX_POSITION_COUNT)
+		return lynx_policy_refuse(why, len,
+		                          "unknown architecture choice (mlp %d, norm %d, "
+		                          "attention %d, position %d)",
+		                          m->arch.mlp, m->arch.norm, m->arch.attention,
+		                          m->arch.position);
+	if (m->heads % lynx_model_kv_heads(m))
+		return lynx_policy_refuse(
+		        why, len,
+		        "key/value heads k=%u do not divide the attention heads a=%u "
+		        "(grouped-query "
+		        "attention shares each key/value head among a/k query heads)",
+		        lynx_model_kv_heads(m), m->heads);
+	if (lynx_model_kv_heads(m) % m->tp)
+		return lynx_policy_refuse(
+		        why, len,
+		        "key/value heads k=%u are not divisible by the tensor-parallel size t=%u "
+		        "(Megatron splits the query groups over the TP ranks)",
+		        lynx_model_kv_heads(m), m->tp);
+	if (lynx_model_ffn(m) % m->tp)
+		return lynx_policy_refuse(
+		        why, len,
+		        "the MLP width f=%u is not divisible by the tensor-parallel size t=%u",
+		        lynx_model_ffn(m), m->tp);
 	if (m->pp > m->layers)
 		return lynx_policy_refuse(why, len,
 		                          "pipeline size p=%u exceeds the number of layers L=%u",
@@ -125,6 +175,73 @@ const char *lynx_model_recompute_name(enum lynx_recompute r)
 	return (unsigned)r < LYNX_RECOMPUTE_COUNT ? names[r] : "unknown";
 }
 
+#define LYNX_ARCH_NAME(prefix, id, name) [LYNX_##prefix##_##id] = name,
+#define LYNX_MLP_NAME(id, name) LYNX_ARCH_NAME(MLP, id, name)
+#define LYNX_NORM_NAME(id, name) LYNX_ARCH_NAME(NORM, id, name)
+#define LYNX_ATTENTION_NAME(id, name) LYNX_ARCH_NAME(ATTENTION, id, name)
+#define LYNX_POSITION_NAME(id, name) LYNX_ARCH_NAME(POSITION, id, name)
+static const char *const mlp_names[LYNX_MLP_COUNT] = {LYNX_MLP_LIST(LYNX_MLP_NAME)};
+static const char *const norm_names[LYNX_NORM_COUNT] = {LYNX_NORM_LIST(LYNX_NORM_NAME)};
+static const char *const attention_names[LYNX_ATTENTION_COUNT] = {
+        LYNX_ATTENTION_LIST(LYNX_ATTENTION_NAME)};
+static const char *const position_names[LYNX_POSITION_COUNT] = {
+        LYNX_POSITION_LIST(LYNX_POSITION_NAME)};
+
+static const char *name_of(const char *const *names, unsigned n, unsigned v)
+{
+	return v < n ? names[v] : "unknown";
+}
+
+/* The index of name in names[0..n), or n. */
+static unsigned find_name(const char *const *names, unsigned n, const char *name)
+{
+	unsigned i = 0;
+
+	while (i < n && strcmp(names[i], name))
+		i++;
+	return i;
+}
+
+const char *lynx_model_mlp_name(enum lynx_mlp v)
+{
+	return name_of(mlp_names, LYNX_MLP_COUNT, v);
+}
+
+const char *lynx_model_norm_name(enum lynx_norm v)
+{
+	return name_of(norm_names, LYNX_NORM_COUNT, v);
+}
+
+const char *lynx_model_attention_name(enum lynx_attention v)
+{
+	return name_of(attention_names, LYNX_ATTENTION_COUNT, v);
+}
+
+const char *lynx_model_position_name(enum lynx_position v)
+{
+	return name_of(position_names, LYNX_POSITION_COUNT, v);
+}
+
+enum lynx_mlp lynx_model_find_mlp(const char *name)
+{
+	return (enum lynx_mlp)find_name(mlp_names, LYNX_MLP_COUNT, name);
+}
+
+enum lynx_norm lynx_model_find_norm(const char *name)
+{
+	return (enum lynx_norm)find_name(norm_names, LYNX_NORM_COUNT, name);
+}
+
+enum lynx_attention lynx_model_find_attention(const char *name)
+{
+	return (enum lynx_attention)find_name(attention_names, LYNX_ATTENTION_COUNT, name);
+}
+
+enum lynx_position lynx_model_find_position(const char *name)
+{
+	return (enum lynx_position)find_name(position_names, LYNX_POSITION_COUNT, name);
+}
+
 uint32_t lynx_model_micro_batches(const struct lynx_model_desc *m)
 {
 	return m->global_batch / (m->micro_batch * m->dp);
@@ -144,127 +261,226 @@ uint32_t lynx_model_inflight(const struct lynx_model_desc *m, uint32_t stage)
 	return m->pp - stage < micro ? m->pp - stage : micro;
 }
 
-static uint64_t sbh_of(const struct lynx_model_desc *m)
+/* The ops and groups of job m's layer, evaluated from layer.def (see its names). */
+void lynx_model_layer(const struct lynx_model_desc *m, struct lynx_layer_shape *shape)
 {
-	return (uint64_t)m->seq * m->micro_batch * m->hidden;
+	const uint64_t t = m->tp, h = m->hidden, N = (uint64_t)m->seq * m->micro_batch;
+	const uint64_t R = m->sp ? N / t : N, ht = h / t, dh = h / m->heads;
+	const uint64_t kvt = lynx_model_kv_heads(m) * dh / t, ft = lynx_model_ffn(m) / t;
+	const bool flash = m->arch.attention == LYNX_ATTENTION_FLASH;
+	const bool swiglu = m->arch.mlp == LYNX_MLP_SWIGLU;
+	const bool rotary = m->arch.position == LYNX_POSITION_ROTARY;
+	const uint64_t dropout = !m->arch.no_dropout, bias = !m->arch.no_bias;
+	const uint64_t kst = flash ? kvt : ht, f1t = swiglu ? 2 * ft : ft;
+	const uint64_t A = (uint64_t)m->heads * m->seq * m->micro_batch / t, S = A * m->seq;
+	const enum lynx_op_kind GEMM = LYNX_OP_KIND_GEMM, BGEMM = LYNX_OP_KIND_BGEMM;
+	const enum lynx_op_kind FLASH = LYNX_OP_KIND_FLASH, EW = LYNX_OP_KIND_EW;
+	const enum lynx_block ATTN = LYNX_BLOCK_ATTN, MLP = LYNX_BLOCK_MLP, NORM = LYNX_BLOCK_NORM;
+	uint32_t present_ops = 0, present_groups = 0;
+
+	*shape = (struct lynx_layer_shape){0};
+#define LYNX_LAYER_OP(id, op_name, op_kind, when, op_flops, operands, fwd_ew, bwd_ew) \
+	if (when) {                                                                   \
+		shape->ops[LYNX_OP_##id] = (struct lynx_layer_op_shape){              \
+		        .name = op_name,                                              \
+		        .kind = op_kind,                                              \
+		        .present = true,                                              \
+		        .flops = op_flops,                                            \
+		        .operand_bytes = operands,                                    \
+		        .fwd_ew_bytes = fwd_ew,                                       \
+		        .bwd_ew_bytes = bwd_ew,                                       \
+		};                                                                    \
+		present_ops |= LYNX_OPS(id);                                          \
+	}
+#include "layer.def"
+#define LYNX_LAYER_GROUP(id, group_name, group_block, when, group_bytes, op_mask, comm_mask, \
+                         dep_mask, readers)                                                  \
+	shape->groups[LYNX_GROUP_##id] = (struct lynx_layer_group_shape){                    \
+	        .name = group_name,                                                          \
+	        .block = group_block,                                                        \
+	        .present = (when),                                                           \
+	        .bytes = (when) ? (group_bytes) : 0,                                         \
+	        .ops = (op_mask)&present_ops,                                                \
+	        .comms = comm_mask,                                                          \
+	        .deps = dep_mask,                                                            \
+	        .consumer = (enum lynx_op)__builtin_ctz(((readers)&present_ops) | 1u << 31), \
+	};                                                                                   \
+	if (when)                                                                            \
+		present_groups |= LYNX_GROUPS(id);
+#include "layer.def"
+	/* An absent dependency stands for its own deps (without dropout, the context GEMM
+	 * reads the softmax output: DROPOUT_OUT -> SOFTMAX_OUT); deps come first, so the
+	 * substitution ends. */
+	for (int g = 0; g < LYNX_GROUP_COUNT; g++) {
+		struct lynx_layer_group_shape *gs = &shape->groups[g];
+		uint32_t absent;
+
+		while ((absent = gs->deps & ~present_groups)) {
+			int d = __builtin_ctz(absent);
+
+			gs->deps = (gs->deps & ~(1u << d)) | shape->groups[d].deps;
+		}
+	}
+	for (int g = 0; g < LYNX_GROUP_COUNT; g++)
+		if (!(present_groups & (1u << g)))
+			shape->groups[g].ops = shape->groups[g].comms = shape->groups[g].deps = 0;
 }
 
-static uint64_t as2b_of(const struct lynx_model_desc *m)
-{
-	return (uint64_t)m->heads * m->seq * m->seq * m->micro_batch;
-}
-
-/*
- * Every division below is exact: t divides a (validated) and a divides h, so t divides sbh
- * and as²b.
- */
 uint64_t lynx_model_act_bytes(const struct lynx_model_desc *m, enum lynx_recompute r)
 {
-	uint64_t sbh = sbh_of(m), as2b = as2b_of(m), t = m->tp;
+	struct lynx_layer_shape shape;
+	uint64_t sum = 0;
 
-	switch (r) {
-	case LYNX_RECOMPUTE_NONE:
-		if (m->sp)
-			return 34 * (sbh / t) + 5 * (as2b / t);
-		return 10 * sbh + 24 * (sbh / t) + 5 * (as2b / t);
-	case LYNX_RECOMPUTE_SELECTIVE:
-		return m->sp ? 34 * (sbh / t) : 10 * sbh + 24 * (sbh / t);
-	case LYNX_RECOMPUTE_FULL:
-		return m->sp ? 2 * (sbh / t) : 2 * sbh;
-	case LYNX_RECOMPUTE_COUNT:
-		break;
-	}
-	return 0;
+	lynx_model_layer(m, &shape);
+	for (int g = 0; g < LYNX_GROUP_COUNT; g++)
+		if (shape.groups[g].present && lynx_model_group_kept(m, g, r))
+			sum += shape.groups[g].bytes;
+	return sum;
 }
 
 uint64_t lynx_model_group_bytes(const struct lynx_model_desc *m, enum lynx_group g)
 {
-	const struct lynx_layer_group_info *gi = &lynx_layer_groups[g];
-	uint64_t div = gi->tp_split || m->sp ? m->tp : 1;
+	struct lynx_layer_shape shape;
 
-	return gi->sbh * (sbh_of(m) / div) + gi->as2b * (as2b_of(m) / div);
+	lynx_model_layer(m, &shape);
+	return shape.groups[g].bytes;
 }
 
-bool lynx_model_group_kept(enum lynx_group g, enum lynx_recompute r)
+bool lynx_model_group_kept(const struct lynx_model_desc *m, enum lynx_group g,
+                           enum lynx_recompute r)
 {
-	const struct lynx_layer_group_info *gi = &lynx_layer_groups[g];
+	struct lynx_layer_shape shape;
+	uint32_t ops;
 
 	switch (r) {
 	case LYNX_RECOMPUTE_NONE:
 		return true;
 	case LYNX_RECOMPUTE_SELECTIVE:
-		return gi->as2b == 0;
+		/* Dropped: what the core attention alone makes, but its output, which the
+		 * projection keeps. */
+		lynx_model_layer(m, &shape);
+		ops = shape.groups[g].ops;
+		return g == LYNX_GROUP_PROJ_IN || !ops || (ops & ~LYNX_CORE_ATTENTION_OPS);
 	case LYNX_RECOMPUTE_FULL:
-		return gi->ops == 0;
+		lynx_model_layer(m, &shape);
+		return shape.groups[g].ops == 0;
 	case LYNX_RECOMPUTE_COUNT:
 		break;
 	}
 	return true;
 }
 
-uint64_t lynx_model_layer_fwd_flops(const struct lynx_model_desc *m)
-{
-	uint64_t sbh = sbh_of(m);
-
-	return 24 * sbh * m->hidden + 4 * sbh * m->seq;
-}
-
 uint64_t lynx_model_op_fwd_flops(const struct lynx_model_desc *m, enum lynx_op op)
 {
-	const struct lynx_layer_op_info *oi = &lynx_layer_ops[op];
-	uint64_t sbh = sbh_of(m);
+	struct lynx_layer_shape shape;
 
-	return (oi->flops_nh2 * sbh * m->hidden + oi->flops_bs2h * sbh * m->seq) / m->tp;
+	lynx_model_layer(m, &shape);
+	return shape.ops[op].flops;
 }
 
-/* 72·B·L·s·h² · (1 + s/(6h)·k_s + v/(12hL)·k_v), expanded so that each term is exact up to
- * double rounding: 72BLsh² + 12·k_s·BLs²h + 6·k_v·Bshv. */
-static double iter_flops(const struct lynx_model_desc *m, double dense, double attn, double logit)
+uint64_t lynx_model_layer_fwd_flops(const struct lynx_model_desc *m)
 {
-	double B = m->global_batch, L = m->layers, s = m->seq, h = m->hidden, v = m->vocab;
+	struct lynx_layer_shape shape;
+	uint64_t sum = 0;
 
-	return dense * B * L * s * h * h + attn * B * L * s * s * h + logit * B * s * h * v;
+	lynx_model_layer(m, &shape);
+	for (int op = 0; op < LYNX_OP_COUNT; op++)
+		sum += shape.ops[op].flops;
+	return sum * m->tp;
+}
+
+/* Forward FLOPs of one layer and micro-batch over all TP ranks, split into the core
+ * attention's (as computed) and the rest. */
+static void layer_flops(const struct lynx_model_desc *m, double *dense, double *attention)
+{
+	struct lynx_layer_shape shape;
+
+	lynx_model_layer(m, &shape);
+	*dense = *attention = 0;
+	for (int op = 0; op < LYNX_OP_COUNT; op++)
+		*(LYNX_CORE_ATTENTION_OPS & (1u << op) ? attention : dense) +=
+		        (double)shape.ops[op].flops * m->tp;
+}
+
+/* Per iteration: (B/b) micro-batches of L layers, each run `layer_passes` times forward
+ * (dense part) and `attention_passes` times (attention, as counted), plus the logits, a
+ * [N, h] x [h, v] GEMM forward and twice backward. */
+static double iter_flops(const struct lynx_model_desc *m, double layer_passes, double attention,
+                         double attention_passes)
+{
+	double dense, computed, micro = (double)m->global_batch / m->micro_batch;
+
+	layer_flops(m, &dense, &computed);
+	return micro * m->layers * (layer_passes * dense + attention_passes * attention) +
+	       3.0 * 2 * m->global_batch * m->seq * (double)m->hidden * m->vocab;
 }
 
 double lynx_model_iter_flops(const struct lynx_model_desc *m)
 {
-	return iter_flops(m, 72, 12, 6);
+	/* Causal: half of QK^T and PV's 4bs²h forward, three passes. */
+	double causal = 2.0 * m->micro_batch * m->seq * (double)m->seq * m->hidden;
+
+	return iter_flops(m, 3, causal, 3);
 }
 
 double lynx_model_iter_hw_flops(const struct lynx_model_desc *m, enum lynx_recompute r)
 {
+	double dense, computed;
+
+	layer_flops(m, &dense, &computed);
 	switch (r) {
 	case LYNX_RECOMPUTE_NONE:
 		break;
 	case LYNX_RECOMPUTE_SELECTIVE:
-		/* 72BLsh²·s/(3h) = 24BLs²h */
-		return iter_flops(m, 72, 24, 6);
+		/* The paper's unfused charge: three more attention forwards; flash: one. */
+		return iter_flops(m, 3, computed,
+		                  m->arch.attention == LYNX_ATTENTION_FLASH ? 4 : 6);
 	case LYNX_RECOMPUTE_FULL:
-		/* 96BLsh²·(1 + s/(6h) + v/(16hL)) = 96BLsh² + 16BLs²h + 6Bshv */
-		return iter_flops(m, 96, 16, 6);
+		return iter_flops(m, 4, computed, 4);
 	case LYNX_RECOMPUTE_COUNT:
 		break;
 	}
-	return lynx_model_iter_flops(m);
+	return iter_flops(m, 3, computed, 3);
+}
+
+uint64_t lynx_model_norm_params(const struct lynx_model_desc *m)
+{
+	bool with_bias = m->arch.norm == LYNX_NORM_LAYERNORM && !m->arch.no_bias;
+
+	return (with_bias ? 2ull : 1ull) * m->hidden;
+}
+
+/* The layer's split weights (QKV, projection, FC1, FC2) and column-parallel biases, whole. */
+static uint64_t split_params(const struct lynx_model_desc *m)
+{
+	uint64_t h = m->hidden, f = lynx_model_ffn(m);
+	uint64_t qkv = h + 2ull * lynx_model_kv_heads(m) * (h / m->heads);
+	uint64_t f1 = m->arch.mlp == LYNX_MLP_SWIGLU ? 2 * f : f, bias = !m->arch.no_bias;
+
+	return h * qkv + h * h + h * f1 + f * h + bias * (qkv + f1);
+}
+
+/* The row-parallel biases (projection, FC2) and the two norms, replicated on every TP rank. */
+static uint64_t replicated_params(const struct lynx_model_desc *m)
+{
+	return (m->arch.no_bias ? 0 : 2ull * m->hidden) + 2 * lynx_model_norm_params(m);
 }
 
 uint64_t lynx_model_layer_params(const struct lynx_model_desc *m)
 {
-	uint64_t h = m->hidden;
-
-	return 12 * h * h + 13 * h;
+	return split_params(m) + replicated_params(m);
 }
 
 uint64_t lynx_model_layer_params_per_rank(const struct lynx_model_desc *m)
 {
-	uint64_t h = m->hidden;
-
-	return (12 * h * h + 7 * h) / m->tp + 6 * h;
+	return split_params(m) / m->tp + replicated_params(m);
 }
 
 uint64_t lynx_model_params(const struct lynx_model_desc *m)
 {
-	uint64_t h = m->hidden;
+	uint64_t h = m->hidden, word = (uint64_t)m->vocab * h;
+	uint64_t positions = m->arch.position == LYNX_POSITION_LEARNED ? (uint64_t)m->seq * h : 0;
 
-	return m->layers * lynx_model_layer_params(m) + ((uint64_t)m->vocab + m->seq) * h + 2 * h;
+	return m->layers * lynx_model_layer_params(m) + word + positions +
+	       lynx_model_norm_params(m) + (m->arch.untied ? word : 0);
 }

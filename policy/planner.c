@@ -264,25 +264,40 @@ int lynx_planner_full(const struct lynx_problem *p, struct lynx_plan *plan, char
 
 /*
  * Megatron's selective recomputation drops what its checkpointed core attention produces and
- * the projection does not keep: the groups rebuilt by the scores, softmax and attention
- * dropout ops alone (the softmax output, the dropout's mask and output), from Q and K.
- * Megatron's checkpoint also reruns P·V, whose output the projection keeps anyway; rebuilding
- * exactly the dropped groups skips it, so this baseline is slightly faster than Megatron's
- * (by P·V's forward: 0.17 ms of 20.9 per 22B layer on A100).
+ * the projection does not keep: with unfused attention the groups rebuilt by the scores,
+ * softmax and attention dropout ops alone (the softmax output, the dropout's mask and
+ * output), from Q and K; with flash attention its log-sum-exp (model.h,
+ * lynx_model_group_kept()). Megatron's checkpoint also reruns P·V, whose output the
+ * projection keeps anyway; rebuilding exactly the dropped groups skips it, so this baseline
+ * is slightly faster than Megatron's (by P·V's forward: 0.17 ms of 20.9 per 22B layer on
+ * A100). A problem built from profiles has kernels, not layer.def's ops: it needs ops named
+ * as layer.def's core attention.
  */
 int lynx_planner_selective(const struct lynx_problem *p, struct lynx_plan *plan, char *why,
                            size_t len)
 {
-	static const enum lynx_op core_ops[] = {LYNX_OP_SCORES, LYNX_OP_SOFTMAX,
-	                                        LYNX_OP_ATTN_DROPOUT};
+	static const char *const core_ops[] = {"scores", "softmax", "attn_dropout"};
 	uint32_t core = 0, drop = 0;
 
+	if (p->cluster) {
+		struct lynx_layer_shape shape;
+
+		lynx_model_layer(&p->model, &shape);
+		for (int g = 0; g < LYNX_GROUP_COUNT; g++) {
+			int i = lynx_problem_find_group(&p->layer, shape.groups[g].name);
+
+			if (shape.groups[g].present && i >= 0 &&
+			    !lynx_model_group_kept(&p->model, g, LYNX_RECOMPUTE_SELECTIVE))
+				drop |= 1u << i;
+		}
+		return uniform_plan(p, plan, drop);
+	}
 	for (size_t i = 0; i < sizeof(core_ops) / sizeof(core_ops[0]); i++) {
-		int op = lynx_problem_find_op(&p->layer, lynx_layer_ops[core_ops[i]].name);
+		int op = lynx_problem_find_op(&p->layer, core_ops[i]);
 
 		if (op < 0) {
 			snprintf(why, len, "selective: the layer has no '%s' op to recompute",
-			         lynx_layer_ops[core_ops[i]].name);
+			         core_ops[i]);
 			return -EINVAL;
 		}
 		core |= 1u << op;

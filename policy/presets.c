@@ -31,16 +31,38 @@ const struct lynx_cluster lynx_preset_clusters[LYNX_CLUSTER_COUNT] = {
 #include "presets.def"
 };
 
-const struct lynx_gpt lynx_preset_gpts[LYNX_GPT_COUNT] = {
-#define LYNX_GPT(id, gpt_name, l, h, a, s, v, sweep) \
-	[LYNX_GPT_##id] = {                          \
-	        .name = gpt_name,                    \
-	        .layers = l,                         \
-	        .hidden = h,                         \
-	        .heads = a,                          \
-	        .seq = s,                            \
-	        .vocab = v,                          \
-	        .in_sweep = sweep,                   \
+const struct lynx_family lynx_preset_families[LYNX_FAMILY_COUNT] = {
+#define LYNX_FAMILY(id, family_name, family_mlp, family_norm, family_attention, family_position, \
+                    family_no_bias, family_no_dropout, family_untied)                            \
+	[LYNX_FAMILY_##id] = {                                                                   \
+	        .name = family_name,                                                             \
+	        .arch =                                                                          \
+	                {                                                                        \
+	                        .mlp = LYNX_MLP_##family_mlp,                                    \
+	                        .norm = LYNX_NORM_##family_norm,                                 \
+	                        .attention = LYNX_ATTENTION_##family_attention,                  \
+	                        .position = LYNX_POSITION_##family_position,                     \
+	                        .no_bias = family_no_bias,                                       \
+	                        .no_dropout = family_no_dropout,                                 \
+	                        .untied = family_untied,                                         \
+	                },                                                                       \
+	},
+#include "presets.def"
+};
+
+const struct lynx_model_preset lynx_preset_models[LYNX_MODEL_PRESET_COUNT] = {
+#define LYNX_MODEL_PRESET(id, model_name, family_id, l, h, a, k, f, s, v, sweep) \
+	[LYNX_PRESET_##id] = {                                                   \
+	        .name = model_name,                                              \
+	        .family = &lynx_preset_families[LYNX_FAMILY_##family_id],        \
+	        .layers = l,                                                     \
+	        .hidden = h,                                                     \
+	        .heads = a,                                                      \
+	        .kv_heads = k,                                                   \
+	        .ffn = f,                                                        \
+	        .seq = s,                                                        \
+	        .vocab = v,                                                      \
+	        .in_sweep = sweep,                                               \
 	},
 #include "presets.def"
 };
@@ -109,27 +131,30 @@ const struct lynx_cluster *lynx_preset_find_cluster(const char *name)
 	return NULL;
 }
 
-const struct lynx_gpt *lynx_preset_find_gpt(const char *name)
+const struct lynx_model_preset *lynx_preset_find_model(const char *name)
 {
-	for (int i = 0; i < LYNX_GPT_COUNT; i++)
-		if (!strcmp(lynx_preset_gpts[i].name, name))
-			return &lynx_preset_gpts[i];
+	for (int i = 0; i < LYNX_MODEL_PRESET_COUNT; i++)
+		if (!strcmp(lynx_preset_models[i].name, name))
+			return &lynx_preset_models[i];
 	return NULL;
 }
 
-void lynx_preset_fill_model(const struct lynx_gpt *gpt, struct lynx_model_desc *m)
+void lynx_preset_fill_model(const struct lynx_model_preset *model, struct lynx_model_desc *m)
 {
 	*m = (struct lynx_model_desc){
-	        .layers = gpt->layers,
-	        .hidden = gpt->hidden,
-	        .heads = gpt->heads,
-	        .seq = gpt->seq,
-	        .vocab = gpt->vocab,
+	        .layers = model->layers,
+	        .hidden = model->hidden,
+	        .heads = model->heads,
+	        .seq = model->seq,
+	        .vocab = model->vocab,
 	        .micro_batch = 1,
 	        .global_batch = 1,
 	        .tp = 1,
 	        .pp = 1,
 	        .dp = 1,
 	        .sp = false,
+	        .arch = model->family->arch,
 	};
+	m->arch.kv_heads = model->kv_heads;
+	m->arch.ffn = model->ffn;
 }

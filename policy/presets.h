@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Named hardware and model presets (presets.def): GPUs, clusters and GPT shapes, as constant
- * tables and lookups by name. Pure data: no state, safe from any thread.
+ * Named hardware and model presets (presets.def): GPUs, clusters, model families and
+ * models, as constant tables and lookups by name. Pure data: no state, safe from any thread.
  */
 #ifndef LYNX_POLICY_PRESETS_H
 #define LYNX_POLICY_PRESETS_H
@@ -36,9 +36,17 @@ struct lynx_cluster {
 };
 
 /* A GPT shape: the model's part of a struct lynx_model_desc. */
-struct lynx_gpt {
+/* A model family: the layer choices its models share. */
+struct lynx_family {
 	const char *name;
-	uint32_t layers, hidden, heads, seq, vocab;
+	struct lynx_layer_arch arch; /* ffn and kv_heads 0: each model sets its own */
+};
+
+/* A model's shape: the model's part of a struct lynx_model_desc. */
+struct lynx_model_preset {
+	const char *name;
+	const struct lynx_family *family;
+	uint32_t layers, hidden, heads, kv_heads, ffn, seq, vocab;
 	bool in_sweep; /* in the Lynx paper's 1.3B-23B range */
 };
 
@@ -54,15 +62,22 @@ enum lynx_cluster_id {
 	LYNX_CLUSTER_COUNT
 };
 
-enum lynx_gpt_id {
-#define LYNX_GPT(id, ...) LYNX_GPT_##id,
+enum lynx_family_id {
+#define LYNX_FAMILY(id, ...) LYNX_FAMILY_##id,
 #include "presets.def"
-	LYNX_GPT_COUNT
+	LYNX_FAMILY_COUNT
+};
+
+enum lynx_model_preset_id {
+#define LYNX_MODEL_PRESET(id, ...) LYNX_PRESET_##id,
+#include "presets.def"
+	LYNX_MODEL_PRESET_COUNT
 };
 
 extern const struct lynx_gpu lynx_preset_gpus[LYNX_GPU_COUNT];
 extern const struct lynx_cluster lynx_preset_clusters[LYNX_CLUSTER_COUNT];
-extern const struct lynx_gpt lynx_preset_gpts[LYNX_GPT_COUNT];
+extern const struct lynx_family lynx_preset_families[LYNX_FAMILY_COUNT];
+extern const struct lynx_model_preset lynx_preset_models[LYNX_MODEL_PRESET_COUNT];
 
 /* One allocation's eviction and restoration by the VMM calls, host seconds (presets.def's
  * LYNX_VMM). */
@@ -82,12 +97,13 @@ bool lynx_preset_vmm_cost(const struct lynx_gpu *gpu, uint64_t bytes, struct lyn
 /* The preset called name (exact, case-sensitive), or NULL. */
 const struct lynx_gpu *lynx_preset_find_gpu(const char *name);
 const struct lynx_cluster *lynx_preset_find_cluster(const char *name);
-const struct lynx_gpt *lynx_preset_find_gpt(const char *name);
+const struct lynx_model_preset *lynx_preset_find_model(const char *name);
 
 /*
- * Sets m's shape (L, h, a, s, v) from gpt and its run settings to the smallest job: b = B = 1,
- * t = p = d = 1, no sequence parallelism. Callers then set the parallelism they want.
+ * Sets m's shape (L, h, a, s, v), its family's layer choices with the model's k and f, and its
+ * run settings to the smallest job: b = B = 1, t = p = d = 1, no sequence parallelism.
+ * Callers then set the parallelism they want.
  */
-void lynx_preset_fill_model(const struct lynx_gpt *gpt, struct lynx_model_desc *m);
+void lynx_preset_fill_model(const struct lynx_model_preset *model, struct lynx_model_desc *m);
 
 #endif /* LYNX_POLICY_PRESETS_H */

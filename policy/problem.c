@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The planning problem of a GPT job on a named cluster: the layer from layer.def and cost.c,
+ * The planning problem of a decoder model's job on a named cluster: the layer from layer.def
+ * and cost.c,
  * the embedding and head, static memory, pipeline and data-parallel communication.
  *
  * What is assumed beyond cost.c (each an estimate; none is calibrated):
@@ -10,20 +11,22 @@
  *   CUDA context, NCCL buffers, allocator fragmentation and activation-gradient buffers are
  *   not counted: lower the budget to leave room for them.
  * - Parameters per rank: the stage's layers (model.c), the vocabulary-parallel word embedding
- *   (v·h/t) and position embedding (s·h) on the first stage, the final LayerNorm (2h) on the
- *   last, which also holds its own copy of the word embedding when p > 1 (tied weights).
+ *   (v·h/t) and learned position embedding (s·h; none with rotary) on the first stage, the
+ *   final norm (model.c) on the last, which also holds the output layer (v·h/t): its own
+ *   weights when untied, a copy of the word embedding when tied and p > 1.
  * - Pipeline: Megatron's scatter-gather send/recv moves 2sbh/t bytes per rank between
  *   neighbour stages (t·d ranks apart); the all-gather that follows is not counted. Sends do
  *   not stall the sender.
  * - After the last backward: the fp32 gradients are all-reduced over d ranks (reduce-scatter
  *   plus a bf16 all-gather of the weights under the distributed optimizer), not overlapped
- *   with the backward; with p > 1 the first and last stages also all-reduce the word
- *   embedding's gradient. Adam then reads and writes 28 bytes per parameter it owns (fp32
- *   gradient, master weight and moments) and writes 2 (the bf16 weight), memory-bound.
+ *   with the backward; with p > 1 and tied embeddings the first and last stages also
+ *   all-reduce the word embedding's gradient. Adam then reads and writes 28 bytes per parameter it
+ * owns (fp32 gradient, master weight and moments) and writes 2 (the bf16 weight), memory-bound.
  * - Embedding, per rank: vocabulary-parallel lookup (2Nh written), its all-reduce (a
- *   reduce-scatter under SP), position add and dropout (9Rh); it keeps the dropout mask (Rh).
- *   Backward: dropout and position gradient (7Rh), a scatter-add into the fp32 word-embedding
- *   gradient (10Nh), SP's all-gather. N = b·s tokens, R = N/t under SP.
+ *   reduce-scatter under SP), learned position add (4Rh) and dropout (5Rh); it keeps the
+ *   dropout mask (Rh). Backward: dropout (5Rh) and position gradient (2Rh), a scatter-add
+ *   into the fp32 word-embedding gradient (10Nh), SP's all-gather. N = b·s tokens, R = N/t under
+ * SP.
  * - Head and loss: final LayerNorm (4Rh; backward 16Rh), SP's all-gather, the output GEMM
  *   (2Nhv/t FLOPs, its roofline as cost.c's GEMMs) and the vocabulary-parallel cross-entropy
  *   (16Nv/t bytes forward, 8Nv/t backward, three all-reduces of 4N bytes). It keeps the
@@ -41,23 +44,42 @@
 #include "cost.h"
 #include "problem.h"
 
-/* The layer of layer.def with cost.c's times. */
+/* A mask over layer.def's ids (bit id) as a mask over the problem's indices (index[id]). */
+static uint32_t remap(uint32_t mask, const int8_t *index, int count)
+{
+	uint32_t out = 0;
+
+	for (int id = 0; id < count; id++)
+		if ((mask & (1u << id)) && index[id] >= 0)
+			out |= 1u << index[id];
+	return out;
+}
+
+/*
+ * The layer of layer.def with cost.c's times: the ops and groups the model's architecture
+ * has, in layer.def's order, numbered from 0 without the absent ones.
+ */
 static void fill_layer(const struct lynx_layer_cost *lc, struct lynx_problem_layer *l)
 {
-	l->n_ops = LYNX_OP_COUNT;
-	l->n_groups = LYNX_GROUP_COUNT;
+	const struct lynx_layer_shape *shape = &lc->shape;
+	int8_t op_index[LYNX_OP_COUNT], group_index[LYNX_GROUP_COUNT];
+
 	/* A model has no recorded collectives to map (problem.h). */
 	for (int k = 0; k < LYNX_PROBLEM_MAX_COLLECTIVES; k++)
 		l->tp_fwd_op[k] = l->tp_bwd_op[k] = -1;
 	for (int op = 0; op < LYNX_OP_COUNT; op++) {
-		struct lynx_problem_op *o = &l->ops[op];
+		struct lynx_problem_op *o = &l->ops[l->n_ops];
 
-		snprintf(o->name, sizeof(o->name), "%s", lynx_layer_ops[op].name);
+		op_index[op] = -1;
+		if (!shape->ops[op].present)
+			continue;
+		op_index[op] = (int8_t)l->n_ops++;
+		snprintf(o->name, sizeof(o->name), "%s", shape->ops[op].name);
 		o->fwd_s = lc->op_fwd_s[op];
 		o->bwd_s = lc->op_bwd_s[op];
 	}
 	for (int i = 0; i < LYNX_COMM_COUNT; i++) {
-		struct lynx_problem_op *o = &l->ops[lynx_layer_comms[i].before];
+		struct lynx_problem_op *o = &l->ops[op_index[lynx_layer_comms[i].before]];
 
 		o->wait_fwd_s += lc->comm_fwd_s[i];
 		o->wait_bwd_s += lc->comm_bwd_exposed_s[i];
@@ -69,22 +91,23 @@ static void fill_layer(const struct lynx_layer_cost *lc, struct lynx_problem_lay
 		l->fwd_s += o->fwd_s + o->wait_fwd_s;
 		l->bwd_s += o->bwd_s + o->wait_bwd_s;
 	}
-}
-
-static void fill_groups(const struct lynx_model_desc *m, struct lynx_problem_layer *l)
-{
+	for (int g = 0; g < LYNX_GROUP_COUNT; g++)
+		group_index[g] = shape->groups[g].present ? (int8_t)l->n_groups++ : -1;
 	for (int g = 0; g < LYNX_GROUP_COUNT; g++) {
-		const struct lynx_layer_group_info *gi = &lynx_layer_groups[g];
-		struct lynx_problem_group *pg = &l->groups[g];
+		const struct lynx_layer_group_shape *gs = &shape->groups[g];
+		struct lynx_problem_group *pg;
 
-		snprintf(pg->name, sizeof(pg->name), "%s", gi->name);
-		pg->bytes = lynx_model_group_bytes(m, g);
-		pg->ops = gi->ops;
-		pg->deps = gi->deps;
-		pg->consumer = gi->consumer;
+		if (group_index[g] < 0)
+			continue;
+		pg = &l->groups[group_index[g]];
+		snprintf(pg->name, sizeof(pg->name), "%s", gs->name);
+		pg->bytes = gs->bytes;
+		pg->ops = remap(gs->ops, op_index, LYNX_OP_COUNT);
+		pg->deps = remap(gs->deps, group_index, LYNX_GROUP_COUNT);
+		pg->consumer = op_index[gs->consumer];
 		pg->producer = -1;
 		for (uint32_t op = 0; op < l->n_ops; op++) {
-			if (!(gi->ops & (1u << op)))
+			if (!(pg->ops & (1u << op)))
 				continue;
 			pg->producer = (int32_t)op;
 			pg->recompute_s += l->ops[op].rerun_s;
@@ -107,16 +130,21 @@ static void fill_embedding(const struct lynx_model_desc *m, const struct lynx_la
 	double r = m->sp ? n / m->tp : n;
 	uint64_t hidden_bytes = 2ull * m->seq * m->micro_batch * m->hidden;
 	const struct lynx_link *tp = lc->tp_link;
+	bool learned = m->arch.position == LYNX_POSITION_LEARNED, dropout = !m->arch.no_dropout;
 
 	e->present = true;
 	e->fwd_s =
-	        (2 * n * h + 9 * r * h) / lc->mem_bytes_per_s +
+	        (2 * n * h + ((learned ? 4 : 0) + (dropout ? 5 : 0)) * r * h) /
+	                lc->mem_bytes_per_s +
 	        lynx_cost_collective_s(tp, m->sp ? LYNX_COLL_REDUCE_SCATTER : LYNX_COLL_ALL_REDUCE,
 	                               m->tp, hidden_bytes);
 	e->bwd_s =
-	        (7 * r * h + 10 * n * h) / lc->mem_bytes_per_s +
+	        (((learned ? 2 : 0) + (dropout ? 5 : 0)) * r * h + 10 * n * h) /
+	                lc->mem_bytes_per_s +
 	        (m->sp ? lynx_cost_collective_s(tp, LYNX_COLL_ALL_GATHER, m->tp, hidden_bytes) : 0);
-	e->act_bytes = (m->sp ? (uint64_t)m->seq / m->tp : m->seq) * m->micro_batch * m->hidden;
+	e->act_bytes =
+	        dropout ? (m->sp ? (uint64_t)m->seq / m->tp : m->seq) * m->micro_batch * m->hidden
+	                : 0;
 }
 
 static void fill_head(const struct lynx_model_desc *m, const struct lynx_layer_cost *lc,
@@ -168,11 +196,13 @@ static void fill_stage(const struct lynx_model_desc *m, const struct lynx_cluste
 	st->params = st->layers * lynx_model_layer_params_per_rank(m);
 	if (s == 0) {
 		fill_embedding(m, lc, &st->embedding);
-		st->params += word + (uint64_t)m->seq * m->hidden;
+		st->params += word;
+		if (m->arch.position == LYNX_POSITION_LEARNED)
+			st->params += (uint64_t)m->seq * m->hidden;
 	}
 	if (s == p - 1) {
 		fill_head(m, lc, &st->head);
-		st->params += 2ull * m->hidden + (p > 1 ? word : 0);
+		st->params += lynx_model_norm_params(m) + (p > 1 || m->arch.untied ? word : 0);
 	}
 	st->static_bytes = static_bytes(st->params, d_opt);
 	if (s > 0)
@@ -187,7 +217,7 @@ static void fill_stage(const struct lynx_model_desc *m, const struct lynx_cluste
 	else
 		st->grad_reduce_s = lynx_cost_collective_s(dp_link, LYNX_COLL_ALL_REDUCE, m->dp,
 		                                           4 * st->params);
-	if (p > 1 && (s == 0 || s == p - 1))
+	if (p > 1 && (s == 0 || s == p - 1) && !m->arch.untied)
 		st->grad_reduce_s +=
 		        lynx_cost_collective_s(lynx_cost_link(c, 2, (p - 1) * m->tp * m->dp),
 		                               LYNX_COLL_ALL_REDUCE, 2, 4 * word);
@@ -271,7 +301,6 @@ int lynx_problem_from_model(const struct lynx_model_desc *m, const struct lynx_c
 	p->peak_flops = c->gpu->peak_flops;
 	p->model_flops = lynx_model_iter_flops(m);
 	fill_layer(&lc, &p->layer);
-	fill_groups(m, &p->layer);
 
 	p->n_stages = m->pp;
 	p->stages = calloc(m->pp, sizeof(*p->stages));

@@ -88,16 +88,16 @@ void lynx_jobargs_help(FILE *out, const struct lynx_option *opts, size_t n)
 void lynx_jobargs_list_names(char *buf, size_t len, bool gpts)
 {
 	size_t used = 0;
-	int n = gpts ? LYNX_GPT_COUNT : LYNX_CLUSTER_COUNT;
+	int n = gpts ? LYNX_MODEL_PRESET_COUNT : LYNX_CLUSTER_COUNT;
 
 	buf[0] = '\0';
 	for (int i = 0; i < n && used < len; i++)
 		used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? ", " : "",
-		                         gpts ? lynx_preset_gpts[i].name
+		                         gpts ? lynx_preset_models[i].name
 		                              : lynx_preset_clusters[i].name);
 }
 
-int lynx_jobargs_model(const struct lynx_job_args *a, const struct lynx_gpt *gpt,
+int lynx_jobargs_model(const struct lynx_job_args *a, const struct lynx_model_preset *gpt,
                        struct lynx_model_desc *m, char *why, size_t len)
 {
 	uint64_t global = (uint64_t)a->micro_batches * a->micro_batch * a->dp;

@@ -95,7 +95,7 @@ void lynx_jobargs_list_names(char *buf, size_t len, bool gpts);
  * global batch M·B·D; a->micro_batches must be set). Returns 0, or -EINVAL with a sentence
  * in why when the global batch does not fit 32 bits. Validation is lynx_model_validate()'s.
  */
-int lynx_jobargs_model(const struct lynx_job_args *a, const struct lynx_gpt *gpt,
+int lynx_jobargs_model(const struct lynx_job_args *a, const struct lynx_model_preset *gpt,
                        struct lynx_model_desc *m, char *why, size_t len);
 
 #endif /* LYNX_JOBARGS_H */

@@ -424,7 +424,7 @@ static int find_planner(const struct plan_args *a, const struct lynx_planner **p
 static int plan_model(struct plan_args *a, const struct lynx_planner *pl)
 {
 	const struct lynx_cluster *c;
-	const struct lynx_gpt *gpt;
+	const struct lynx_model_preset *gpt;
 	struct lynx_model_desc m;
 	char names[512], why[256];
 
@@ -438,7 +438,7 @@ static int plan_model(struct plan_args *a, const struct lynx_planner *pl)
 		return lynx_usage_error("plan", "unknown cluster '%s' (known: %s)", a->job.cluster,
 		                        names);
 	}
-	gpt = lynx_preset_find_gpt(a->job.model);
+	gpt = lynx_preset_find_model(a->job.model);
 	if (!gpt) {
 		lynx_jobargs_list_names(names, sizeof(names), true);
 		return lynx_usage_error("plan", "unknown model '%s' (known: %s)", a->job.model,

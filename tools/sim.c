@@ -54,9 +54,9 @@ void lynx_sim_help(FILE *out)
 {
 	lynx_jobargs_help(out, options, N_OPTIONS);
 	fprintf(out, "\nGPT presets (* in --sweep):");
-	for (int i = 0; i < LYNX_GPT_COUNT; i++)
-		fprintf(out, " %s%s", lynx_preset_gpts[i].name,
-		        lynx_preset_gpts[i].in_sweep ? "*" : "");
+	for (int i = 0; i < LYNX_MODEL_PRESET_COUNT; i++)
+		fprintf(out, " %s%s", lynx_preset_models[i].name,
+		        lynx_preset_models[i].in_sweep ? "*" : "");
 	fprintf(out, "\ncluster presets:");
 	for (int i = 0; i < LYNX_CLUSTER_COUNT; i++)
 		fprintf(out, " %s", lynx_preset_clusters[i].name);
@@ -323,7 +323,7 @@ static cJSON *job_json(const struct lynx_problem *p, const char *model, const st
  * object to jobs. Returns an exit status; LYNX_EXIT_USAGE after a message for a job that
  * cannot run.
  */
-static int sim_job(const struct sim_args *a, const struct lynx_gpt *gpt,
+static int sim_job(const struct sim_args *a, const struct lynx_model_preset *gpt,
                    const struct lynx_cluster *c, cJSON *jobs)
 {
 	struct lynx_problem_options opt = {.search_seconds = a->job.time_limit,
@@ -373,7 +373,7 @@ int lynx_sim_main(int argc, char **argv)
 {
 	struct sim_args a = {.job = LYNX_JOB_ARGS_INIT};
 	const struct lynx_cluster *c;
-	const struct lynx_gpt *gpt = NULL;
+	const struct lynx_model_preset *gpt = NULL;
 	cJSON *root = NULL, *jobs = NULL;
 	int rc = parse_args(argc, argv, &a), ran = 0, worst = LYNX_EXIT_OK;
 	char names[512];
@@ -388,7 +388,7 @@ int lynx_sim_main(int argc, char **argv)
 		return lynx_usage_error("sim", "unknown cluster '%s' (known: %s)", a.job.cluster,
 		                        names);
 	}
-	if (a.job.model && !(gpt = lynx_preset_find_gpt(a.job.model))) {
+	if (a.job.model && !(gpt = lynx_preset_find_model(a.job.model))) {
 		lynx_jobargs_list_names(names, sizeof(names), true);
 		return lynx_usage_error("sim", "unknown model '%s' (known: %s)", a.job.model,
 		                        names);
@@ -405,8 +405,8 @@ int lynx_sim_main(int argc, char **argv)
 	}
 	if (a.csv)
 		printf("%s\n", csv_header);
-	for (int i = 0; i < LYNX_GPT_COUNT; i++) {
-		const struct lynx_gpt *g = gpt ? gpt : &lynx_preset_gpts[i];
+	for (int i = 0; i < LYNX_MODEL_PRESET_COUNT; i++) {
+		const struct lynx_model_preset *g = gpt ? gpt : &lynx_preset_models[i];
 
 		if (!gpt && !g->in_sweep)
 			continue;

@@ -51,7 +51,7 @@ static void build_problems(void)
 		const struct job *j = &jobs[i];
 		struct lynx_model_desc m;
 
-		lynx_preset_fill_model(lynx_preset_find_gpt(j->gpt), &m);
+		lynx_preset_fill_model(lynx_preset_find_model(j->gpt), &m);
 		m.layers = j->layers;
 		m.tp = j->tp;
 		m.pp = j->pp;

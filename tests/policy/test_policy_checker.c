@@ -30,7 +30,7 @@ static void build(const struct job *j, struct lynx_problem *p)
 	                                   .search_seconds = 1};
 	char why[256] = "";
 
-	lynx_preset_fill_model(lynx_preset_find_gpt(j->gpt), &m);
+	lynx_preset_fill_model(lynx_preset_find_model(j->gpt), &m);
 	m.tp = j->t;
 	m.pp = j->p;
 	m.dp = j->d;
@@ -258,7 +258,7 @@ static void test_a_rebuild_that_fits_its_window_is_free(void **state)
 	double gelu;
 
 	build(&j, &p);
-	gelu = p.layer.ops[LYNX_OP_GELU].rerun_s;
+	gelu = p.layer.ops[LYNX_OP_ACT].rerun_s;
 	assert_true(gelu < p.layer.ops[LYNX_OP_ATTN_BDA].wait_fwd_s);
 	assert_int_equal(lynx_planner_none(&p, &none, NULL, 0), 0);
 	window_plan(&p, 0, LYNX_GROUPS(FC2_IN), next_layers_all_reduce, &plan);
@@ -346,7 +346,7 @@ static void test_windows_after_the_consumer_fall_back_to_on_demand(void **state)
 	struct lynx_problem p;
 	struct lynx_plan in_dp, twin;
 	struct lynx_checker_result a, b;
-	uint32_t groups = LYNX_GROUPS(GELU_IN) | LYNX_GROUPS(FC2_IN);
+	uint32_t groups = LYNX_GROUPS(ACT_IN) | LYNX_GROUPS(FC2_IN);
 
 	build(&j, &p);
 	assert_true(lynx_problem_find_window(&p.stages[0], LYNX_WINDOW_DP_GRAD, -1, -1) >= 0);
@@ -397,7 +397,7 @@ static void test_1f1b_decides_which_occurrence_serves_a_backward(void **state)
 	check(&p, &plan, &c);
 	assert_int_equal(c.fallbacks, 20 + 4);
 	assert_close("window work", c.window_work_s,
-	             (2 * 4 * 20 - 24) * p.layer.ops[LYNX_OP_GELU].rerun_s);
+	             (2 * 4 * 20 - 24) * p.layer.ops[LYNX_OP_ACT].rerun_s);
 	lynx_checker_free(&c);
 	lynx_plan_free(&plan);
 	lynx_problem_free(&p);

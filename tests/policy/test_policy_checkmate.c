@@ -42,7 +42,7 @@ static void build(const struct job *j, uint64_t budget, struct lynx_problem *p)
 	struct lynx_problem_options opt = {.budget_bytes = budget};
 	char why[256] = "";
 
-	lynx_preset_fill_model(lynx_preset_find_gpt(j->gpt), &m);
+	lynx_preset_fill_model(lynx_preset_find_model(j->gpt), &m);
 	m.tp = j->t;
 	m.pp = j->p;
 	m.dp = 1;
@@ -293,10 +293,10 @@ static void test_heu_never_trails_checkmate_over_the_sweep(void **state)
 	double worst = 0, cm, heu;
 
 	for (size_t c = 0; c < sizeof(clusters) / sizeof(clusters[0]); c++) {
-		for (int g = 0; g < LYNX_GPT_COUNT; g++) {
-			struct job j = {lynx_preset_gpts[g].name, clusters[c], 8, 4, 16, 0};
+		for (int g = 0; g < LYNX_MODEL_PRESET_COUNT; g++) {
+			struct job j = {lynx_preset_models[g].name, clusters[c], 8, 4, 16, 0};
 
-			if (!lynx_preset_gpts[g].in_sweep)
+			if (!lynx_preset_models[g].in_sweep)
 				continue;
 			build(&j, budget_at(&j, 0.5), &p);
 			cm = checkmate_checked(&p, &plan, &o);

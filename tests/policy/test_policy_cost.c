@@ -15,7 +15,7 @@ static struct lynx_model_desc gpt22b(bool sp)
 {
 	struct lynx_model_desc m;
 
-	lynx_preset_fill_model(lynx_preset_find_gpt("gpt-22b"), &m);
+	lynx_preset_fill_model(lynx_preset_find_model("gpt-22b"), &m);
 	m.micro_batch = 4;
 	m.global_batch = 4;
 	m.tp = 8;
@@ -124,7 +124,7 @@ static void test_group_recompute_times_follow_their_ops(void **state)
 	assert_true(lc.group_recompute_s[LYNX_GROUP_LN1_IN] == 0);
 	assert_within("softmax_out", lc.group_recompute_s[LYNX_GROUP_SOFTMAX_OUT],
 	              lc.op_fwd_s[LYNX_OP_SCORES] + lc.op_fwd_s[LYNX_OP_SOFTMAX], 1e-15);
-	assert_within("gelu_in", lc.group_recompute_s[LYNX_GROUP_GELU_IN], lc.op_fwd_s[LYNX_OP_FC1],
+	assert_within("gelu_in", lc.group_recompute_s[LYNX_GROUP_ACT_IN], lc.op_fwd_s[LYNX_OP_FC1],
 	              1e-15);
 	/* The attention block's output needs the projection's all-reduce again. */
 	assert_within("ln2_in", lc.group_recompute_s[LYNX_GROUP_LN2_IN],
@@ -188,7 +188,7 @@ static void test_a_single_rank_has_no_collectives(void **state)
 	struct lynx_model_desc m;
 	struct lynx_layer_cost lc;
 
-	lynx_preset_fill_model(lynx_preset_find_gpt("gpt-1.3b"), &m);
+	lynx_preset_fill_model(lynx_preset_find_model("gpt-1.3b"), &m);
 	lc = cost_on(&m, "a100-nvlink");
 	for (int i = 0; i < LYNX_COMM_COUNT; i++) {
 		assert_int_equal(lc.comm_fwd[i], LYNX_COLL_NONE);

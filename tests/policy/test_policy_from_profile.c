@@ -731,7 +731,7 @@ static void test_maps_each_collective_to_its_op(void **state)
 	drop(pr);
 
 	/* A model has no recorded collectives. */
-	lynx_preset_fill_model(lynx_preset_find_gpt("gpt-1.3b"), &md);
+	lynx_preset_fill_model(lynx_preset_find_model("gpt-1.3b"), &md);
 	md.pp = 4;
 	md.global_batch = 8;
 	assert_int_equal(lynx_problem_from_model(&md, lynx_preset_find_cluster("a100-nvlink"), NULL,

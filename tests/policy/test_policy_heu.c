@@ -31,7 +31,7 @@ static void build(const struct job *j, struct lynx_problem *p)
 	struct lynx_problem_options opt = {.budget_bytes = j->budget};
 	char why[256] = "";
 
-	lynx_preset_fill_model(lynx_preset_find_gpt(j->gpt), &m);
+	lynx_preset_fill_model(lynx_preset_find_model(j->gpt), &m);
 	m.tp = j->t;
 	m.pp = j->p;
 	m.dp = 1;
@@ -181,14 +181,14 @@ static void test_heu_never_loses_to_a_baseline_on_the_sweep(void **state)
 	int n = 0;
 
 	for (size_t c = 0; c < sizeof(clusters) / sizeof(clusters[0]); c++) {
-		for (int g = 0; g < LYNX_GPT_COUNT; g++) {
+		for (int g = 0; g < LYNX_MODEL_PRESET_COUNT; g++) {
 			struct job j = {
-			        lynx_preset_gpts[g].name, clusters[c], 8, 4, 1, 16, false, 0};
+			        lynx_preset_models[g].name, clusters[c], 8, 4, 1, 16, false, 0};
 			uint64_t lo, hi;
 			double heu, full;
 			bool fits;
 
-			if (!lynx_preset_gpts[g].in_sweep)
+			if (!lynx_preset_models[g].in_sweep)
 				continue;
 			checked_step(&j, "full", &lo, NULL);
 			checked_step(&j, "none", &hi, NULL);

@@ -167,14 +167,14 @@ static void test_rebuilding_from_an_offloaded_group_is_refused(void **state)
 	struct lynx_checker_result c;
 	char why[256] = "";
 
-	lynx_preset_fill_model(lynx_preset_find_gpt("gpt-1.3b"), &m);
+	lynx_preset_fill_model(lynx_preset_find_model("gpt-1.3b"), &m);
 	m.pp = 4;
 	m.global_batch = 8;
 	assert_int_equal(lynx_problem_from_model(&m, lynx_preset_find_cluster("a100-nvlink"), NULL,
 	                                         &p, why, sizeof(why)),
 	                 0);
 	assert_int_equal(lynx_plan_init(&plan, &p, "mixed", true), 0);
-	lynx_plan_decision(&plan, 0, 0, LYNX_GROUP_GELU_IN)->action = LYNX_ACTION_OFFLOAD;
+	lynx_plan_decision(&plan, 0, 0, LYNX_GROUP_ACT_IN)->action = LYNX_ACTION_OFFLOAD;
 	lynx_plan_decision(&plan, 0, 0, LYNX_GROUP_FC2_IN)->action =
 	        LYNX_ACTION_RECOMPUTE_ON_DEMAND;
 	assert_int_equal(lynx_checker_replay(&p, &plan, &c, why, sizeof(why)), -EINVAL);
@@ -203,7 +203,7 @@ static void build(const struct job *j, struct lynx_problem *p)
 	struct lynx_problem_options opt = {.budget_bytes = (uint64_t)(j->budget_gib * GIB)};
 	char why[256] = "";
 
-	lynx_preset_fill_model(lynx_preset_find_gpt("gpt-13b"), &m);
+	lynx_preset_fill_model(lynx_preset_find_model("gpt-13b"), &m);
 	m.tp = 8;
 	m.pp = j->p;
 	m.global_batch = j->m;

@@ -54,7 +54,7 @@ static void build(const struct job *j, uint64_t budget, struct lynx_problem *p)
 	struct lynx_problem_options opt = {.budget_bytes = budget};
 	char why[256] = "";
 
-	lynx_preset_fill_model(lynx_preset_find_gpt(j->gpt), &m);
+	lynx_preset_fill_model(lynx_preset_find_model(j->gpt), &m);
 	m.tp = j->t;
 	m.pp = j->p;
 	m.dp = 1;

@@ -21,7 +21,7 @@
 /* gpt-1.3b's shape with L layers on t = 2, p stages, m micro-batches; vocab v (0: preset). */
 static void job(struct lynx_model_desc *m, uint32_t L, uint32_t p, uint32_t micro, uint32_t v)
 {
-	lynx_preset_fill_model(lynx_preset_find_gpt("gpt-1.3b"), m);
+	lynx_preset_fill_model(lynx_preset_find_model("gpt-1.3b"), m);
 	m->layers = L;
 	m->tp = 2;
 	m->pp = p;

@@ -22,7 +22,7 @@ static int setup(void **state)
 	struct lynx_model_desc m;
 	char why[256];
 
-	lynx_preset_fill_model(lynx_preset_find_gpt("gpt-13b"), &m);
+	lynx_preset_fill_model(lynx_preset_find_model("gpt-13b"), &m);
 	m.tp = 8;
 	m.pp = 2;
 	m.global_batch = 4;
@@ -65,7 +65,7 @@ static void mixed_plan(struct lynx_plan *plan)
 	set(plan, 0, 0, LYNX_GROUP_SOFTMAX_OUT, LYNX_ACTION_RECOMPUTE_ON_DEMAND, -1);
 	set(plan, 0, 3, LYNX_GROUP_Q_K, LYNX_ACTION_RECOMPUTE_IN_WINDOW,
 	    lynx_problem_find_window(st0, LYNX_WINDOW_TP_FWD, 4, LYNX_OP_ATTN_BDA));
-	set(plan, 0, 19, LYNX_GROUP_GELU_IN, LYNX_ACTION_RECOMPUTE_IN_WINDOW,
+	set(plan, 0, 19, LYNX_GROUP_ACT_IN, LYNX_ACTION_RECOMPUTE_IN_WINDOW,
 	    lynx_problem_find_window(st0, LYNX_WINDOW_PP_RECV_BWD, -1, -1));
 	set(plan, 1, 7, LYNX_GROUP_FC2_IN, LYNX_ACTION_RECOMPUTE_IN_WINDOW,
 	    lynx_problem_find_window(st1, LYNX_WINDOW_PP_RECV_FWD, -1, -1));

@@ -16,7 +16,7 @@ static struct lynx_model_desc job(const char *gpt, uint32_t t, uint32_t p, uint3
 {
 	struct lynx_model_desc desc;
 
-	lynx_preset_fill_model(lynx_preset_find_gpt(gpt), &desc);
+	lynx_preset_fill_model(lynx_preset_find_model(gpt), &desc);
 	desc.tp = t;
 	desc.pp = p;
 	desc.micro_batch = b;

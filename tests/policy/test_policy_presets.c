@@ -79,10 +79,10 @@ static void test_the_documented_names_exist(void **state)
 	for (size_t i = 0; i < sizeof(clusters) / sizeof(clusters[0]); i++)
 		assert_non_null(lynx_preset_find_cluster(clusters[i]));
 	for (size_t i = 0; i < sizeof(gpts) / sizeof(gpts[0]); i++)
-		assert_non_null(lynx_preset_find_gpt(gpts[i]));
+		assert_non_null(lynx_preset_find_model(gpts[i]));
 	assert_null(lynx_preset_find_cluster("A100-NVLINK"));
 	assert_null(lynx_preset_find_gpu("v100"));
-	assert_null(lynx_preset_find_gpt("gpt-7b"));
+	assert_null(lynx_preset_find_model("gpt-7b"));
 }
 
 static void test_hardware_generations_are_ordered(void **state)
@@ -112,21 +112,23 @@ static void test_hardware_generations_are_ordered(void **state)
 	assert_ptr_equal(pc->gpu, pcie);
 }
 
-/* "gpt-1.3b" -> 1.3e9, "gpt-1t" -> 1e12. */
+/* "gpt-1.3b" -> 1.3e9, "gpt-1t" -> 1e12, "llama3-70b" -> 70e9. */
 static double nominal_params(const char *name)
 {
 	char *end;
-	double n = strtod(name + strlen("gpt-"), &end);
+	double n = strtod(strchr(name, '-') + 1, &end);
 
 	return *end == 't' ? n * 1e12 : n * 1e9;
 }
 
-static void test_gpt_shapes_are_valid_and_match_their_names(void **state)
+/* Every preset is valid at t = 8 and about as large as its name says; GPT's are Korthikanti
+ * et al.'s s and v, Llama's their family's layer. */
+static void test_model_shapes_are_valid_and_match_their_names(void **state)
 {
 	int sweep = 0;
 
-	for (int i = 0; i < LYNX_GPT_COUNT; i++) {
-		const struct lynx_gpt *g = &lynx_preset_gpts[i];
+	for (int i = 0; i < LYNX_MODEL_PRESET_COUNT; i++) {
+		const struct lynx_model_preset *g = &lynx_preset_models[i];
 		struct lynx_model_desc m;
 		char why[256] = "";
 		double params;
@@ -134,15 +136,24 @@ static void test_gpt_shapes_are_valid_and_match_their_names(void **state)
 		lynx_preset_fill_model(g, &m);
 		if (lynx_model_validate(&m, why, sizeof(why)))
 			fail_msg("%s: %s", g->name, why);
-		assert_int_equal(m.seq, 2048);
-		assert_int_equal(m.vocab, 51200);
+		if (g->family == &lynx_preset_families[LYNX_FAMILY_GPT]) {
+			assert_int_equal(m.seq, 2048);
+			assert_int_equal(m.vocab, 51200);
+			assert_int_equal(lynx_model_ffn(&m), 4 * m.hidden);
+		} else {
+			assert_int_equal(m.arch.mlp, LYNX_MLP_SWIGLU);
+			assert_int_equal(m.arch.attention, LYNX_ATTENTION_FLASH);
+			assert_true(m.arch.untied && m.arch.no_bias && m.arch.no_dropout);
+		}
 		assert_int_equal(m.hidden % m.heads, 0);
 		/* Every model runs with Megatron's usual t = 8. */
-		assert_int_equal(m.heads % 8, 0);
+		m.tp = 8;
+		if (lynx_model_validate(&m, why, sizeof(why)))
+			fail_msg("%s at t = 8: %s", g->name, why);
 		params = (double)lynx_model_params(&m);
 		if (fabs(params / nominal_params(g->name) - 1) > 0.05)
 			fail_msg("%s has %.3g parameters", g->name, params);
-		assert_ptr_equal(lynx_preset_find_gpt(g->name), g);
+		assert_ptr_equal(lynx_preset_find_model(g->name), g);
 		sweep += g->in_sweep;
 		if (g->in_sweep)
 			assert_true(params >= 1.2e9 && params <= 23.5e9);
@@ -155,7 +166,7 @@ static void test_fill_model_sets_the_smallest_job(void **state)
 	struct lynx_model_desc m;
 
 	memset(&m, 0xff, sizeof(m));
-	lynx_preset_fill_model(lynx_preset_find_gpt("gpt-22b"), &m);
+	lynx_preset_fill_model(lynx_preset_find_model("gpt-22b"), &m);
 	assert_int_equal(m.layers, 48);
 	assert_int_equal(m.hidden, 6144);
 	assert_int_equal(m.heads, 64);
@@ -173,7 +184,7 @@ int main(void)
 	        cmocka_unit_test(test_vmm_costs_are_the_h100_measurements),
 	        cmocka_unit_test(test_the_documented_names_exist),
 	        cmocka_unit_test(test_hardware_generations_are_ordered),
-	        cmocka_unit_test(test_gpt_shapes_are_valid_and_match_their_names),
+	        cmocka_unit_test(test_model_shapes_are_valid_and_match_their_names),
 	        cmocka_unit_test(test_fill_model_sets_the_smallest_job),
 	};
 

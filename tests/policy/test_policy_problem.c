@@ -17,7 +17,7 @@ static struct lynx_model_desc job(const char *gpt, uint32_t t, uint32_t p, uint3
 {
 	struct lynx_model_desc desc;
 
-	lynx_preset_fill_model(lynx_preset_find_gpt(gpt), &desc);
+	lynx_preset_fill_model(lynx_preset_find_model(gpt), &desc);
 	desc.tp = t;
 	desc.pp = p;
 	desc.dp = d;
@@ -64,15 +64,64 @@ static void test_layer_carries_the_cost_model(void **state)
 	for (int g = 0; g < LYNX_GROUP_COUNT; g++) {
 		const struct lynx_problem_group *pg = &p.layer.groups[g];
 
-		assert_string_equal(pg->name, lynx_layer_groups[g].name);
+		assert_string_equal(pg->name, lc.shape.groups[g].name);
 		assert_int_equal(pg->bytes, lynx_model_group_bytes(&m, g));
 		assert_within(pg->name, pg->recompute_s, lc.group_recompute_s[g], 1e-15);
-		assert_int_equal(pg->consumer, lynx_layer_groups[g].consumer);
+		assert_int_equal(pg->consumer, lc.shape.groups[g].consumer);
 		total += pg->bytes;
 	}
 	assert_int_equal(total, lynx_model_act_bytes(&m, LYNX_RECOMPUTE_NONE));
 	assert_int_equal(p.layer.groups[LYNX_GROUP_LN1_IN].producer, -1);
 	assert_int_equal(p.layer.groups[LYNX_GROUP_MLP_MASK].producer, LYNX_OP_MLP_BDA);
+	lynx_problem_free(&p);
+}
+
+/*
+ * A layer without some of layer.def's ops and groups (Llama: flash attention, no dropout)
+ * has only its own, renumbered in forward order, with masks, producers and consumers that
+ * name the same ops and groups as the model's layer.
+ */
+static void test_an_architecture_keeps_only_its_ops_and_groups(void **state)
+{
+	struct lynx_model_desc m = job("llama2-70b", 8, 4, 1, 1, 8, true);
+	struct lynx_layer_cost lc;
+	struct lynx_problem p;
+	uint64_t total = 0;
+	int ops = 0, groups = 0;
+
+	build(&m, "h100-nvlink", NULL, &p);
+	assert_int_equal(lynx_cost_layer(&m, lynx_preset_find_cluster("h100-nvlink"), &lc, NULL, 0),
+	                 0);
+	for (int op = 0; op < LYNX_OP_COUNT; op++)
+		if (lc.shape.ops[op].present)
+			assert_int_equal(lynx_problem_find_op(&p.layer, lc.shape.ops[op].name),
+			                 ops++);
+	assert_int_equal(p.layer.n_ops, ops);
+	assert_true(ops < LYNX_OP_COUNT);
+	assert_int_equal(lynx_problem_find_op(&p.layer, "softmax"), -1);
+	for (int g = 0; g < LYNX_GROUP_COUNT; g++) {
+		const struct lynx_layer_group_shape *gs = &lc.shape.groups[g];
+		const struct lynx_problem_group *pg;
+
+		if (!gs->present)
+			continue;
+		pg = &p.layer.groups[groups];
+		assert_int_equal(lynx_problem_find_group(&p.layer, gs->name), groups++);
+		assert_int_equal(pg->bytes, gs->bytes);
+		assert_string_equal(p.layer.ops[pg->consumer].name,
+		                    lc.shape.ops[gs->consumer].name);
+		for (int d = 0; d < LYNX_GROUP_COUNT; d++)
+			if (gs->deps & (1u << d))
+				assert_true(pg->deps &
+				            (1u << lynx_problem_find_group(
+				                     &p.layer, lc.shape.groups[d].name)));
+		total += pg->bytes;
+	}
+	assert_int_equal(p.layer.n_groups, groups);
+	assert_int_equal(total, lynx_model_act_bytes(&m, LYNX_RECOMPUTE_NONE));
+	/* The flash kernel rebuilds the attention's output and its log-sum-exp. */
+	assert_int_equal(p.layer.groups[lynx_problem_find_group(&p.layer, "lse")].ops,
+	                 1u << lynx_problem_find_op(&p.layer, "flash_attn"));
 	lynx_problem_free(&p);
 }
 
@@ -247,6 +296,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_layer_carries_the_cost_model),
+	        cmocka_unit_test(test_an_architecture_keeps_only_its_ops_and_groups),
 	        cmocka_unit_test(test_group_order_supports_the_rebuild_rules),
 	        cmocka_unit_test(test_stages_follow_1f1b),
 	        cmocka_unit_test(test_static_memory_follows_megatron_accounting),
