@@ -305,10 +305,11 @@ bench-policy: $(LYNX)
 	$(Q)BUILD=$(BUILD) tests/bench/bench_policy.sh
 # make fuzz: the readers of untrusted text under libFuzzer with ASan and UBSan, each for
 # FUZZ_SECONDS: the profile reader (seeds in tests/fuzz/corpus), the plan reader
-# (tests/fuzz/corpus_plan), the LYNX_* settings parser (tests/fuzz/corpus_options) and the
-# recompute summary reader of lynx report (tests/fuzz/corpus_summary); new
-# inputs go to $(BUILD)/fuzz/corpus*. Needs clang with libFuzzer (Debian's clang-14 has it);
-# cJSON itself is the system's, uninstrumented.
+# (tests/fuzz/corpus_plan), the LYNX_* settings parser (tests/fuzz/corpus_options), the
+# recompute summary reader of lynx report (tests/fuzz/corpus_summary) and the Hugging Face
+# config.json reader (tests/fuzz/corpus_hf_config); new inputs go to $(BUILD)/fuzz/corpus*.
+# Needs clang with libFuzzer (Debian's clang-14 has it); cJSON itself is the system's,
+# uninstrumented.
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_CFLAGS := -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined \
@@ -341,9 +342,18 @@ $(FUZZ_SUMMARY): tests/fuzz/fuzz_summary.c tools/report_summary.c tools/report_s
 	@mkdir -p $(dir $@)
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -Itools -o $@ tests/fuzz/fuzz_summary.c \
 		tools/report_summary.c -lcjson -lm
-fuzz: $(FUZZ_PROFILE) $(FUZZ_PLAN) $(FUZZ_OPTIONS) $(FUZZ_SUMMARY)
+# The config.json reader and the layer description it fills (no presets, no planner).
+FUZZ_HF_CONFIG := $(BUILD)/fuzz/fuzz_hf_config
+FUZZ_HF_CONFIG_SRC := policy/hf_config.c policy/model.c policy/layer.c policy/refuse.c
+$(FUZZ_HF_CONFIG): tests/fuzz/fuzz_hf_config.c $(FUZZ_HF_CONFIG_SRC) \
+		$(wildcard policy/*.h policy/*.def)
+	$(call say,FUZZCC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -Ipolicy -o $@ tests/fuzz/fuzz_hf_config.c \
+		$(FUZZ_HF_CONFIG_SRC) -lcjson -lm
+fuzz: $(FUZZ_PROFILE) $(FUZZ_PLAN) $(FUZZ_OPTIONS) $(FUZZ_SUMMARY) $(FUZZ_HF_CONFIG)
 	@mkdir -p $(BUILD)/fuzz/corpus $(BUILD)/fuzz/corpus_plan $(BUILD)/fuzz/corpus_options \
-		$(BUILD)/fuzz/corpus_summary
+		$(BUILD)/fuzz/corpus_summary $(BUILD)/fuzz/corpus_hf_config
 	$(Q)$(FUZZ_PROFILE) -max_total_time=$(FUZZ_SECONDS) -max_len=16384 \
 		-dict=tests/fuzz/profile.dict $(BUILD)/fuzz/corpus tests/fuzz/corpus
 	$(Q)$(FUZZ_PLAN) -max_total_time=$(FUZZ_SECONDS) -max_len=16384 \
@@ -352,6 +362,9 @@ fuzz: $(FUZZ_PROFILE) $(FUZZ_PLAN) $(FUZZ_OPTIONS) $(FUZZ_SUMMARY)
 		-dict=tests/fuzz/options.dict $(BUILD)/fuzz/corpus_options tests/fuzz/corpus_options
 	$(Q)$(FUZZ_SUMMARY) -max_total_time=$(FUZZ_SECONDS) -max_len=8192 \
 		-dict=tests/fuzz/summary.dict $(BUILD)/fuzz/corpus_summary tests/fuzz/corpus_summary
+	$(Q)$(FUZZ_HF_CONFIG) -max_total_time=$(FUZZ_SECONDS) -max_len=8192 \
+		-dict=tests/fuzz/hf_config.dict $(BUILD)/fuzz/corpus_hf_config \
+		tests/fuzz/corpus_hf_config
 
 # ---------------------------------------------------------------------------
 # The GPU suite (tests/gpu/, docs/gpu/README.md). make gpu-bundle: a relocatable bundle,

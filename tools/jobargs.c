@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The shared command line of a GPT job built from presets: its parser and its description. */
+/* The shared command line of a model's job: its parser and the description it makes. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
+#include "hf_config.h"
 #include "jobargs.h"
 #include "lynx.h"
+#include "regular_file.h"
 
 /* Digits only, 1 to 2^32 - 1. */
 static int parse_uint(const char *text, uint32_t *out)
@@ -97,19 +99,63 @@ void lynx_jobargs_list_names(char *buf, size_t len, bool gpts)
 		                              : lynx_preset_clusters[i].name);
 }
 
-int lynx_jobargs_model(const struct lynx_job_args *a, const struct lynx_model_preset *gpt,
-                       struct lynx_model_desc *m, char *why, size_t len)
-{
-	uint64_t global = (uint64_t)a->micro_batches * a->micro_batch * a->dp;
+/* A config.json is a few KiB; anything past this is not one. */
+#define HF_CONFIG_MAX_BYTES (1u << 20)
 
-	lynx_preset_fill_model(gpt, m);
+/* Reads the config at path into m's shape and architecture, and its name. */
+static int read_hf_config(const char *path, struct lynx_model_desc *m, char *name, size_t name_len,
+                          char *why, size_t len)
+{
+	char *text = NULL, reason[192] = "";
+	size_t size = 0;
+	int err = lynx_regular_file_read(path, HF_CONFIG_MAX_BYTES, &text, &size, reason,
+	                                 sizeof(reason));
+
+	if (err) {
+		snprintf(why, len, "cannot read the config %s: %s", path,
+		         reason[0] ? reason : strerror(-err));
+		return -EINVAL;
+	}
+	err = lynx_hf_config_parse(text, size, m, name, name_len, reason, sizeof(reason));
+	free(text);
+	if (err)
+		snprintf(why, len, "%s: %s", path, reason);
+	return err ? -EINVAL : 0;
+}
+
+int lynx_jobargs_model(const struct lynx_job_args *a, const struct lynx_model_preset *preset,
+                       struct lynx_model_desc *m, char *name, size_t name_len, char *why,
+                       size_t len)
+{
+	uint32_t pp = a->pp ? a->pp : 1;
+	uint64_t global = (uint64_t)(a->micro_batches ? a->micro_batches : 4ull * pp) *
+	                  a->micro_batch * a->dp;
+
+	if (a->hf_config) {
+		*m = (struct lynx_model_desc){0};
+		if (read_hf_config(a->hf_config, m, name, name_len, why, len))
+			return -EINVAL;
+	} else {
+		lynx_preset_fill_model(preset, m);
+		snprintf(name, name_len, "%s", preset->name);
+	}
 	m->layers = a->layers ? a->layers : m->layers;
 	m->hidden = a->hidden ? a->hidden : m->hidden;
 	m->heads = a->heads ? a->heads : m->heads;
 	m->seq = a->seq ? a->seq : m->seq;
 	m->vocab = a->vocab ? a->vocab : m->vocab;
-	m->tp = a->tp;
-	m->pp = a->pp;
+	m->arch.kv_heads = a->kv_heads ? a->kv_heads : m->arch.kv_heads;
+	m->arch.ffn = a->ffn ? a->ffn : m->arch.ffn;
+	if (a->attention) {
+		m->arch.attention = lynx_model_find_attention(a->attention);
+		if (m->arch.attention == LYNX_ATTENTION_COUNT) {
+			snprintf(why, len, "--attention '%s' is not flash or unfused",
+			         a->attention);
+			return -EINVAL;
+		}
+	}
+	m->tp = a->tp ? a->tp : 1;
+	m->pp = pp;
 	m->dp = a->dp;
 	m->micro_batch = a->micro_batch;
 	m->sp = a->sp;

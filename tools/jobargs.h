@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The command line of a GPT job built from presets, shared by `lynx sim` and `lynx plan`:
- * one option table type and its strict parser (positive integers, sizes with K/M/G/T), the
- * job's options declared once (LYNX_JOB_OPTIONS), and the description they make.
+ * The command line of a model's job built from a preset or a Hugging Face config.json,
+ * shared by `lynx sim` and `lynx plan`: one option table type and its strict parser
+ * (positive integers, sizes with K/M/G/T), the job's options declared once
+ * (LYNX_JOB_OPTIONS), and the description they make.
  */
 #ifndef LYNX_JOBARGS_H
 #define LYNX_JOBARGS_H
@@ -18,17 +19,21 @@
 /* What the job options set; a command's own arguments struct embeds it. */
 struct lynx_job_args {
 	const char *model, *cluster;
+	const char *hf_config; /* a config.json to read instead of a preset */
+	const char *attention; /* "flash" or "unfused"; NULL: the model's */
 	uint32_t tp, pp, dp, micro_batch, micro_batches;
 	uint64_t budget;
 	bool sp, distributed_optimizer;
-	uint32_t layers, hidden, heads, seq, vocab; /* overrides of the preset; 0: keep */
+	/* Overrides of the preset's or config's shape; 0: keep. */
+	uint32_t layers, hidden, heads, seq, vocab, kv_heads, ffn;
 	uint32_t time_limit; /* seconds per stage for planners that search (opt); 0: theirs */
 };
 
-/* The defaults: t = p = d = 1, micro-batch 1, micro-batches 0 (4·P once parsed). */
-#define LYNX_JOB_ARGS_INIT                                  \
-	{                                                   \
-		.tp = 1, .pp = 1, .dp = 1, .micro_batch = 1 \
+/* The defaults: t = p = 0 (not given: 1 once described, or chosen by `lynx sim --sweep`),
+ * d = 1, micro-batch 1, micro-batches 0 (4·P once described). */
+#define LYNX_JOB_ARGS_INIT                \
+	{                                 \
+		.dp = 1, .micro_batch = 1 \
 	}
 
 enum lynx_option_kind { LYNX_OPTION_FLAG, LYNX_OPTION_NAME, LYNX_OPTION_UINT, LYNX_OPTION_SIZE };
@@ -49,6 +54,9 @@ struct lynx_option {
 /* The job's options, for a command whose arguments struct `type` embeds them as `member`. */
 #define LYNX_JOB_OPTIONS(type, member)                                                             \
 	LYNX_OPTION(type, "--cluster", "NAME", NAME, member.cluster, "cluster preset (required)"), \
+	        LYNX_OPTION(                                                                       \
+	                type, "--hf-config", "FILE", NAME, member.hf_config,                       \
+	                "a Hugging Face config.json instead of --model (llama, gpt2, gpt_neox)"),  \
 	        LYNX_OPTION(type, "--tp", "T", UINT, member.tp,                                    \
 	                    "tensor-parallel size (default 1)"),                                   \
 	        LYNX_OPTION(type, "--pp", "P", UINT, member.pp, "pipeline stages (default 1)"),    \
@@ -73,6 +81,12 @@ struct lynx_option {
 	                    "override the preset's sequence length"),                              \
 	        LYNX_OPTION(type, "--vocab", "V", UINT, member.vocab,                              \
 	                    "override the preset's vocabulary"),                                   \
+	        LYNX_OPTION(type, "--kv-heads", "K", UINT, member.kv_heads,                        \
+	                    "override the key/value heads (grouped-query attention)"),             \
+	        LYNX_OPTION(type, "--ffn", "F", UINT, member.ffn,                                  \
+	                    "override the MLP's inner width"),                                     \
+	        LYNX_OPTION(type, "--attention", "KIND", NAME, member.attention,                   \
+	                    "flash or unfused (default: the model's; Llama and configs flash)"),   \
 	        LYNX_OPTION(type, "--time-limit", "SECONDS", UINT, member.time_limit,              \
 	                    "search time per stage for planners that search (opt; default 60)")
 
@@ -91,11 +105,15 @@ void lynx_jobargs_help(FILE *out, const struct lynx_option *opts, size_t n);
 void lynx_jobargs_list_names(char *buf, size_t len, bool gpts);
 
 /*
- * Fills m from preset gpt and a (overrides, parallelism, micro-batch, sequence parallelism,
- * global batch M·B·D; a->micro_batches must be set). Returns 0, or -EINVAL with a sentence
- * in why when the global batch does not fit 32 bits. Validation is lynx_model_validate()'s.
+ * Fills m from preset (or, when a->hf_config is set, from that file; preset is then unused)
+ * and a: the overrides, the attention kind, parallelism (t and p 1 when not given),
+ * micro-batch, sequence parallelism and global batch M·B·D (M 4·P when not given). name gets what
+ * to call the model in messages and reports: the preset's name, or the config's (hf_config.h).
+ * Returns 0, or -EINVAL with a sentence in why: an unreadable or refused config file, an unknown
+ * attention kind, a global batch that does not fit 32 bits. Validation is lynx_model_validate()'s.
  */
-int lynx_jobargs_model(const struct lynx_job_args *a, const struct lynx_model_preset *gpt,
-                       struct lynx_model_desc *m, char *why, size_t len);
+int lynx_jobargs_model(const struct lynx_job_args *a, const struct lynx_model_preset *preset,
+                       struct lynx_model_desc *m, char *name, size_t name_len, char *why,
+                       size_t len);
 
 #endif /* LYNX_JOBARGS_H */

@@ -35,9 +35,11 @@ static const struct lynx_command commands[] = {
         {"doctor", lynx_doctor_main, "[--verbose] [--require-nccl]",
          "check that CUDA, NCCL and every hooked symbol can be found here", lynx_doctor_help},
         {"sim", lynx_sim_main,
-         "--model NAME|--sweep --cluster NAME [--tp T] [--pp P] [--dp D] [--microbatches M] "
+         "--model NAME|--hf-config FILE|--sweep --cluster NAME [--tp T] [--pp P] [--dp D] "
+         "[--microbatches M] "
          "[--micro-batch B] [--budget BYTES] [--sp] [--json|--csv]",
-         "compare every planner on a GPT job built from presets", lynx_sim_help},
+         "compare every planner on a job built from a preset or a Hugging Face config",
+         lynx_sim_help},
         {"profile", lynx_profile_main,
          "EVENTS.jsonl [-o FILE] [--trace FILE] [--rank R] [--world W] | --read FILE",
          "build one rank's profile from a LYNX_EVENTS dump, or check a profile", lynx_profile_help},
@@ -46,9 +48,10 @@ static const struct lynx_command commands[] = {
          lynx_report_help},
         {"plan", lynx_plan_main,
          "PROFILE... [--budget BYTES|--budget-percent N] [--planner P] [--out FILE] | "
-         "--model NAME --cluster NAME "
+         "--model NAME|--hf-config FILE --cluster NAME "
          "[--tp T] [--pp P] [--budget BYTES] [--planner P] [--out FILE] [--partition]",
-         "plan a job, from its profiles or a GPT description, and write the plan", lynx_plan_help},
+         "plan a job, from its profiles or a model description, and write the plan",
+         lynx_plan_help},
         {"help", help_main, "[COMMAND]", "show this help, or a command's", NULL},
 };
 

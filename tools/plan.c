@@ -35,7 +35,8 @@ struct plan_args {
 
 /* The command line, declared once: the parser and `lynx help plan` read this table. */
 static const struct lynx_option options[] = {
-        LYNX_OPTION(struct plan_args, "--model", "NAME", NAME, job.model, "GPT preset (required)"),
+        LYNX_OPTION(struct plan_args, "--model", "NAME", NAME, job.model,
+                    "model preset (or --hf-config)"),
         LYNX_JOB_OPTIONS(struct plan_args, job),
         LYNX_OPTION(struct plan_args, "--planner", "NAME", NAME, planner,
                     "the planner (default heu)"),
@@ -420,16 +421,19 @@ static int find_planner(const struct plan_args *a, const struct lynx_planner **p
 	return lynx_usage_error("plan", "unknown planner '%s' (known: %s)", a->planner, names);
 }
 
-/* Plans the GPT job of --model on --cluster. */
+/* Plans the job of --model (or --hf-config) on --cluster. */
 static int plan_model(struct plan_args *a, const struct lynx_planner *pl)
 {
 	const struct lynx_cluster *c;
-	const struct lynx_model_preset *gpt;
+	const struct lynx_model_preset *preset = NULL;
 	struct lynx_model_desc m;
-	char names[512], why[256];
+	char names[512], why[512], name[64];
 
-	if (!a->job.model)
-		return lynx_usage_error("plan", "--model is required");
+	if (!a->job.model == !a->job.hf_config)
+		return lynx_usage_error("plan", a->job.model
+		                                        ? "--model and --hf-config exclude each "
+		                                          "other"
+		                                        : "--model is required (or --hf-config)");
 	if (!a->job.cluster)
 		return lynx_usage_error("plan", "--cluster is required");
 	c = lynx_preset_find_cluster(a->job.cluster);
@@ -438,15 +442,12 @@ static int plan_model(struct plan_args *a, const struct lynx_planner *pl)
 		return lynx_usage_error("plan", "unknown cluster '%s' (known: %s)", a->job.cluster,
 		                        names);
 	}
-	gpt = lynx_preset_find_model(a->job.model);
-	if (!gpt) {
+	if (a->job.model && !(preset = lynx_preset_find_model(a->job.model))) {
 		lynx_jobargs_list_names(names, sizeof(names), true);
 		return lynx_usage_error("plan", "unknown model '%s' (known: %s)", a->job.model,
 		                        names);
 	}
-	if (!a->job.micro_batches)
-		a->job.micro_batches = 4 * a->job.pp;
-	if (lynx_jobargs_model(&a->job, gpt, &m, why, sizeof(why))) {
+	if (lynx_jobargs_model(&a->job, preset, &m, name, sizeof(name), why, sizeof(why))) {
 		fprintf(stderr, "lynx plan: %s\n", why);
 		return LYNX_EXIT_USAGE;
 	}

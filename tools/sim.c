@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * `lynx sim`: builds the planning problem of a GPT job from presets (policy/problem.c), runs
+ * `lynx sim`: builds the planning problem of a model's job from presets or a Hugging Face
+ * config.json (policy/problem.c), runs
  * every planner of policy/planners.def on it, replays each plan in the independent checker,
  * and prints step time, speedup over full recomputation, MFU, peak memory per stage and
  * search time: a table, JSON or CSV. --sweep does it for every preset of the Lynx paper's
@@ -38,10 +39,11 @@ static bool chosen[LYNX_PLANNER_COUNT];
 /* The command line, declared once: the parser and `lynx help sim` read this table. */
 static const struct lynx_option options[] = {
         LYNX_OPTION(struct sim_args, "--model", "NAME", NAME, job.model,
-                    "GPT preset (required unless --sweep)"),
+                    "model preset (or --hf-config, or --sweep)"),
         LYNX_JOB_OPTIONS(struct sim_args, job),
         LYNX_OPTION(struct sim_args, "--sweep", NULL, FLAG, sweep,
-                    "every GPT preset of the Lynx paper's range instead of --model"),
+                    "every GPT preset of the Lynx paper's range instead of --model; without "
+                    "--tp and --pp, each at the fewest GPUs where full recomputation fits"),
         LYNX_OPTION(struct sim_args, "--json", NULL, FLAG, json, "print JSON"),
         LYNX_OPTION(struct sim_args, "--csv", NULL, FLAG, csv, "print CSV, one row per planner"),
         LYNX_OPTION(struct sim_args, "--planners", "LIST", NAME, planners,
@@ -53,7 +55,7 @@ static const struct lynx_option options[] = {
 void lynx_sim_help(FILE *out)
 {
 	lynx_jobargs_help(out, options, N_OPTIONS);
-	fprintf(out, "\nGPT presets (* in --sweep):");
+	fprintf(out, "\nmodel presets (* in --sweep):");
 	for (int i = 0; i < LYNX_MODEL_PRESET_COUNT; i++)
 		fprintf(out, " %s%s", lynx_preset_models[i].name,
 		        lynx_preset_models[i].in_sweep ? "*" : "");
@@ -70,7 +72,13 @@ void lynx_sim_help(FILE *out)
 	        "planner's search\ntime; the peak memory of each pipeline stage. Every plan is "
 	        "replayed by the\nindependent checker, whose numbers are printed; a disagreement "
 	        "with the planner's own\nprediction is reported on stderr. The model behind the "
-	        "numbers: policy/problem.h.\n");
+	        "numbers: policy/problem.h.\n"
+	        "\nMFU counts model FLOPs: 2 per multiply-add of every GEMM, the forward once "
+	        "and the\nbackward twice, and causal attention at half its QK^T and PV FLOPs, "
+	        "whatever kernel\nruns it (flash skips the masked half; unfused attention "
+	        "computes it and gets no\ncredit for it). Recomputation is not counted.\n"
+	        "Exit status: 0 when some planner's plan fits the budget, 1 when none does, 2 for "
+	        "a\njob that cannot run.\n");
 }
 
 /* Parses argv into a. Returns 0, 1 after printing help, or LYNX_EXIT_USAGE after a message. */
@@ -87,11 +95,19 @@ static int parse_args(int argc, char **argv, struct sim_args *a)
 		return lynx_usage_error("sim", "--cluster is required");
 	if (a->sweep && j->model)
 		return lynx_usage_error("sim", "--sweep runs every preset: drop --model");
-	if (!a->sweep && !j->model)
-		return lynx_usage_error("sim", "--model is required (or --sweep)");
-	if (a->sweep && (j->layers || j->hidden || j->heads || j->seq || j->vocab))
+	if (j->model && j->hf_config)
+		return lynx_usage_error("sim", "--model and --hf-config exclude each other");
+	if (a->sweep && j->hf_config)
+		return lynx_usage_error("sim", "--sweep runs every preset: drop --hf-config");
+	if (!a->sweep && !j->model && !j->hf_config)
+		return lynx_usage_error("sim", "--model is required (or --hf-config, or --sweep)");
+	if (a->sweep &&
+	    (j->layers || j->hidden || j->heads || j->seq || j->vocab || j->kv_heads || j->ffn))
 		return lynx_usage_error("sim",
 		                        "--sweep takes the presets' shapes: drop the overrides");
+	if (j->sp && j->tp <= 1)
+		return lynx_usage_error("sim", "--sp shards what tensor parallelism replicates: it "
+		                               "needs --tp 2 or more");
 	for (int k = 0; k < LYNX_PLANNER_COUNT; k++)
 		chosen[k] = !a->planners || k == LYNX_PLANNER_FULL;
 	for (const char *name = a->planners; name && *name;) {
@@ -318,48 +334,153 @@ static cJSON *job_json(const struct lynx_problem *p, const char *model, const st
 	return o;
 }
 
+/* Whether some planner's plan fits every stage's budget. */
+static bool any_fits(const struct result *r)
+{
+	for (int k = 0; k < LYNX_PLANNER_COUNT; k++)
+		if (chosen[k] && r[k].fits)
+			return true;
+	return false;
+}
+
+/* A layout `lynx sim --sweep` may choose: t on one node, p stages. */
+struct layout {
+	uint32_t tp, pp;
+};
+
+static int by_gpus_then_stages(const void *x, const void *y)
+{
+	const struct layout *a = x, *b = y;
+	uint64_t ga = (uint64_t)a->tp * a->pp, gb = (uint64_t)b->tp * b->pp;
+
+	if (ga != gb)
+		return ga < gb ? -1 : 1;
+	return (a->pp > b->pp) - (a->pp < b->pp);
+}
+
 /*
- * Simulates gpt on cluster c with a's settings; prints its table or CSV rows, or adds its JSON
- * object to jobs. Returns an exit status; LYNX_EXIT_USAGE after a message for a job that
- * cannot run.
+ * --sweep without --tp and --pp: the layout with the fewest GPUs in which Megatron's full
+ * recomputation, the leanest of the baselines, fits the budget: t a power of two up to a
+ * node's GPUs, p a divisor of L; of as many GPUs, fewer stages. Sets job->tp and job->pp and
+ * returns 0, or -ENOSPC with why saying what the largest layout lacks; -ENOMEM.
  */
-static int sim_job(const struct sim_args *a, const struct lynx_model_preset *gpt,
-                   const struct lynx_cluster *c, cJSON *jobs)
+static int pick_layout(const struct lynx_model_preset *preset, const struct lynx_cluster *c,
+                       const struct lynx_problem_options *opt, struct lynx_job_args *job, char *why,
+                       size_t len)
+{
+	struct layout *all = calloc(32 * (size_t)preset->layers, sizeof(*all));
+	size_t n = 0;
+	int err = -ENOSPC;
+
+	if (!all)
+		return -ENOMEM;
+	for (uint32_t t = 1; t <= c->gpus_per_node; t *= 2)
+		for (uint32_t p = 1; p <= preset->layers; p++)
+			if (preset->layers % p == 0)
+				all[n++] = (struct layout){t, p};
+	qsort(all, n, sizeof(*all), by_gpus_then_stages);
+	snprintf(why, len, "no layout of up to %u-way TP fits", c->gpus_per_node);
+	for (size_t i = 0; i < n && err == -ENOSPC; i++) {
+		struct lynx_model_desc m;
+		struct lynx_problem p;
+		struct lynx_plan plan;
+		char name[64], reason[256];
+
+		job->tp = all[i].tp;
+		job->pp = all[i].pp;
+		if (lynx_jobargs_model(job, preset, &m, name, sizeof(name), reason,
+		                       sizeof(reason)) ||
+		    lynx_model_validate(&m, reason, sizeof(reason)))
+			continue;
+		if (lynx_problem_from_model(&m, c, opt, &p, reason, sizeof(reason))) {
+			snprintf(why, len, "t=%u p=%u: %s", all[i].tp, all[i].pp, reason);
+			continue;
+		}
+		if (!lynx_planner_run(&lynx_planners[LYNX_PLANNER_FULL], &p, &plan, reason,
+		                      sizeof(reason))) {
+			if (plan.fits)
+				err = 0;
+			else
+				snprintf(why, len,
+				         "t=%u p=%u: even full recomputation needs more than the "
+				         "budget",
+				         all[i].tp, all[i].pp);
+			lynx_plan_free(&plan);
+		}
+		lynx_problem_free(&p);
+	}
+	free(all);
+	return err;
+}
+
+/*
+ * Simulates the job of preset (or of a's --hf-config) on cluster c with a's settings; prints
+ * its table or CSV rows, or adds its JSON object to jobs. Returns an exit status,
+ * LYNX_EXIT_USAGE after a message for a job that cannot run; *fits says whether some
+ * planner's plan fits the budget (after a message when none does).
+ */
+static int sim_job(const struct sim_args *a, const struct lynx_model_preset *preset,
+                   const struct lynx_cluster *c, cJSON *jobs, bool *fits)
 {
 	struct lynx_problem_options opt = {.search_seconds = a->job.time_limit,
 	                                   .budget_bytes = a->job.budget,
 	                                   .distributed_optimizer = a->job.distributed_optimizer};
+	struct lynx_job_args job = a->job;
 	struct result r[LYNX_PLANNER_COUNT];
 	struct lynx_model_desc m;
 	struct lynx_problem p;
-	char why[256];
+	char why[512], name[64] = "";
 	int err, rc;
 
 	memset(r, 0, sizeof(r));
-	if (lynx_jobargs_model(&a->job, gpt, &m, why, sizeof(why))) {
-		fprintf(stderr, "lynx sim: %s: %s\n", gpt->name, why);
+	if (a->sweep && !a->job.tp && !a->job.pp) {
+		err = pick_layout(preset, c, &opt, &job, why, sizeof(why));
+		if (err) {
+			fprintf(stderr, "lynx sim: %s: %s\n", preset->name,
+			        err == -ENOMEM ? "out of memory" : why);
+			return err == -ENOMEM ? LYNX_EXIT_FAIL : LYNX_EXIT_USAGE;
+		}
+		fprintf(stderr,
+		        "lynx sim: %s: --sweep chose t=%u p=%u, the fewest GPUs where full "
+		        "recomputation fits\n",
+		        preset->name, job.tp, job.pp);
+	}
+	if (lynx_jobargs_model(&job, preset, &m, name, sizeof(name), why, sizeof(why))) {
+		fprintf(stderr, "lynx sim: %s%s%s\n", name, name[0] ? ": " : "", why);
 		return LYNX_EXIT_USAGE;
 	}
 	err = lynx_problem_from_model(&m, c, &opt, &p, why, sizeof(why));
 	if (err) {
-		fprintf(stderr, "lynx sim: %s: %s\n", gpt->name,
-		        err == -ENOMEM ? "out of memory" : why);
+		fprintf(stderr, "lynx sim: %s: %s\n", name, err == -ENOMEM ? "out of memory" : why);
 		return err == -ENOMEM ? LYNX_EXIT_FAIL : LYNX_EXIT_USAGE;
 	}
-	rc = run_planners(&p, gpt->name, r);
+	if (m.tp > c->gpus_per_node)
+		fprintf(stderr,
+		        "lynx sim: %s: warning: --tp %u spans %u nodes of %u GPUs: every layer's "
+		        "tensor-parallel collectives cross the inter-node links\n",
+		        name, m.tp, (m.tp + c->gpus_per_node - 1) / c->gpus_per_node,
+		        c->gpus_per_node);
+	rc = run_planners(&p, name, r);
 	if (rc == LYNX_EXIT_OK) {
 		if (a->json) {
-			cJSON *job = job_json(&p, gpt->name, r);
+			cJSON *entry = job_json(&p, name, r);
 
-			if (job)
-				cJSON_AddItemToArray(jobs, job);
+			if (entry)
+				cJSON_AddItemToArray(jobs, entry);
 			else
 				rc = LYNX_EXIT_FAIL;
 		} else if (a->csv) {
-			print_csv(&p, gpt->name, r);
+			print_csv(&p, name, r);
 		} else {
-			print_table(&p, gpt->name, r);
+			print_table(&p, name, r);
 		}
+		*fits = any_fits(r);
+		if (rc == LYNX_EXIT_OK && !*fits)
+			fprintf(stderr,
+			        "lynx sim: %s: no planner fits the budget of %.2f GiB per GPU: "
+			        "raise "
+			        "--budget, or spread the model over more GPUs (--tp, --pp)\n",
+			        name, gib(p.budget_bytes));
 		for (int k = 0; k < LYNX_PLANNER_COUNT; k++) {
 			lynx_plan_free(&r[k].plan);
 			lynx_checker_free(&r[k].check);
@@ -375,7 +496,7 @@ int lynx_sim_main(int argc, char **argv)
 	const struct lynx_cluster *c;
 	const struct lynx_model_preset *gpt = NULL;
 	cJSON *root = NULL, *jobs = NULL;
-	int rc = parse_args(argc, argv, &a), ran = 0, worst = LYNX_EXIT_OK;
+	int rc = parse_args(argc, argv, &a), ran = 0, fitted = 0, worst = LYNX_EXIT_OK;
 	char names[512];
 
 	if (rc == 1)
@@ -393,8 +514,6 @@ int lynx_sim_main(int argc, char **argv)
 		return lynx_usage_error("sim", "unknown model '%s' (known: %s)", a.job.model,
 		                        names);
 	}
-	if (!a.job.micro_batches)
-		a.job.micro_batches = 4 * a.job.pp;
 	if (a.json) {
 		root = cJSON_CreateObject();
 		jobs = root ? cJSON_CreateArray() : NULL;
@@ -407,15 +526,17 @@ int lynx_sim_main(int argc, char **argv)
 		printf("%s\n", csv_header);
 	for (int i = 0; i < LYNX_MODEL_PRESET_COUNT; i++) {
 		const struct lynx_model_preset *g = gpt ? gpt : &lynx_preset_models[i];
+		bool one = gpt || a.job.hf_config, fits = false;
 
-		if (!gpt && !g->in_sweep)
+		if (!one && !g->in_sweep)
 			continue;
 		if (!a.json && !a.csv && ran)
 			printf("\n");
-		rc = sim_job(&a, g, c, jobs);
+		rc = sim_job(&a, g, c, jobs, &fits);
 		ran += rc == LYNX_EXIT_OK;
+		fitted += rc == LYNX_EXIT_OK && fits;
 		worst = rc > worst ? rc : worst;
-		if (gpt)
+		if (one)
 			break;
 	}
 	/* A sweep reports the presets it cannot run and goes on; it fails if none ran. */
@@ -444,5 +565,6 @@ int lynx_sim_main(int argc, char **argv)
 	}
 	cJSON_Delete(jobs);
 	cJSON_Delete(root);
-	return worst;
+	/* Every job ran, and none has a plan that fits: that is a failure too. */
+	return worst == LYNX_EXIT_OK && !fitted ? LYNX_EXIT_FAIL : worst;
 }

@@ -222,6 +222,13 @@ static void test_bad_input_exits_2_with_a_reason(void **state)
 	        {"--model gpt-13b --cluster a100-nvlink --json --csv", "exclude each other"},
 	        {"--model gpt-13b --cluster a100-nvlink --wat", "unknown argument '--wat'"},
 	        {"--model gpt-13b --cluster a100-nvlink --pp", "--pp needs a value"},
+	        {"--model gpt-13b --cluster a100-nvlink --sp", "needs --tp 2 or more"},
+	        {"--model gpt-13b --hf-config x.json --cluster a100-nvlink", "exclude each other"},
+	        {"--hf-config /nonexistent/config.json --cluster a100-nvlink",
+	         "cannot read the config /nonexistent/config.json"},
+	        {"--model llama-7b --cluster h100-nvlink --attention fused",
+	         "--attention 'fused' is not flash or unfused"},
+	        {"--model llama2-70b --cluster h100-nvlink --tp 16", "are not divisible by the"},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -234,6 +241,127 @@ static void test_bad_input_exits_2_with_a_reason(void **state)
 		free(out.text);
 		free(err.text);
 	}
+}
+
+/* Meta's huggyllama/llama-7b config.json, as Hugging Face serves it. */
+static const char llama_7b_config[] =
+        "{\"architectures\": [\"LlamaForCausalLM\"], \"bos_token_id\": 1, \"eos_token_id\": 2,"
+        " \"hidden_act\": \"silu\", \"hidden_size\": 4096, \"intermediate_size\": 11008,"
+        " \"initializer_range\": 0.02, \"max_position_embeddings\": 2048,"
+        " \"model_type\": \"llama\", \"num_attention_heads\": 32, \"num_hidden_layers\": 32,"
+        " \"pad_token_id\": 0, \"rms_norm_eps\": 1e-06, \"tie_word_embeddings\": false,"
+        " \"torch_dtype\": \"float16\", \"transformers_version\": \"4.28.0.dev0\","
+        " \"use_cache\": true, \"vocab_size\": 32000}\n";
+
+/* A CSV row without its model name (column 1) and search time (column 15), into out. */
+static void comparable(const char *row, char *out, size_t len)
+{
+	size_t used = 0;
+	int column = 1;
+
+	for (const char *at = row; *at && used + 1 < len; at++) {
+		if (column != 1 && column != 15)
+			out[used++] = *at;
+		column += *at == ',';
+	}
+	out[used] = '\0';
+}
+
+/* The config at `path`, written from text. */
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	assert_non_null(f);
+	assert_int_equal(fputs(text, f) >= 0, 1);
+	assert_int_equal(fclose(f), 0);
+}
+
+/*
+ * A Llama preset plans, and reading Meta's config.json gives the same job: the same rows
+ * once the model's name is set aside. GQA's Llama 2 70B and Llama 3 8B plan too.
+ */
+static void test_llama_from_a_preset_and_from_its_config_agree(void **state)
+{
+	char path[1200], args[1400];
+	struct result preset, config;
+
+	snprintf(path, sizeof(path), "%s/llama-7b.json", scratch);
+	write_file(path, llama_7b_config);
+	preset = sim(OUT, "--model llama-7b --cluster h100-nvlink --tp 2 --pp 2 --csv "
+	                  "--planners none,heu");
+	snprintf(args, sizeof(args),
+	         "--hf-config %s --cluster h100-nvlink --tp 2 --pp 2 --csv --planners none,heu",
+	         path);
+	config = sim(OUT, args);
+	assert_int_equal(preset.status, 0);
+	assert_int_equal(config.status, 0);
+	/* Rows differ in the name and the search time only. */
+	assert_int_equal(count(preset.text, "\nllama-7b,h100-nvlink,2,2,1,0,1,8,"), 3);
+	assert_int_equal(count(config.text, "\nllama,h100-nvlink,2,2,1,0,1,8,"), 3);
+	for (const char *planner = "none"; planner;
+	     planner = strcmp(planner, "none") ? NULL : "heu") {
+		char want[64], a[512], b[512], ca[512], cb[512];
+
+		snprintf(want, sizeof(want), "llama-7b,h100-nvlink,2,2,1,0,1,8,85520809984,%s,",
+		         planner);
+		line_of(preset.text, want, a, sizeof(a));
+		snprintf(want, sizeof(want), "llama,h100-nvlink,2,2,1,0,1,8,85520809984,%s,",
+		         planner);
+		line_of(config.text, want, b, sizeof(b));
+		comparable(a, ca, sizeof(ca));
+		comparable(b, cb, sizeof(cb));
+		assert_string_equal(ca, cb);
+	}
+	free(preset.text);
+	free(config.text);
+	for (const char *model = "llama2-70b"; model;
+	     model = strcmp(model, "llama2-70b") ? NULL : "llama3-8b") {
+		snprintf(args, sizeof(args),
+		         "--model %s --cluster h100-nvlink --tp 8 --pp 4 --sp "
+		         "--planners none,full,heu",
+		         model);
+		preset = sim(OUT, args);
+		if (preset.status != 0 || !strstr(preset.text, "heu "))
+			fail_msg("lynx sim %s: exit %d:\n%s", args, preset.status, preset.text);
+		free(preset.text);
+	}
+}
+
+/* Tensor parallelism across nodes is a warning; a job no planner fits exits 1 and says why. */
+static void test_warnings_and_a_job_that_fits_nowhere(void **state)
+{
+	struct result r = sim(ERR, "--model gpt-13b --cluster a100-nvlink --tp 40 --planners none");
+
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.text, "warning: --tp 40 spans 5 nodes of 8 GPUs"));
+	free(r.text);
+	r = sim(ERR, "--model llama3-70b --cluster h100-nvlink --tp 8 --pp 2 --seq 32768 "
+	             "--planners none,heu");
+	assert_int_equal(r.status, 1);
+	assert_non_null(strstr(r.text, "no planner fits the budget"));
+	free(r.text);
+}
+
+/* A sweep without --tp and --pp runs each preset at the fewest GPUs where full recomputation
+ * fits, and says which; where no layout does, it says why. */
+static void test_sweep_chooses_a_layout_that_fits(void **state)
+{
+	struct result err = sim(ERR, "--sweep --cluster a100-nvlink --planners none");
+	struct result out = sim(OUT, "--sweep --cluster a100-nvlink --planners none");
+
+	assert_int_equal(err.status, 0);
+	assert_int_equal(count(err.text, "--sweep chose t="), 6);
+	assert_non_null(strstr(err.text, "gpt-20b: --sweep chose t=8 p=1,"));
+	assert_non_null(strstr(out.text, "gpt-20b on a100-nvlink: t=8 p=1 d=1"));
+	free(err.text);
+	free(out.text);
+	err = sim(ERR, "--sweep --cluster a100-nvlink --planners none --budget 300M");
+	assert_int_equal(err.status, 2);
+	assert_int_equal(count(err.text, "--sweep chose"), 0);
+	assert_int_equal(count(err.text, "lynx sim: gpt-"), 6);
+	assert_non_null(strstr(err.text, "lynx sim: gpt-22b: t=8 p=48: "));
+	free(err.text);
 }
 
 static void test_help_lists_options_and_planners(void **state)
@@ -263,6 +391,9 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_sweep_runs_the_papers_range),
 	        cmocka_unit_test(test_planners_option_chooses_the_rows),
 	        cmocka_unit_test(test_bad_input_exits_2_with_a_reason),
+	        cmocka_unit_test(test_llama_from_a_preset_and_from_its_config_agree),
+	        cmocka_unit_test(test_warnings_and_a_job_that_fits_nowhere),
+	        cmocka_unit_test(test_sweep_chooses_a_layout_that_fits),
 	        cmocka_unit_test(test_help_lists_options_and_planners),
 	};
 
