@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The per-layer time model: a roofline per op of layer.def and ring collectives. */
 #include <errno.h>
+#include <math.h>
 
 #include "cost.h"
 
@@ -29,11 +30,40 @@ static void cost_op(const struct lynx_layer_op_shape *os, enum lynx_op op,
 	lc->op_wgrad_s[op] = os->kind == LYNX_OP_KIND_GEMM ? gemm : 0;
 }
 
+/*
+ * Context parallelism's ring attention (Transformer Engine's, as Megatron runs it): in c - 1
+ * steps each rank passes its keys and values (4·N·kd/t bytes) to the next CP rank while it
+ * computes attention on the ones it holds; the backward passes them again with their
+ * gradients, twice the bytes. Each pass overlaps the attention kernels, so the attention
+ * takes the longer of its compute and its ring. CP ranks are t apart (Megatron's order:
+ * TP, CP, DP, PP).
+ */
+static void cost_context_ring(const struct lynx_model_desc *m, const struct lynx_cluster *c,
+                              struct lynx_layer_cost *lc)
+{
+	uint32_t cp = lynx_model_cp(m);
+	const struct lynx_link *link;
+	uint64_t kv_bytes;
+	double fwd, bwd;
+
+	if (cp == 1)
+		return;
+	link = lynx_cost_link(c, cp, m->tp);
+	kv_bytes =
+	        4 * lynx_model_tokens(m) * lynx_model_kv_heads(m) * (m->hidden / m->heads) / m->tp;
+	fwd = (cp - 1) * lynx_cost_collective_s(link, LYNX_COLL_SEND_RECV, 2, kv_bytes);
+	bwd = (cp - 1) * lynx_cost_collective_s(link, LYNX_COLL_SEND_RECV, 2, 2 * kv_bytes);
+	lc->context_ring_fwd_s = fwd;
+	lc->context_ring_bwd_s = bwd;
+	lc->op_fwd_s[LYNX_OP_SCORES] = fmax(lc->op_fwd_s[LYNX_OP_SCORES], fwd);
+	lc->op_bwd_s[LYNX_OP_SCORES] = fmax(lc->op_bwd_s[LYNX_OP_SCORES], bwd);
+}
+
 int lynx_cost_layer(const struct lynx_model_desc *m, const struct lynx_cluster *c,
                     struct lynx_layer_cost *lc, char *why, size_t len)
 {
-	/* Every TP collective moves the full hidden state of the micro-batch, 16-bit. */
-	uint64_t comm_bytes = 2ull * m->seq * m->micro_batch * m->hidden;
+	/* Every TP collective moves the full hidden state of the rank's tokens, 16-bit. */
+	uint64_t comm_bytes = 2ull * lynx_model_tokens(m) * m->hidden;
 	int err = lynx_model_validate(m, why, len);
 
 	if (err)
@@ -44,8 +74,10 @@ int lynx_cost_layer(const struct lynx_model_desc *m, const struct lynx_cluster *
 	        .tp_link = lynx_cost_link(c, m->tp, 1),
 	};
 	lynx_model_layer(m, &lc->shape);
-	for (int op = 0; op < LYNX_OP_COUNT; op++) {
+	for (int op = 0; op < LYNX_OP_COUNT; op++)
 		cost_op(&lc->shape.ops[op], op, lc);
+	cost_context_ring(m, c, lc);
+	for (int op = 0; op < LYNX_OP_COUNT; op++) {
 		lc->fwd_s += lc->op_fwd_s[op];
 		lc->bwd_s += lc->op_bwd_s[op];
 	}

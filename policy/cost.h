@@ -40,6 +40,11 @@ struct lynx_layer_cost {
 	/* The part of comm_bwd_s not hidden behind the weight-gradient GEMM it overlaps. */
 	double comm_bwd_exposed_s[LYNX_COMM_COUNT];
 
+	/* Context parallelism's ring exchange of keys and values in the attention's forward
+	 * and backward, which the attention op's time includes (it overlaps the kernels);
+	 * 0 without CP. */
+	double context_ring_fwd_s, context_ring_bwd_s;
+
 	/* Time to rebuild each group from its deps: its ops and collectives, forward. */
 	double group_recompute_s[LYNX_GROUP_COUNT];
 

@@ -19,6 +19,16 @@ static bool mul3(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
 	return !__builtin_mul_overflow(a, b, &ab) && !__builtin_mul_overflow(ab, c, out);
 }
 
+uint32_t lynx_model_cp(const struct lynx_model_desc *m)
+{
+	return m->cp ? m->cp : 1;
+}
+
+uint64_t lynx_model_tokens(const struct lynx_model_desc *m)
+{
+	return (uint64_t)m->seq / lynx_model_cp(m) * m->micro_batch;
+}
+
 uint32_t lynx_model_ffn(const struct lynx_model_desc *m)
 {
 	return m->arch.ffn ? m->arch.ffn : 4 * m->hidden;
@@ -111,6 +121,18 @@ static int validate(const struct lynx_model_desc *m, bool even, char *why, size_
 		        why, len,
 		        "the MLP width f=%u is not divisible by the tensor-parallel size t=%u",
 		        lynx_model_ffn(m), m->tp);
+	if (lynx_model_cp(m) > 1 && m->arch.attention != LYNX_ATTENTION_FLASH)
+		return lynx_policy_refuse(
+		        why, len,
+		        "context parallelism c=%u needs flash attention (Megatron runs it through "
+		        "Transformer Engine's)",
+		        lynx_model_cp(m));
+	if (m->seq % (2ull * lynx_model_cp(m)) && lynx_model_cp(m) > 1)
+		return lynx_policy_refuse(
+		        why, len,
+		        "context parallelism splits each sequence into 2c chunks: s=%u is not "
+		        "divisible by 2c=%u",
+		        m->seq, 2 * lynx_model_cp(m));
 	if (m->pp > m->layers)
 		return lynx_policy_refuse(why, len,
 		                          "pipeline size p=%u exceeds the number of layers L=%u",
@@ -127,11 +149,11 @@ static int validate(const struct lynx_model_desc *m, bool even, char *why, size_
 		        "global batch B=%u is not a multiple of micro-batch b=%u times "
 		        "data-parallel size d=%u",
 		        m->global_batch, m->micro_batch, m->dp);
-	if (m->sp && m->seq % m->tp)
+	if (m->sp && (m->seq / lynx_model_cp(m)) % m->tp)
 		return lynx_policy_refuse(
 		        why, len,
-		        "sequence parallelism splits the sequence: s=%u is not divisible by t=%u",
-		        m->seq, m->tp);
+		        "sequence parallelism splits the sequence: s%s=%u is not divisible by t=%u",
+		        lynx_model_cp(m) > 1 ? "/c" : "", m->seq / lynx_model_cp(m), m->tp);
 	if (!fits_64_bits(m))
 		return lynx_policy_refuse(
 		        why, len,
@@ -264,7 +286,7 @@ uint32_t lynx_model_inflight(const struct lynx_model_desc *m, uint32_t stage)
 /* The ops and groups of job m's layer, evaluated from layer.def (see its names). */
 void lynx_model_layer(const struct lynx_model_desc *m, struct lynx_layer_shape *shape)
 {
-	const uint64_t t = m->tp, h = m->hidden, N = (uint64_t)m->seq * m->micro_batch;
+	const uint64_t t = m->tp, h = m->hidden, N = lynx_model_tokens(m);
 	const uint64_t R = m->sp ? N / t : N, ht = h / t, dh = h / m->heads;
 	const uint64_t kvt = lynx_model_kv_heads(m) * dh / t, ft = lynx_model_ffn(m) / t;
 	const bool flash = m->arch.attention == LYNX_ATTENTION_FLASH;
@@ -272,7 +294,7 @@ void lynx_model_layer(const struct lynx_model_desc *m, struct lynx_layer_shape *
 	const bool rotary = m->arch.position == LYNX_POSITION_ROTARY;
 	const uint64_t dropout = !m->arch.no_dropout, bias = !m->arch.no_bias;
 	const uint64_t kst = flash ? kvt : ht, f1t = swiglu ? 2 * ft : ft;
-	const uint64_t A = (uint64_t)m->heads * m->seq * m->micro_batch / t, S = A * m->seq;
+	const uint64_t A = m->heads * N / t, S = A * m->seq;
 	const enum lynx_op_kind GEMM = LYNX_OP_KIND_GEMM, BGEMM = LYNX_OP_KIND_BGEMM;
 	const enum lynx_op_kind FLASH = LYNX_OP_KIND_FLASH, EW = LYNX_OP_KIND_EW;
 	const enum lynx_block ATTN = LYNX_BLOCK_ATTN, MLP = LYNX_BLOCK_MLP, NORM = LYNX_BLOCK_NORM;
@@ -386,7 +408,7 @@ uint64_t lynx_model_layer_fwd_flops(const struct lynx_model_desc *m)
 	lynx_model_layer(m, &shape);
 	for (int op = 0; op < LYNX_OP_COUNT; op++)
 		sum += shape.ops[op].flops;
-	return sum * m->tp;
+	return sum * m->tp * lynx_model_cp(m);
 }
 
 /* Forward FLOPs of one layer and micro-batch over all TP ranks, split into the core
@@ -399,7 +421,7 @@ static void layer_flops(const struct lynx_model_desc *m, double *dense, double *
 	*dense = *attention = 0;
 	for (int op = 0; op < LYNX_OP_COUNT; op++)
 		*(LYNX_CORE_ATTENTION_OPS & (1u << op) ? attention : dense) +=
-		        (double)shape.ops[op].flops * m->tp;
+		        (double)shape.ops[op].flops * m->tp * lynx_model_cp(m);
 }
 
 /* Per iteration: (B/b) micro-batches of L layers, each run `layer_passes` times forward

@@ -100,7 +100,10 @@ struct lynx_model_desc {
 	uint32_t tp;           /* t, tensor-parallel size */
 	uint32_t pp;           /* p, pipeline stages */
 	uint32_t dp;           /* d, data-parallel size */
-	bool sp;               /* Megatron sequence parallelism (shards LayerNorm/dropout by t) */
+	/* c, context-parallel size (Megatron's --context-parallel-size): every rank holds s/c
+	 * of each sequence, and flash attention's ring passes keys and values around; 0: 1. */
+	uint32_t cp;
+	bool sp; /* Megatron sequence parallelism (shards LayerNorm/dropout by t) */
 	struct lynx_layer_arch arch;
 };
 
@@ -115,6 +118,12 @@ enum lynx_norm lynx_model_find_norm(const char *name);
 enum lynx_attention lynx_model_find_attention(const char *name);
 enum lynx_position lynx_model_find_position(const char *name);
 
+/* c: cp, or 1 when 0. */
+uint32_t lynx_model_cp(const struct lynx_model_desc *m);
+
+/* N, the tokens of one micro-batch on one rank: b·s/c. */
+uint64_t lynx_model_tokens(const struct lynx_model_desc *m);
+
 /* f: arch.ffn, or 4h when 0. */
 uint32_t lynx_model_ffn(const struct lynx_model_desc *m);
 
@@ -125,11 +134,12 @@ uint32_t lynx_model_kv_heads(const struct lynx_model_desc *m);
  * Checks that m describes a job Megatron-LM can run with a uniform pipeline split: every
  * field positive, h % a == 0, a % t == 0, k divides a and k % t == 0 (k key/value heads,
  * as Megatron's query groups), f % t == 0, p <= L, L % p == 0, B % (b·d) == 0, s % t == 0
- * under sequence parallelism, architecture choices each of its list, and byte and FLOP
- * counts that fit 64 bits. Uneven stage
- * splits are the partitioner's business, not the description's. Returns 0, or -EINVAL
- * with one sentence naming the first failed check and its values in why (if why is not
- * NULL; truncated to len).
+ * under sequence parallelism; with c > 1, flash attention (Megatron runs context
+ * parallelism through Transformer Engine's), s % 2c == 0 (its load-balanced chunks) and
+ * (s/c) % t == 0 under sequence parallelism; architecture choices each of its list, and byte and
+ * FLOP counts that fit 64 bits. Uneven stage splits are the partitioner's business, not the
+ * description's. Returns 0, or -EINVAL with one sentence naming the first failed check and its
+ * values in why (if why is not NULL; truncated to len).
  */
 int lynx_model_validate(const struct lynx_model_desc *m, char *why, size_t len);
 
@@ -217,7 +227,8 @@ bool lynx_model_group_kept(const struct lynx_model_desc *m, enum lynx_group g,
                            enum lynx_recompute r);
 
 /*
- * Forward FLOPs of one layer and micro-batch over all TP ranks, as the kernels compute them:
+ * Forward FLOPs of one layer and micro-batch over all TP and CP ranks, as the kernels
+ * compute them:
  * GPT 24bsh² + 4bs²h. Unfused attention computes every score of the causal mask; flash
  * attention skips the masked half (2bs²h).
  */

@@ -126,9 +126,9 @@ static double roofline(const struct lynx_layer_cost *lc, double flops, double by
 static void fill_embedding(const struct lynx_model_desc *m, const struct lynx_layer_cost *lc,
                            struct lynx_problem_part *e)
 {
-	double n = (double)m->seq * m->micro_batch, h = m->hidden;
+	double n = (double)lynx_model_tokens(m), h = m->hidden;
 	double r = m->sp ? n / m->tp : n;
-	uint64_t hidden_bytes = 2ull * m->seq * m->micro_batch * m->hidden;
+	uint64_t hidden_bytes = 2ull * lynx_model_tokens(m) * m->hidden;
 	const struct lynx_link *tp = lc->tp_link;
 	bool learned = m->arch.position == LYNX_POSITION_LEARNED, dropout = !m->arch.no_dropout;
 
@@ -143,32 +143,32 @@ static void fill_embedding(const struct lynx_model_desc *m, const struct lynx_la
 	                lc->mem_bytes_per_s +
 	        (m->sp ? lynx_cost_collective_s(tp, LYNX_COLL_ALL_GATHER, m->tp, hidden_bytes) : 0);
 	e->act_bytes =
-	        dropout ? (m->sp ? (uint64_t)m->seq / m->tp : m->seq) * m->micro_batch * m->hidden
+	        dropout ? (m->sp ? lynx_model_tokens(m) / m->tp : lynx_model_tokens(m)) * m->hidden
 	                : 0;
 }
 
 static void fill_head(const struct lynx_model_desc *m, const struct lynx_layer_cost *lc,
                       struct lynx_problem_part *hd)
 {
-	double n = (double)m->seq * m->micro_batch, h = m->hidden, vt = (double)m->vocab / m->tp;
+	uint64_t tokens = lynx_model_tokens(m);
+	double n = (double)tokens, h = m->hidden, vt = (double)m->vocab / m->tp;
 	double r = m->sp ? n / m->tp : n;
-	uint64_t hidden_bytes = 2ull * m->seq * m->micro_batch * m->hidden;
-	uint64_t loss_bytes = 4ull * m->seq * m->micro_batch;
+	uint64_t hidden_bytes = 2ull * tokens * m->hidden;
+	uint64_t loss_bytes = 4ull * tokens;
 	const struct lynx_link *tp = lc->tp_link;
 	double gemm = roofline(lc, 2 * n * h * vt, 2 * n * h + 2 * n * vt + 2 * h * vt);
 	double gather =
 	        m->sp ? lynx_cost_collective_s(tp, LYNX_COLL_ALL_GATHER, m->tp, hidden_bytes) : 0;
 	double dgrad_comm = lynx_cost_collective_s(
 	        tp, m->sp ? LYNX_COLL_REDUCE_SCATTER : LYNX_COLL_ALL_REDUCE, m->tp, hidden_bytes);
-	uint64_t kept_hidden = m->sp ? 4ull * (m->seq / m->tp) * m->micro_batch * m->hidden
-	                             : 4ull * m->seq * m->micro_batch * m->hidden;
+	uint64_t kept_hidden = 4ull * (m->sp ? tokens / m->tp : tokens) * m->hidden;
 
 	hd->present = true;
 	hd->fwd_s = (4 * r * h + 16 * n * vt) / lc->mem_bytes_per_s + gather + gemm +
 	            3 * lynx_cost_collective_s(tp, LYNX_COLL_ALL_REDUCE, m->tp, loss_bytes);
 	hd->bwd_s =
 	        (16 * r * h + 8 * n * vt) / lc->mem_bytes_per_s + gather + 2 * gemm + dgrad_comm;
-	hd->act_bytes = kept_hidden + 4ull * m->seq * m->micro_batch * (m->vocab / m->tp);
+	hd->act_bytes = kept_hidden + 4ull * tokens * (m->vocab / m->tp);
 }
 
 /* Megatron's mixed precision: 2 + 4 bytes per parameter, plus 12 over d_opt ranks. */
@@ -182,11 +182,14 @@ static void fill_stage(const struct lynx_model_desc *m, const struct lynx_cluste
                        uint32_t s, uint32_t first_layer, struct lynx_problem_stage *st)
 {
 	uint32_t p = m->pp, micro = lynx_model_micro_batches(m);
-	uint32_t d_opt = opt->distributed_optimizer ? m->dp : 1;
+	/* Gradients are reduced, and optimizer states sharded, over the d·c ranks that hold the
+	 * same weights; Megatron orders ranks TP, CP, DP, PP. */
+	uint32_t grad_ranks = m->dp * lynx_model_cp(m);
+	uint32_t d_opt = opt->distributed_optimizer ? grad_ranks : 1;
 	uint64_t word = (uint64_t)m->vocab / m->tp * m->hidden;
-	uint64_t p2p_bytes = 2ull * m->seq * m->micro_batch * m->hidden / m->tp;
-	const struct lynx_link *pp_link = lynx_cost_link(c, 2, m->tp * m->dp);
-	const struct lynx_link *dp_link = lynx_cost_link(c, m->dp, m->tp);
+	uint64_t p2p_bytes = 2ull * lynx_model_tokens(m) * m->hidden / m->tp;
+	const struct lynx_link *pp_link = lynx_cost_link(c, 2, m->tp * grad_ranks);
+	const struct lynx_link *dp_link = lynx_cost_link(c, grad_ranks, m->tp);
 
 	st->index = s;
 	st->layers = opt->stage_layers ? opt->stage_layers[s] : lynx_model_stage_layers(m);
@@ -210,16 +213,16 @@ static void fill_stage(const struct lynx_model_desc *m, const struct lynx_cluste
 	if (s < p - 1)
 		st->recv_bwd_s = lynx_cost_collective_s(pp_link, LYNX_COLL_SEND_RECV, 2, p2p_bytes);
 	if (opt->distributed_optimizer)
-		st->grad_reduce_s = lynx_cost_collective_s(dp_link, LYNX_COLL_REDUCE_SCATTER, m->dp,
-		                                           4 * st->params) +
-		                    lynx_cost_collective_s(dp_link, LYNX_COLL_ALL_GATHER, m->dp,
-		                                           2 * st->params);
+		st->grad_reduce_s = lynx_cost_collective_s(dp_link, LYNX_COLL_REDUCE_SCATTER,
+		                                           grad_ranks, 4 * st->params) +
+		                    lynx_cost_collective_s(dp_link, LYNX_COLL_ALL_GATHER,
+		                                           grad_ranks, 2 * st->params);
 	else
-		st->grad_reduce_s = lynx_cost_collective_s(dp_link, LYNX_COLL_ALL_REDUCE, m->dp,
-		                                           4 * st->params);
+		st->grad_reduce_s = lynx_cost_collective_s(dp_link, LYNX_COLL_ALL_REDUCE,
+		                                           grad_ranks, 4 * st->params);
 	if (p > 1 && (s == 0 || s == p - 1) && !m->arch.untied)
 		st->grad_reduce_s +=
-		        lynx_cost_collective_s(lynx_cost_link(c, 2, (p - 1) * m->tp * m->dp),
+		        lynx_cost_collective_s(lynx_cost_link(c, 2, (p - 1) * m->tp * grad_ranks),
 		                               LYNX_COLL_ALL_REDUCE, 2, 4 * word);
 	st->optimizer_s = (28.0 * st->params / d_opt + 2.0 * st->params) / lc->mem_bytes_per_s;
 }
@@ -297,7 +300,7 @@ int lynx_problem_from_model(const struct lynx_model_desc *m, const struct lynx_c
 	p->search_one_stage = opt->search_one_stage;
 	p->searched_stage = opt->searched_stage;
 	p->d2h = p->h2d = c->host;
-	p->gpus = m->tp * m->pp * m->dp;
+	p->gpus = m->tp * m->pp * m->dp * lynx_model_cp(m);
 	p->peak_flops = c->gpu->peak_flops;
 	p->model_flops = lynx_model_iter_flops(m);
 	fill_layer(&lc, &p->layer);

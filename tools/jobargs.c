@@ -157,6 +157,7 @@ int lynx_jobargs_model(const struct lynx_job_args *a, const struct lynx_model_pr
 	m->tp = a->tp ? a->tp : 1;
 	m->pp = pp;
 	m->dp = a->dp;
+	m->cp = a->cp ? a->cp : 1;
 	m->micro_batch = a->micro_batch;
 	m->sp = a->sp;
 	if (global > UINT32_MAX) {

@@ -21,7 +21,7 @@ struct lynx_job_args {
 	const char *model, *cluster;
 	const char *hf_config; /* a config.json to read instead of a preset */
 	const char *attention; /* "flash" or "unfused"; NULL: the model's */
-	uint32_t tp, pp, dp, micro_batch, micro_batches;
+	uint32_t tp, pp, dp, cp, micro_batch, micro_batches;
 	uint64_t budget;
 	bool sp, distributed_optimizer;
 	/* Overrides of the preset's or config's shape; 0: keep. */
@@ -61,6 +61,8 @@ struct lynx_option {
 	                    "tensor-parallel size (default 1)"),                                   \
 	        LYNX_OPTION(type, "--pp", "P", UINT, member.pp, "pipeline stages (default 1)"),    \
 	        LYNX_OPTION(type, "--dp", "D", UINT, member.dp, "data-parallel size (default 1)"), \
+	        LYNX_OPTION(type, "--cp", "C", UINT, member.cp,                                    \
+	                    "context-parallel size (default 1; needs flash attention)"),           \
 	        LYNX_OPTION(type, "--microbatches", "M", UINT, member.micro_batches,               \
 	                    "micro-batches per pipeline and iteration (default 4·P)"),             \
 	        LYNX_OPTION(type, "--micro-batch", "B", UINT, member.micro_batch,                  \

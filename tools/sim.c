@@ -223,11 +223,13 @@ static void print_table(const struct lynx_problem *p, const char *model, const s
 		lo = p->stages[s].static_bytes < lo ? p->stages[s].static_bytes : lo;
 		hi = p->stages[s].static_bytes > hi ? p->stages[s].static_bytes : hi;
 	}
-	printf("%s on %s: t=%u p=%u d=%u%s, micro-batch %u, %u micro-batch%s (global batch %u); "
-	       "budget %.2f GiB, static %.2f",
-	       model, p->cluster->name, m->tp, m->pp, m->dp, m->sp ? " +SP" : "", m->micro_batch,
-	       p->micro_batches, p->micro_batches == 1 ? "" : "es", m->global_batch,
-	       gib(p->budget_bytes), gib(lo));
+	printf("%s on %s: t=%u p=%u d=%u", model, p->cluster->name, m->tp, m->pp, m->dp);
+	if (lynx_model_cp(m) > 1)
+		printf(" c=%u", lynx_model_cp(m));
+	printf("%s, micro-batch %u, %u micro-batch%s (global batch %u); budget %.2f GiB, static "
+	       "%.2f",
+	       m->sp ? " +SP" : "", m->micro_batch, p->micro_batches,
+	       p->micro_batches == 1 ? "" : "es", m->global_batch, gib(p->budget_bytes), gib(lo));
 	if (hi != lo)
 		printf("-%.2f", gib(hi));
 	printf(" GiB per GPU\n");
@@ -292,6 +294,7 @@ static cJSON *job_json(const struct lynx_problem *p, const char *model, const st
 	ok = ok && cJSON_AddNumberToObject(o, "tp", m->tp);
 	ok = ok && cJSON_AddNumberToObject(o, "pp", m->pp);
 	ok = ok && cJSON_AddNumberToObject(o, "dp", m->dp);
+	ok = ok && cJSON_AddNumberToObject(o, "cp", lynx_model_cp(m));
 	ok = ok && cJSON_AddBoolToObject(o, "sp", m->sp);
 	ok = ok && cJSON_AddNumberToObject(o, "micro_batch", m->micro_batch);
 	ok = ok && cJSON_AddNumberToObject(o, "microbatches", p->micro_batches);

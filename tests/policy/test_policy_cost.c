@@ -225,6 +225,38 @@ static void test_newer_gpus_are_faster(void **state)
 	assert_true(h800.fwd_s > h100.fwd_s);
 }
 
+/*
+ * Context parallelism: the ring passes 4·N·kd/t bytes of keys and values c - 1 times each
+ * forward (twice the bytes backward) between ranks t apart, overlapped with the attention:
+ * the flash op takes the longer of the two. Across nodes (t·c > 8) the ring is slow enough to
+ * show.
+ */
+static void test_context_parallel_ring_overlaps_the_attention(void **state)
+{
+	struct lynx_model_desc m;
+	struct lynx_layer_cost one, ring;
+	const struct lynx_cluster *c = lynx_preset_find_cluster("h800-nvlink");
+	double bytes, want;
+
+	lynx_preset_fill_model(lynx_preset_find_model("llama-7b"), &m);
+	m.seq = 32768;
+	m.tp = 4;
+	one = cost_on(&m, "h800-nvlink");
+	assert_true(one.context_ring_fwd_s == 0);
+	m.cp = 4;
+	ring = cost_on(&m, "h800-nvlink");
+	bytes = 4.0 * (32768 / 4) * 4096 / 4;
+	want = 3 * (bytes / c->inter.busbw + c->inter.latency_s);
+	assert_within("ring forward", ring.context_ring_fwd_s, want, 1e-12);
+	assert_within("ring backward", ring.context_ring_bwd_s,
+	              3 * (2 * bytes / c->inter.busbw + c->inter.latency_s), 1e-12);
+	assert_true(ring.op_fwd_s[LYNX_OP_SCORES] >= ring.context_ring_fwd_s);
+	assert_true(ring.op_bwd_s[LYNX_OP_SCORES] >= ring.context_ring_bwd_s);
+	/* Each rank's attention computes a quarter of the scores; the ring cannot make it
+	 * faster than that. */
+	assert_true(ring.op_fwd_s[LYNX_OP_SCORES] >= one.op_fwd_s[LYNX_OP_SCORES] / 4 * 0.999);
+}
+
 static void test_invalid_jobs_are_refused(void **state)
 {
 	struct lynx_model_desc m = gpt22b(false);
@@ -252,6 +284,7 @@ int main(void)
 	        cmocka_unit_test(test_a_single_rank_has_no_collectives),
 	        cmocka_unit_test(test_backward_all_reduce_hides_behind_wgrad_when_it_can),
 	        cmocka_unit_test(test_newer_gpus_are_faster),
+	        cmocka_unit_test(test_context_parallel_ring_overlaps_the_attention),
 	        cmocka_unit_test(test_invalid_jobs_are_refused),
 	};
 

@@ -83,15 +83,15 @@ static void test_act_bytes_match_table2_for_the_22b_layer(void **state)
 
 /* Shapes over the papers' range, with every t that divides a, and odd micro-batches. */
 static const struct lynx_model_desc shapes[] = {
-        {24, 2048, 16, 2048, 51200, 1, 1, 1, 1, 1, false, {0}}, /* gpt-1.3b */
-        {24, 2048, 16, 2048, 51200, 3, 3, 2, 1, 1, false, {0}},
-        {32, 2560, 32, 2048, 51200, 2, 2, 4, 1, 1, false, {0}},
-        {40, 5120, 40, 2048, 51200, 1, 1, 8, 1, 1, false, {0}},
-        {44, 6144, 64, 1024, 51200, 5, 5, 4, 1, 1, false, {0}},
-        {96, 12288, 96, 2048, 51200, 1, 1, 8, 1, 1, false, {0}},   /* 175B */
-        {105, 20480, 128, 2048, 51200, 1, 1, 8, 1, 1, false, {0}}, /* 530B */
-        {128, 25600, 160, 2048, 51200, 1, 1, 8, 1, 1, false, {0}}, /* 1T */
-        {2, 64, 4, 16, 100, 7, 7, 2, 1, 1, false, {0}},
+        {24, 2048, 16, 2048, 51200, 1, 1, 1, 1, 1, 0, false, {0}}, /* gpt-1.3b */
+        {24, 2048, 16, 2048, 51200, 3, 3, 2, 1, 1, 0, false, {0}},
+        {32, 2560, 32, 2048, 51200, 2, 2, 4, 1, 1, 0, false, {0}},
+        {40, 5120, 40, 2048, 51200, 1, 1, 8, 1, 1, 0, false, {0}},
+        {44, 6144, 64, 1024, 51200, 5, 5, 4, 1, 1, 0, false, {0}},
+        {96, 12288, 96, 2048, 51200, 1, 1, 8, 1, 1, 0, false, {0}},   /* 175B */
+        {105, 20480, 128, 2048, 51200, 1, 1, 8, 1, 1, 0, false, {0}}, /* 530B */
+        {128, 25600, 160, 2048, 51200, 1, 1, 8, 1, 1, 0, false, {0}}, /* 1T */
+        {2, 64, 4, 16, 100, 7, 7, 2, 1, 1, 0, false, {0}},
 };
 
 /*
@@ -290,6 +290,9 @@ static void test_validate_refuses_bad_jobs_with_a_reason(void **state)
 	        {ok, "key/value heads k=4 are not divisible by the tensor-parallel size t=8"},
 	        {ok, "MLP width f=1001 is not divisible by the tensor-parallel size t=8"},
 	        {ok, "unknown architecture choice"},
+	        {ok, "context parallelism c=2 needs flash attention"},
+	        {ok, "s=2048 is not divisible by 2c=4096"},
+	        {ok, "s/c=256 is not divisible by t=3"},
 	};
 	char why[256];
 
@@ -307,6 +310,14 @@ static void test_validate_refuses_bad_jobs_with_a_reason(void **state)
 	bad[10].m.arch.kv_heads = 4;
 	bad[11].m.arch.ffn = 1001;
 	bad[12].m.arch.attention = LYNX_ATTENTION_COUNT;
+	bad[13].m.cp = 2;
+	bad[14].m.cp = 2048;
+	bad[14].m.arch.attention = LYNX_ATTENTION_FLASH;
+	bad[15].m.cp = 8;
+	bad[15].m.tp = 3;
+	bad[15].m.heads = 63;
+	bad[15].m.hidden = 63 * 96;
+	bad[15].m.arch.attention = LYNX_ATTENTION_FLASH;
 	assert_int_equal(lynx_model_validate(&ok, why, sizeof(why)), 0);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		strcpy(why, "");
@@ -438,6 +449,26 @@ static void test_llama_layers_keep_what_flash_and_swiglu_keep(void **state)
 	                 LYNX_GROUPS(SOFTMAX_OUT) | LYNX_GROUPS(V));
 }
 
+/*
+ * Context parallelism gives each rank s/c of every sequence: a flash layer keeps exactly 1/c
+ * of its activations per rank (no term grows with s²), and the layer's FLOPs over all ranks
+ * stay the same (each rank's queries meet every key).
+ */
+static void test_context_parallelism_splits_the_sequence(void **state)
+{
+	struct lynx_model_desc one = llama(4, 8192, 1), two = one;
+
+	two.cp = 2;
+	one.sp = two.sp = true;
+	assert_int_equal(lynx_model_validate(&two, NULL, 0), 0);
+	for (int r = 0; r < LYNX_RECOMPUTE_COUNT; r++)
+		assert_int_equal(2 * lynx_model_act_bytes(&two, r), lynx_model_act_bytes(&one, r));
+	assert_int_equal(lynx_model_layer_fwd_flops(&two), lynx_model_layer_fwd_flops(&one));
+	assert_int_equal(lynx_model_op_fwd_flops(&two, LYNX_OP_SCORES) * 2,
+	                 lynx_model_op_fwd_flops(&one, LYNX_OP_SCORES));
+	assert_true(lynx_model_iter_flops(&two) == lynx_model_iter_flops(&one));
+}
+
 /* Meta's published parameter counts, from the Hugging Face checkpoints. */
 static void test_llama_parameter_counts(void **state)
 {
@@ -517,6 +548,7 @@ int main(void)
 	        cmocka_unit_test(test_flash_computes_what_the_model_flops_count),
 	        cmocka_unit_test(test_llama_layers_keep_what_flash_and_swiglu_keep),
 	        cmocka_unit_test(test_llama_parameter_counts),
+	        cmocka_unit_test(test_context_parallelism_splits_the_sequence),
 	        cmocka_unit_test(test_parameter_counts),
 	        cmocka_unit_test(test_micro_batches_and_1f1b_inflight),
 	        cmocka_unit_test(test_recompute_names),

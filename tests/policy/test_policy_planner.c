@@ -171,6 +171,41 @@ static void test_22b_fits_with_selective_but_not_without_recompute(void **state)
 	lynx_problem_free(&p);
 }
 
+/*
+ * Kuaishou's baseline (Yuan et al., ATC'24, Table 8): their Llama-175B at s = 8192 on 256
+ * H800s, TP 2, CP 2, PP 16 (so DP 4), global batch 256, micro-batch 1, Megatron's full
+ * checkpointing and distributed optimizer: 33.4% MFU; without checkpointing, out of memory.
+ * The model's MFU must come within 5 points.
+ */
+static void test_kuaishou_table8_baseline(void **state)
+{
+	struct lynx_model_desc m = job("llama-175b", 2, 16, 1, 64, false);
+	struct lynx_problem_options opt = {.distributed_optimizer = true};
+	struct lynx_problem p;
+	struct lynx_plan none, full;
+	char why[256] = "";
+	double mfu;
+
+	m.cp = 2;
+	m.dp = 4;
+	m.global_batch = 256;
+	if (lynx_problem_from_model(&m, lynx_preset_find_cluster("h800-nvlink"), &opt, &p, why,
+	                            sizeof(why)))
+		fail_msg("problem refused: %s", why);
+	assert_int_equal(p.gpus, 256);
+	assert_int_equal(p.micro_batches, 64);
+	plan_with("none", &p, &none);
+	plan_with("full", &p, &full);
+	assert_false(none.fits);
+	assert_true(full.fits);
+	mfu = p.model_flops / (full.step_time_s * p.gpus * p.peak_flops);
+	if (fabs(mfu - 0.334) > 0.05)
+		fail_msg("full checkpointing: MFU %.1f%%, Kuaishou measured 33.4%%", 100 * mfu);
+	lynx_plan_free(&none);
+	lynx_plan_free(&full);
+	lynx_problem_free(&p);
+}
+
 /* Without pipeline bubbles at the ends, stage 0 holds p micro-batches of L/p layers. */
 static void test_first_stage_holds_p_micro_batches(void **state)
 {
@@ -240,6 +275,7 @@ int main(void)
 	        cmocka_unit_test(test_baselines_keep_table2_bytes),
 	        cmocka_unit_test(test_baseline_times_add_their_recompute),
 	        cmocka_unit_test(test_22b_fits_with_selective_but_not_without_recompute),
+	        cmocka_unit_test(test_kuaishou_table8_baseline),
 	        cmocka_unit_test(test_first_stage_holds_p_micro_batches),
 	        cmocka_unit_test(test_dtr_fills_the_budget),
 	};
