@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # The planners side by side, from one run of `lynx sim` per job (every plan replayed by the
-# independent checker, whose numbers it prints): the GPT 1.3B-20B presets on a100-nvlink and
-# a100-pcie, t=8 p=4, at budgets that force recomputation (SHARES of the way from full
-# recomputation's largest stage peak to no recomputation's). It reports every planner's step
+# independent checker, whose numbers it prints): the GPT 1.3B-20B presets and Llama shapes
+# (llama-7b and llama3-8b with flash attention, llama3-8b with GQA, llama-7b+unfused with
+# Megatron's unfused attention) on a100-nvlink and a100-pcie, t=8 p=4, at budgets that force
+# recomputation (SHARES of the way from full recomputation's largest stage peak to no
+# recomputation's). It reports every planner's step
 # time and speedup over full, HEU's average speedup over full, every case where HEU is slower
 # than a baseline that fits, HEU against OPT where OPT's MILP finished, and HEU's search time
 # for one 48-layer stage (gpt-22b, p=1: the best of HEU_RUNS, as the machine is shared).
-# Targets (issue 6): HEU is never slower than a baseline that fits (beyond TOL, relative);
+# Targets (issue 6): HEU is never slower than a baseline that fits (beyond TOL, relative;
+# the baselines are Megatron's, Checkmate, DTR and offload: OPT and mixed build on HEU);
 # HEU searches a 48-layer stage in <= 10 ms; every plan is confirmed by the checker. Exits 1
 # when one is missed, 2 when lynx sim fails. About a minute on two cores with OPT_LIMIT=1.
 set -euo pipefail
 BUILD=${BUILD:-build}
 LYNX="$BUILD/bin/lynx"
 CLUSTERS=${CLUSTERS:-a100-nvlink a100-pcie}
-MODELS=${MODELS:-gpt-1.3b gpt-2.7b gpt-6.7b gpt-13b gpt-20b}
+# A model is a preset, or preset+unfused for the preset with --attention unfused.
+MODELS=${MODELS:-gpt-1.3b gpt-2.7b gpt-6.7b gpt-13b gpt-20b llama-7b llama-7b+unfused llama3-8b}
 TP=${TP:-8}
 PP=${PP:-4}
 SHARES=${SHARES:-0.25 0.5}
@@ -26,14 +30,25 @@ TOL=${TOL:-1e-9} # relative: what counts as "slower" beyond floating-point noise
 rows=$(mktemp)
 trap 'rm -f "$rows"' EXIT
 
-# The budget `share` of the way from full's largest peak to none's, for every sweep preset on
-# cluster $1 with the job's t and p: "model budget" lines.
+# lynx sim's arguments for model $1 (a preset, or preset+unfused).
+model_args() {
+	case "$1" in
+	*+unfused) echo "--model ${1%+unfused} --attention unfused" ;;
+	*) echo "--model $1" ;;
+	esac
+}
+
+# The budget `share` of the way from full's largest peak to none's, for every model of
+# MODELS on cluster $1 with the job's t and p: "model budget" lines.
 budgets() { # cluster share [tp pp]
-	"$LYNX" sim --sweep --cluster "$1" --tp "${3:-$TP}" --pp "${4:-$PP}" --planners none --csv |
-		awk -F, -v share="$2" 'NR > 1 && $10 == "none" {none[$1] = $17}
-			NR > 1 && $10 == "full" {full[$1] = $17; order[++n] = $1}
-			END {for (i = 1; i <= n; i++) {m = order[i]
-				printf "%s %.0f\n", m, full[m] + (none[m] - full[m]) * share}}'
+	for model in $MODELS; do
+		# shellcheck disable=SC2046 # model_args is meant to split
+		"$LYNX" sim $(model_args "$model") --cluster "$1" --tp "${3:-$TP}" \
+			--pp "${4:-$PP}" --planners none --csv |
+			awk -F, -v share="$2" -v model="$model" '$10 == "none" {none = $17}
+				$10 == "full" {full = $17}
+				END {printf "%s %.0f\n", model, full + (none - full) * share}'
+	done
 }
 
 # lynx sim's JSON of one job (cJSON prints one key per line) as tab-separated rows:
@@ -58,8 +73,8 @@ failed_sim=0
 for cluster in $CLUSTERS; do
 	for share in $SHARES; do
 		while read -r model budget; do
-			case " $MODELS " in *" $model "*) ;; *) continue ;; esac
-			if ! out=$("$LYNX" sim --model "$model" --cluster "$cluster" --tp "$TP" \
+			# shellcheck disable=SC2046 # model_args is meant to split
+			if ! out=$("$LYNX" sim $(model_args "$model") --cluster "$cluster" --tp "$TP" \
 				--pp "$PP" --budget "$budget" --time-limit "$OPT_LIMIT" --json); then
 				echo "bench_policy: lynx sim failed on $model $cluster" >&2
 				failed_sim=1
@@ -73,7 +88,7 @@ done
 # HEU's search time on one 48-layer stage, at the halfway budget: "cluster best median" (ms).
 heu_times=""
 for cluster in $CLUSTERS; do
-	budget=$(budgets "$cluster" 0.5 8 1 | awk '$1 == "gpt-22b" {print $2}')
+	budget=$(MODELS=gpt-22b budgets "$cluster" 0.5 8 1 | awk '{print $2}')
 	times=$(for _ in $(seq "$HEU_RUNS"); do
 		"$LYNX" sim --model gpt-22b --cluster "$cluster" --tp 8 --pp 1 --budget "$budget" \
 			--planners heu --csv | awk -F, '$10 == "heu" {print $15 * 1e3}'
@@ -96,12 +111,12 @@ awk -F'\t' -v tol="$TOL" -v target="$HEU_TARGET_MS" -v tp="$TP" -v pp="$PP" \
 		status = failed_sim ? 2 : 0
 		printf "bench-policy: lynx sim, t=%s p=%s, 4p micro-batches, budgets at %s of the way from full to none; OPT --time-limit %s\n", tp, pp, shares, limit
 		printf "step time in s and speedup over full per planner; OOM: does not fit the budget\n\n"
-		printf "%-11s %-8s %5s %7s", "cluster", "model", "share", "GiB"
+		printf "%-11s %-16s %5s %7s", "cluster", "model", "share", "GiB"
 		for (i = 1; i <= n_pl; i++) printf " | %-15s", planners[i]
 		printf "\n"
 		for (k = 1; k <= n_jobs; k++) {
 			job = jobs[k]; split(job, f, SUBSEP)
-			printf "%-11s %-8s %5s %7.2f", f[1], f[2], f[3], budget[job] / 2^30
+			printf "%-11s %-16s %5s %7.2f", f[1], f[2], f[3], budget[job] / 2^30
 			for (i = 1; i <= n_pl; i++) {
 				pl = planners[i]
 				if (!((job, pl) in step)) {printf " | %-15s", "-"; continue}
@@ -121,7 +136,8 @@ awk -F'\t' -v tol="$TOL" -v target="$HEU_TARGET_MS" -v tp="$TP" -v pp="$PP" \
 			if (!fits[job, "heu"]) lost[++n_lost] = sprintf("heu does not fit: %s %s share %s", f[2], c, f[3])
 			for (i = 1; i <= n_pl; i++) {
 				pl = planners[i]
-				if (pl == "heu" || pl == "opt" || !fits[job, pl]) continue
+				# OPT and mixed are Lynx's own, built on HEU's plan: not baselines.
+				if (pl == "heu" || pl == "opt" || pl == "mixed" || !fits[job, pl]) continue
 				if (h > step[job, pl] * (1 + tol))
 					lost[++n_lost] = sprintf("heu %.6f s > %s %.6f s (+%.4f%%): %s %s share %s", h, pl, step[job, pl], 100 * (h / step[job, pl] - 1), f[2], c, f[3])
 			}
