@@ -39,6 +39,11 @@
  * form is the checker's count, so one round is the rule), then keeps the faster of its plan
  * and its starting plan by the checker. The plan's step time, peaks and fits are the
  * checker's.
+ *
+ * Time: o->time_limit_s counts from lynx_checkmate_plan()'s start (the starting plan and
+ * loading CBC included) and bounds every stage's solves, over every round (cbc.h). The MILP's
+ * plan starts as a copy of the starting plan: a stage left without a solution, or not searched
+ * (problem.h: search_one_stage), keeps the starting plan's decisions, and the note says so.
  */
 #include <errno.h>
 #include <math.h>
@@ -135,20 +140,20 @@ static void write_stage(const struct stage_model *m, const double *x, struct lyn
 }
 
 /*
- * Solves stage s within `budget`, starting from `from`, into plan. Returns 0 (out->solved
- * false when CBC found nothing) or -ENOMEM.
+ * Solves stage s within `budget`, starting from `from`, into plan, in `seconds` (building the
+ * model included). Returns 0 (out->solved false when CBC found nothing) or -ENOMEM.
  */
 static int solve_stage(const struct lynx_cbc *c, const struct lynx_checkmate_options *o,
                        const struct lynx_problem *p, const struct lynx_layer_units *lu, uint32_t s,
-                       uint64_t budget, const struct lynx_plan *from, struct lynx_plan *plan,
-                       struct lynx_cbc_stage_solve *out)
+                       uint64_t budget, double seconds, const struct lynx_plan *from,
+                       struct lynx_plan *plan, struct lynx_cbc_stage_solve *out)
 {
 	struct stage_model m = {
 	        .p = p, .st = &p->stages[s], .s = s, .n = p->stages[s].layers, .lu = lu};
 	size_t cols = (size_t)m.n * lu->n_units + 1;
 	int *col = malloc(cols * sizeof(*col));
 	double *val = malloc(cols * sizeof(*val)), *x0 = malloc(cols * sizeof(*x0));
-	double base_ms = lynx_cbc_stage_base_ms(p, m.st);
+	double t0 = lynx_cbc_now(), base_ms = lynx_cbc_stage_base_ms(p, m.st), cbc_s;
 	Cbc_Model *cm = col && val && x0 ? c->Cbc_newModel() : NULL;
 	int err = 0;
 
@@ -160,7 +165,14 @@ static int solve_stage(const struct lynx_cbc *c, const struct lynx_checkmate_opt
 	build(c, cm, &m, budget, col, val);
 	c->Cbc_setObjSense(cm, 1);
 	c->Cbc_setLogLevel(cm, o->log_level);
-	c->Cbc_setMaximumSeconds(cm, o->time_limit_s);
+	/* CBC 2.10 crashes (CglPreProcess::postProcess) when its time limit stops it while
+	 * preprocessing: a short share of the deadline made that common. */
+	c->Cbc_setParameter(cm, "preprocess", "off");
+	/* The share covers building the model too: CBC gets what building left, if any. */
+	cbc_s = seconds - (lynx_cbc_now() - t0);
+	if (!(cbc_s > 0))
+		goto out;
+	c->Cbc_setMaximumSeconds(cm, cbc_s);
 	c->Cbc_setAllowableGap(cm, o->stop_gap * base_ms);
 	for (uint32_t l = 0; l < m.n; l++)
 		for (uint32_t u = 0; u < lu->n_units; u++) {
@@ -175,6 +187,8 @@ static int solve_stage(const struct lynx_cbc *c, const struct lynx_checkmate_opt
 		lynx_cbc_gaps(c->Cbc_getObjValue(cm), c->Cbc_getBestPossibleObjValue(cm), base_ms,
 		              &out->gap, &out->added_gap);
 		out->optimal = c->Cbc_isProvenOptimal(cm) || out->gap <= o->stop_gap;
+	} else {
+		out->infeasible = c->Cbc_isProvenInfeasible(cm);
 	}
 out:
 	if (cm)
@@ -194,38 +208,50 @@ struct solve_ctx {
 	const struct lynx_plan *from;
 };
 
-static int solve_one(void *ctx, uint32_t s, uint64_t budget, struct lynx_plan *plan,
+static int solve_one(void *ctx, uint32_t s, uint64_t budget, double seconds, struct lynx_plan *plan,
                      struct lynx_cbc_stage_solve *out)
 {
 	const struct solve_ctx *x = ctx;
 
-	return solve_stage(x->c, x->o, x->p, x->lu, s, budget, x->from, plan, out);
+	return solve_stage(x->c, x->o, x->p, x->lu, s, budget, seconds, x->from, plan, out);
 }
 
 /*
- * The MILP's plan into plan (initialised, keeping everything), starting from `start`.
- * Returns 0 with rep's solve fields set; -ESRCH when CBC found nothing for a stage, or a
- * checker refusal, with why; -ENOMEM.
+ * The MILP's plan into plan (initialised), starting from `start` (its decisions are copied
+ * in: a stage CBC does not solve keeps them), within what is left of o->time_limit_s since
+ * `started`; plan->note says where the limit stopped it short. Returns 0 with rep's solve
+ * fields set; -ENOMEM; a checker refusal, with why.
  */
 static int milp_plan(const struct lynx_cbc *c, const struct lynx_checkmate_options *o,
-                     const struct lynx_problem *p, const struct lynx_plan *start,
+                     const struct lynx_problem *p, const struct lynx_plan *start, double started,
                      struct lynx_plan *plan, struct lynx_checkmate_report *rep, char *why,
                      size_t len)
 {
 	struct lynx_layer_units lu;
 	struct solve_ctx ctx = {c, o, p, &lu, start};
+	char name[48];
+	struct lynx_cbc_search search = {.max_rounds = MAX_ROUNDS,
+	                                 .limit_s = o->time_limit_s,
+	                                 .started = started,
+	                                 .solve = solve_one,
+	                                 .ctx = &ctx,
+	                                 .start = name};
 	struct lynx_cbc_rounds r;
 	int err;
 
+	snprintf(name, sizeof(name), "%s's plan", rep->start);
 	lynx_layer_units_find(&p->layer, &lu);
-	err = lynx_cbc_plan_stages(p, plan, MAX_ROUNDS, o->time_limit_s, solve_one, &ctx, &r, why,
-	                           len);
+	lynx_cbc_copy_start(p, start, plan);
+	err = lynx_cbc_plan_stages(p, plan, &search, &r, why, len);
 	rep->solved = r.solved;
 	rep->optimal = r.optimal;
 	rep->gap = r.gap;
 	rep->added_gap = r.added_gap;
 	rep->solve_s += r.solve_s;
 	rep->rounds = r.rounds;
+	rep->searched = r.searched;
+	rep->kept = r.kept;
+	snprintf(plan->note, sizeof(plan->note), "%s", r.note);
 	return err;
 }
 
@@ -304,6 +330,7 @@ int lynx_checkmate_plan(const struct lynx_problem *p, const struct lynx_checkmat
                         struct lynx_plan *plan, struct lynx_checkmate_report *report, char *why,
                         size_t len)
 {
+	double started = lynx_cbc_now();
 	struct lynx_checkmate_options opt = o ? *o : (struct lynx_checkmate_options){0};
 	struct lynx_checkmate_report rep = {.gap = NAN, .added_gap = NAN, .milp_step_s = NAN};
 	struct lynx_plan start, milp;
@@ -329,7 +356,8 @@ int lynx_checkmate_plan(const struct lynx_problem *p, const struct lynx_checkmat
 	if (!err) {
 		err = lynx_plan_init(&milp, p, "checkmate", false);
 		if (!err) {
-			err = milp_plan(&c, &opt, p, &start, &milp, &rep, reason, sizeof(reason));
+			err = milp_plan(&c, &opt, p, &start, started, &milp, &rep, reason,
+			                sizeof(reason));
 			if (err)
 				lynx_plan_free(&milp);
 		}
@@ -341,10 +369,20 @@ int lynx_checkmate_plan(const struct lynx_problem *p, const struct lynx_checkmat
 	}
 	if (!err) {
 		rep.milp_step_s = milp.step_time_s;
-		if (milp.fits && milp.step_time_s <= start.step_time_s) {
+		if (rep.kept && rep.kept == rep.searched) {
+			/* No stage solved: the MILP's plan is the starting plan. */
+			snprintf(reason, sizeof(reason), "%s", milp.note);
+			lynx_plan_free(&milp);
+			err = 1;
+		} else if (milp.fits && milp.step_time_s <= start.step_time_s) {
 			lynx_plan_free(&start);
 			*plan = milp;
 			plan->gap = rep.gap;
+		} else if (milp.note[0]) {
+			/* Stopped short: the note says why the MILP's plan loses. */
+			snprintf(reason, sizeof(reason), "%s", milp.note);
+			lynx_plan_free(&milp);
+			err = 1;
 		} else {
 			snprintf(reason, sizeof(reason),
 			         "the checker finds it better (MILP %.6g s%s, gap %.2g%%)",
@@ -365,7 +403,7 @@ int lynx_checkmate_plan(const struct lynx_problem *p, const struct lynx_checkmat
 }
 
 /* The planner table's entry: the problem's search limit (the command's --time-limit), if
- * set, bounds each stage's solve. */
+ * set, bounds the whole search. */
 int lynx_planner_checkmate(const struct lynx_problem *p, struct lynx_plan *plan, char *why,
                            size_t len)
 {

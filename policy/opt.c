@@ -56,10 +56,16 @@
  * checker's). Then it compares with HEU's plan, by the checker, and keeps the faster one that
  * fits.
  *
+ * Time: o->time_limit_s counts from lynx_opt_plan()'s start (HEU's plan and loading CBC
+ * included) and bounds every stage's solves, over every round; cbc.h says how the solves share
+ * it. A stage left without a solution keeps HEU's decisions (the plan starts as a copy of
+ * HEU's), and the plan's note says so.
+ *
  * Size: n · U · (4n + 4) binaries at most (n layers, U units, two TP windows per direction
  * per layer without sequence parallelism): about 7,000 for a 16-layer stage.
  */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -242,9 +248,119 @@ static void put(struct row *r, int col, double val)
 	r->val[r->n++] = val;
 }
 
-/* Adds every column and row of m with budget `budget` to CBC model cm. */
-static void build(const struct lynx_cbc *c, Cbc_Model *cm, const struct model *m, uint64_t budget,
-                  struct row *r)
+/*
+ * The MILP's columns and rows, collected and handed to CBC in one Cbc_loadProblem(): its
+ * Cbc_addRow() copies the whole matrix on every call, quadratic in the rows (2.9 s for a
+ * 16-layer stage of 6,000 columns, outside CBC's time limit).
+ */
+struct matrix {
+	double *obj, *ub; /* [n_cols]: each column's objective coefficient, upper bound */
+	int n_rows;       /* rows: lb[i] <= row i <= ub[i] */
+	size_t nnz, cap, rows_cap;
+	int *row, *col;          /* [nnz]: the nonzeros, in the order added */
+	double *val;             /* [nnz] */
+	double *row_lb, *row_ub; /* [n_rows] */
+	bool failed;             /* out of memory: the matrix is incomplete */
+};
+
+static void matrix_free(struct matrix *a)
+{
+	free(a->obj);
+	free(a->ub);
+	free(a->row);
+	free(a->col);
+	free(a->val);
+	free(a->row_lb);
+	free(a->row_ub);
+}
+
+/* Grows a to hold nnz nonzeros and `rows` rows. Returns false when out of memory. */
+static bool grow(struct matrix *a, size_t nnz, size_t rows)
+{
+	size_t cap = nnz > 2 * a->cap ? nnz : 2 * a->cap;
+	size_t rows_cap = rows > 2 * a->rows_cap ? rows : 2 * a->rows_cap;
+	int *row, *col;
+	double *val, *lb, *ub;
+
+	if (nnz > a->cap) {
+		/* Each array that grew is kept, whether or not the next one does. */
+		row = realloc(a->row, cap * sizeof(*row));
+		a->row = row ? row : a->row;
+		col = row ? realloc(a->col, cap * sizeof(*col)) : NULL;
+		a->col = col ? col : a->col;
+		val = col ? realloc(a->val, cap * sizeof(*val)) : NULL;
+		if (!val)
+			return false;
+		a->val = val;
+		a->cap = cap;
+	}
+	if (rows > a->rows_cap) {
+		lb = realloc(a->row_lb, rows_cap * sizeof(*lb));
+		a->row_lb = lb ? lb : a->row_lb;
+		ub = lb ? realloc(a->row_ub, rows_cap * sizeof(*ub)) : NULL;
+		if (!ub)
+			return false;
+		a->row_ub = ub;
+		a->rows_cap = rows_cap;
+	}
+	return true;
+}
+
+/* Adds row r, `sense` ('E', 'G', 'L') rhs, to a; sets a->failed when out of memory. */
+static void add_row(struct matrix *a, const struct row *r, char sense, double rhs)
+{
+	a->failed = a->failed || !grow(a, a->nnz + (size_t)r->n, (size_t)a->n_rows + 1);
+	if (a->failed)
+		return;
+	for (int i = 0; i < r->n; i++) {
+		a->row[a->nnz] = a->n_rows;
+		a->col[a->nnz] = r->col[i];
+		a->val[a->nnz++] = r->val[i];
+	}
+	a->row_lb[a->n_rows] = sense == 'L' ? -DBL_MAX : rhs;
+	a->row_ub[a->n_rows++] = sense == 'G' ? DBL_MAX : rhs;
+}
+
+/*
+ * Loads a into CBC model cm, as compressed columns, the first n_binary columns binary.
+ * Returns 0 or -ENOMEM.
+ */
+static int load(const struct lynx_cbc *c, Cbc_Model *cm, const struct matrix *a, int n_cols,
+                int n_binary)
+{
+	CoinBigIndex *start = calloc((size_t)n_cols + 2, sizeof(*start));
+	int *index = malloc((a->nnz + 1) * sizeof(*index));
+	double *value = malloc((a->nnz + 1) * sizeof(*value));
+	int err = start && index && value ? 0 : -ENOMEM;
+
+	for (size_t k = 0; !err && k < a->nnz; k++)
+		start[a->col[k] + 2]++;
+	for (int j = 0; !err && j < n_cols; j++)
+		start[j + 2] += start[j + 1];
+	/* start[j + 1] is where column j's next nonzero goes; once placed, its end. */
+	for (size_t k = 0; !err && k < a->nnz; k++) {
+		CoinBigIndex at = start[a->col[k] + 1]++;
+
+		index[at] = a->row[k];
+		value[at] = a->val[k];
+	}
+	if (!err) {
+		c->Cbc_loadProblem(cm, n_cols, a->n_rows, start, index, value, NULL, a->ub, a->obj,
+		                   a->row_lb, a->row_ub);
+		for (int j = 0; j < n_binary; j++)
+			c->Cbc_setInteger(cm, j);
+	}
+	free(start);
+	free(index);
+	free(value);
+	return err;
+}
+
+/*
+ * Collects every column and row of m with budget `budget` into a (its obj and ub sized
+ * m->n_cols), with r as the row under construction; a->failed when out of memory.
+ */
+static void build(const struct model *m, uint64_t budget, struct row *r, struct matrix *a)
 {
 	const struct lynx_problem_stage *st = m->st;
 	uint32_t U = m->lu->n_units, n = m->n, k_in = st->inflight;
@@ -252,30 +368,27 @@ static void build(const struct lynx_cbc *c, Cbc_Model *cm, const struct model *m
 	double head = st->head.present ? (double)st->head.act_bytes : 0;
 	double base = (double)st->static_bytes + k_in * emb, in = (double)m->lu->input_bytes;
 
-	/* Columns, with their objective coefficients (in r->val for now). */
-	memset(r->val, 0, (size_t)m->n_cols * sizeof(double));
+	/* Columns: binaries, then the slots' overflows; their objective coefficients. */
+	memset(a->obj, 0, (size_t)m->n_cols * sizeof(double));
 	for (uint32_t l = 0; l < n; l++)
 		for (uint32_t u = 0; u < U; u++) {
 			int f = m->first[l * U + u];
 			double rerun = m->lu->units[u].rerun_s * MS;
 
-			r->val[f + C_DEMAND] = rerun;
+			a->obj[f + C_DEMAND] = rerun;
 			for (int i = 2; i < m->n_choice[l * U + u]; i++)
-				r->val[f + i] = (1 - m->slots[m->slot_of[f + i]].served) * rerun;
+				a->obj[f + i] = (1 - m->slots[m->slot_of[f + i]].served) * rerun;
 		}
 	for (uint32_t k = 0; k < m->n_slots; k++)
-		r->val[m->slots[k].ov] = m->slots[k].served;
-	for (int col = 0; col < m->n_cols; col++) {
-		bool binary = col < m->n_cols - (int)m->n_slots;
-
-		c->Cbc_addCol(cm, "", 0, binary ? 1 : 1e30, r->val[col], binary, 0, NULL, NULL);
-	}
+		a->obj[m->slots[k].ov] = m->slots[k].served;
+	for (int col = 0; col < m->n_cols; col++)
+		a->ub[col] = col < m->n_cols - (int)m->n_slots ? 1 : 1e30;
 	/* One choice per unit and layer. */
 	for (uint32_t lu = 0; lu < n * U; lu++) {
 		r->n = 0;
 		for (int i = 0; i < m->n_choice[lu]; i++)
 			put(r, m->first[lu] + i, 1);
-		c->Cbc_addRow(cm, "", r->n, r->col, r->val, 'E', 1);
+		add_row(a, r, 'E', 1);
 	}
 	/* Dependencies. */
 	for (uint32_t l = 0; l < n; l++)
@@ -298,7 +411,7 @@ static void build(const struct lynx_cbc *c, Cbc_Model *cm, const struct model *m
 						if (c2 >= 0)
 							put(r, c2, 1);
 					}
-					c->Cbc_addRow(cm, "", r->n, r->col, r->val, 'G', 0);
+					add_row(a, r, 'G', 0);
 				}
 			}
 	/* Capacity. */
@@ -314,7 +427,7 @@ static void build(const struct lynx_cbc *c, Cbc_Model *cm, const struct model *m
 		if (!r->n)
 			continue;
 		put(r, m->slots[k].ov, -1);
-		c->Cbc_addRow(cm, "", r->n, r->col, r->val, 'L', m->slots[k].cap_s * MS);
+		add_row(a, r, 'L', m->slots[k].cap_s * MS);
 	}
 	/*
 	 * Memory: after layer l's forward (l < n), and after the head's (l == n). The constant
@@ -339,7 +452,7 @@ static void build(const struct lynx_cbc *c, Cbc_Model *cm, const struct model *m
 					if (m->slots[m->slot_of[f + i]].held)
 						put(r, f + i, b);
 			}
-		c->Cbc_addRow(cm, "", r->n, r->col, r->val, 'L', ((double)budget - cst) / MIB);
+		add_row(a, r, 'L', ((double)budget - cst) / MIB);
 	}
 }
 
@@ -398,20 +511,21 @@ static void write_stage(const struct model *m, const double *x, struct lynx_plan
 }
 
 /*
- * Solves stage s within `budget`, starting from `from`, into plan. Returns 0 (out->solved
- * false when CBC found nothing) or -ENOMEM.
+ * Solves stage s within `budget`, starting from `from`, into plan, in `seconds` (building the
+ * model included). Returns 0 (out->solved false when CBC found nothing) or -ENOMEM.
  */
 static int solve_stage(const struct lynx_cbc *c, const struct lynx_opt_options *o,
                        const struct lynx_problem *p, const struct lynx_layer_units *lu, uint32_t s,
-                       uint64_t budget, const struct lynx_plan *from, struct lynx_plan *plan,
-                       struct lynx_cbc_stage_solve *out)
+                       uint64_t budget, double seconds, const struct lynx_plan *from,
+                       struct lynx_plan *plan, struct lynx_cbc_stage_solve *out)
 {
 	struct model m = {.p = p, .st = &p->stages[s], .s = s, .n = p->stages[s].layers, .lu = lu};
 	struct row r = {0};
+	struct matrix a = {0};
 	Cbc_Model *cm = NULL;
 	double *x0 = NULL;
 	int *idx = NULL;
-	double base_ms = lynx_cbc_stage_base_ms(p, &p->stages[s]);
+	double t0 = lynx_cbc_now(), base_ms = lynx_cbc_stage_base_ms(p, &p->stages[s]), cbc_s;
 	int err = find_slots(&m);
 
 	*out = (struct lynx_cbc_stage_solve){.gap = NAN, .added_gap = NAN};
@@ -422,15 +536,27 @@ static int solve_stage(const struct lynx_cbc *c, const struct lynx_opt_options *
 	r.val = malloc((size_t)m.n_cols * sizeof(double));
 	x0 = malloc((size_t)m.n_cols * sizeof(double));
 	idx = malloc((size_t)m.n_cols * sizeof(int));
+	a.obj = malloc((size_t)m.n_cols * sizeof(double));
+	a.ub = malloc((size_t)m.n_cols * sizeof(double));
 	cm = c->Cbc_newModel();
-	if (!r.col || !r.val || !x0 || !idx || !cm) {
+	if (!r.col || !r.val || !x0 || !idx || !a.obj || !a.ub || !cm) {
 		err = -ENOMEM;
 		goto out;
 	}
-	build(c, cm, &m, budget, &r);
+	build(&m, budget, &r, &a);
+	err = a.failed ? -ENOMEM : load(c, cm, &a, m.n_cols, m.n_cols - (int)m.n_slots);
+	if (err)
+		goto out;
 	c->Cbc_setObjSense(cm, 1);
 	c->Cbc_setLogLevel(cm, o->log_level);
-	c->Cbc_setMaximumSeconds(cm, o->time_limit_s);
+	/* CBC 2.10 crashes (CglPreProcess::postProcess) when its time limit stops it while
+	 * preprocessing: a short share of the deadline made that common. */
+	c->Cbc_setParameter(cm, "preprocess", "off");
+	/* The share covers building the model too: CBC gets what building left, if any. */
+	cbc_s = seconds - (lynx_cbc_now() - t0);
+	if (!(cbc_s > 0))
+		goto out;
+	c->Cbc_setMaximumSeconds(cm, cbc_s);
 	c->Cbc_setAllowableGap(cm, o->stop_gap * base_ms);
 	start_from(&m, from, x0);
 	for (int i = 0; i < m.n_cols; i++)
@@ -444,6 +570,8 @@ static int solve_stage(const struct lynx_cbc *c, const struct lynx_opt_options *
 		out->solved = true;
 		lynx_cbc_gaps(obj, bound, base_ms, &out->gap, &out->added_gap);
 		out->optimal = c->Cbc_isProvenOptimal(cm) || out->gap <= o->stop_gap;
+	} else {
+		out->infeasible = c->Cbc_isProvenInfeasible(cm);
 	}
 out:
 	if (cm)
@@ -452,18 +580,9 @@ out:
 	free(r.val);
 	free(x0);
 	free(idx);
+	matrix_free(&a);
 	model_free(&m);
 	return err;
-}
-
-/* Copies src's decisions into dst (same shape; src may be uniform). */
-static void copy_decisions(const struct lynx_problem *p, const struct lynx_plan *src,
-                           struct lynx_plan *dst)
-{
-	for (uint32_t s = 0; s < p->n_stages; s++)
-		for (uint32_t l = 0; l < p->stages[s].layers; l++)
-			for (uint32_t g = 0; g < p->layer.n_groups; g++)
-				*lynx_plan_decision(dst, s, l, g) = *lynx_plan_get(src, s, l, g);
 }
 
 /* What solve_one needs besides the stage and its budget. */
@@ -475,43 +594,53 @@ struct solve_ctx {
 	const struct lynx_plan *from;
 };
 
-static int solve_one(void *ctx, uint32_t s, uint64_t budget, struct lynx_plan *plan,
+static int solve_one(void *ctx, uint32_t s, uint64_t budget, double seconds, struct lynx_plan *plan,
                      struct lynx_cbc_stage_solve *out)
 {
 	const struct solve_ctx *x = ctx;
 
-	return solve_stage(x->c, x->o, x->p, x->lu, s, budget, x->from, plan, out);
+	return solve_stage(x->c, x->o, x->p, x->lu, s, budget, seconds, x->from, plan, out);
 }
 
 /*
- * The MILP's plan into plan (initialised, holding HEU's decisions). Returns 0 with
- * rep->solved set when every stage solved; -ENOENT (CBC missing) or a solve failure with
- * why; -ENOMEM.
+ * The MILP's plan into plan (initialised, holding HEU's decisions), within what is left of
+ * o->time_limit_s since `started`; plan->note says where the limit stopped it short. Returns
+ * 0 with rep's solve fields set (a stage CBC did not solve keeps HEU's plan); -ENOMEM; the
+ * checker's errors, with why.
  */
 static int milp_plan(const struct lynx_cbc *c, const struct lynx_opt_options *o,
-                     const struct lynx_problem *p, const struct lynx_plan *heu,
+                     const struct lynx_problem *p, const struct lynx_plan *heu, double started,
                      struct lynx_plan *plan, struct lynx_opt_report *rep, char *why, size_t len)
 {
 	struct lynx_layer_units lu;
 	struct solve_ctx ctx = {c, o, p, &lu, heu};
+	struct lynx_cbc_search search = {.max_rounds = MAX_ROUNDS,
+	                                 .limit_s = o->time_limit_s,
+	                                 .started = started,
+	                                 .solve = solve_one,
+	                                 .ctx = &ctx,
+	                                 .start = "HEU's plan"};
 	struct lynx_cbc_rounds r;
 	int err;
 
 	lynx_layer_units_find(&p->layer, &lu);
-	err = lynx_cbc_plan_stages(p, plan, MAX_ROUNDS, o->time_limit_s, solve_one, &ctx, &r, why,
-	                           len);
+	err = lynx_cbc_plan_stages(p, plan, &search, &r, why, len);
 	rep->solved = r.solved;
 	rep->optimal = r.optimal;
 	rep->gap = r.gap;
 	rep->added_gap = r.added_gap;
 	rep->solve_s += r.solve_s;
 	rep->rounds = r.rounds;
+	rep->kept = r.kept;
+	rep->searched = r.searched;
+	snprintf(plan->note, sizeof(plan->note), "%s", r.note);
 	return err;
 }
 
 int lynx_opt_plan(const struct lynx_problem *p, const struct lynx_opt_options *o,
                   struct lynx_plan *plan, struct lynx_opt_report *report, char *why, size_t len)
 {
+	double started = lynx_cbc_now();
 	struct lynx_opt_options opt = o ? *o : (struct lynx_opt_options){0};
 	struct lynx_opt_report rep = {.gap = NAN, .added_gap = NAN, .milp_step_s = NAN};
 	struct lynx_plan heu, milp;
@@ -531,8 +660,9 @@ int lynx_opt_plan(const struct lynx_problem *p, const struct lynx_opt_options *o
 	if (!err) {
 		err = lynx_plan_init(&milp, p, "opt", false);
 		if (!err) {
-			copy_decisions(p, &heu, &milp);
-			err = milp_plan(&c, &opt, p, &heu, &milp, &rep, reason, sizeof(reason));
+			lynx_cbc_copy_start(p, &heu, &milp);
+			err = milp_plan(&c, &opt, p, &heu, started, &milp, &rep, reason,
+			                sizeof(reason));
 			if (err)
 				lynx_plan_free(&milp);
 		}
@@ -544,10 +674,20 @@ int lynx_opt_plan(const struct lynx_problem *p, const struct lynx_opt_options *o
 	}
 	if (!err) {
 		rep.milp_step_s = milp.step_time_s;
-		if (milp.fits && (!heu.fits || milp.step_time_s <= heu.step_time_s)) {
+		if (rep.kept && rep.kept == rep.searched) {
+			/* No stage solved: the MILP's plan is HEU's. */
+			snprintf(reason, sizeof(reason), "%s", milp.note);
+			lynx_plan_free(&milp);
+			err = 1;
+		} else if (milp.fits && (!heu.fits || milp.step_time_s <= heu.step_time_s)) {
 			lynx_plan_free(&heu);
 			*plan = milp;
 			plan->gap = rep.gap;
+		} else if (milp.note[0]) {
+			/* Stopped short: the note says why the MILP's plan loses. */
+			snprintf(reason, sizeof(reason), "%s", milp.note);
+			lynx_plan_free(&milp);
+			err = 1;
 		} else {
 			snprintf(reason, sizeof(reason),
 			         "the checker finds HEU's plan better (MILP %.6g s%s, gap %.2g%%)",
@@ -567,7 +707,7 @@ int lynx_opt_plan(const struct lynx_problem *p, const struct lynx_opt_options *o
 }
 
 /* The planner table's entry: the problem's search limit (the command's --time-limit), if
- * set, bounds each stage's solve. */
+ * set, bounds the whole search. */
 int lynx_planner_opt(const struct lynx_problem *p, struct lynx_plan *plan, char *why, size_t len)
 {
 	struct lynx_opt_options o = {.time_limit_s = p->search_seconds};

@@ -205,7 +205,8 @@ struct lynx_problem_options {
 	/* Layers of each of the p stages (an uneven split, as policy/partition.h finds); NULL:
 	 * L / p each. Read during lynx_problem_from_model() only. */
 	const uint32_t *stage_layers;
-	/* Seconds per stage a searching planner (opt) may spend; 0: its own default. */
+	/* Seconds a searching planner (opt, checkmate) may spend on its whole search, its
+	 * set-up included; 0: its own default. */
 	double search_seconds;
 	/* A searching planner searches stage searched_stage only (a rank plans its own stage:
 	 * no rank spends time on the others'). */

@@ -1017,9 +1017,9 @@ static void plan_done(void)
  * so the job runs unchanged meanwhile, and the trainer's thread picks the plan up at a
  * later synchronisation and arms it there (arming makes CUDA calls in its context). Each
  * rank searches only its own stage (the others keep HEU's plan, which it does not follow),
- * each stage within SEARCH_SECONDS_PER_STAGE of CBC's time limit.
+ * within SEARCH_SECONDS in all, its budget-tightening rounds included.
  */
-#define SEARCH_SECONDS_PER_STAGE 60.0
+#define SEARCH_SECONDS 60.0
 enum search_state { SEARCH_NONE, SEARCH_RUNNING, SEARCH_DONE };
 static struct {
 	pthread_t thread;
@@ -1085,7 +1085,7 @@ static void start_search(struct job_profiles *j, const struct lynx_problem_optio
 		return;
 	}
 	lynx_info("recompute mode: the %s search runs on its own thread, over %s, at most "
-	          "%.0f s per stage; the job runs unchanged until it ends",
+	          "%.0f s; the job runs unchanged until it ends",
 	          prof.planner, search.opt.search_one_stage ? "this rank's stage" : "every stage",
 	          search.opt.search_seconds);
 }
@@ -1109,7 +1109,7 @@ static void try_plan(bool at_exit)
 		if (at_exit) {
 			/* Not joined: the process ends, and the thread with it. */
 			lynx_warn("recompute mode: the %s search had not ended at exit (%.0f s "
-			          "per stage at most): no plan",
+			          "at most): no plan",
 			          prof.planner, search.opt.search_seconds);
 			atomic_store(&prof.phase, PHASE_DONE);
 		}
@@ -1175,7 +1175,7 @@ static void try_plan(bool at_exit)
 	                                   .budget_percent = prof.budget_percent,
 	                                   .max_slowdown_bp = prof.max_slowdown_bp,
 	                                   .solo = solo,
-	                                   .search_seconds = SEARCH_SECONDS_PER_STAGE};
+	                                   .search_seconds = SEARCH_SECONDS};
 	const struct lynx_planner *pl = lynx_planner_find(prof.planner);
 	if (!plan_json && pl && pl->searches) {
 		start_search(&j, &opt);

@@ -26,7 +26,7 @@ struct lynx_job_args {
 	bool sp, distributed_optimizer;
 	/* Overrides of the preset's or config's shape; 0: keep. */
 	uint32_t layers, hidden, heads, seq, vocab, kv_heads, ffn;
-	uint32_t time_limit; /* seconds per stage for planners that search (opt); 0: theirs */
+	uint32_t time_limit; /* seconds for a searching planner's whole search; 0: theirs */
 };
 
 /* The defaults: t = p = 0 (not given: 1 once described, or chosen by `lynx sim --sweep`),
@@ -90,7 +90,8 @@ struct lynx_option {
 	        LYNX_OPTION(type, "--attention", "KIND", NAME, member.attention,                   \
 	                    "flash or unfused (default: the model's; Llama and configs flash)"),   \
 	        LYNX_OPTION(type, "--time-limit", "SECONDS", UINT, member.time_limit,              \
-	                    "search time per stage for planners that search (opt; default 60)")
+	                    "time for the whole search of planners that search (opt, checkmate; "  \
+	                    "default 60)")
 
 /*
  * Parses argv[1..] into the struct at base with options opts[0..n). An argument that is not

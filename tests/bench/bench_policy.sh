@@ -11,7 +11,7 @@
 # Targets (issue 6): HEU is never slower than a baseline that fits (beyond TOL, relative;
 # the baselines are Megatron's, Checkmate, DTR and offload: OPT and mixed build on HEU);
 # HEU searches a 48-layer stage in <= 10 ms; every plan is confirmed by the checker. Exits 1
-# when one is missed, 2 when lynx sim fails. About a minute on two cores with OPT_LIMIT=1.
+# when one is missed, 2 when lynx sim fails. About 20 s on two cores with OPT_LIMIT=1.
 set -euo pipefail
 BUILD=${BUILD:-build}
 LYNX="$BUILD/bin/lynx"
@@ -21,7 +21,7 @@ MODELS=${MODELS:-gpt-1.3b gpt-2.7b gpt-6.7b gpt-13b gpt-20b llama-7b llama-7b+un
 TP=${TP:-8}
 PP=${PP:-4}
 SHARES=${SHARES:-0.25 0.5}
-OPT_LIMIT=${OPT_LIMIT:-1} # seconds per stage for OPT's CBC solve (lynx sim --time-limit)
+OPT_LIMIT=${OPT_LIMIT:-1} # seconds for OPT's whole search (lynx sim --time-limit)
 HEU_RUNS=${HEU_RUNS:-5}
 HEU_TARGET_MS=${HEU_TARGET_MS:-10}
 TOL=${TOL:-1e-9} # relative: what counts as "slower" beyond floating-point noise
@@ -136,7 +136,7 @@ awk -F'\t' -v tol="$TOL" -v target="$HEU_TARGET_MS" -v tp="$TP" -v pp="$PP" \
 			if (!fits[job, "heu"]) lost[++n_lost] = sprintf("heu does not fit: %s %s share %s", f[2], c, f[3])
 			for (i = 1; i <= n_pl; i++) {
 				pl = planners[i]
-				# OPT and mixed are Lynx's own, built on HEU's plan: not baselines.
+				# OPT and mixed start from the HEU plan: not baselines.
 				if (pl == "heu" || pl == "opt" || pl == "mixed" || !fits[job, pl]) continue
 				if (h > step[job, pl] * (1 + tol))
 					lost[++n_lost] = sprintf("heu %.6f s > %s %.6f s (+%.4f%%): %s %s share %s", h, pl, step[job, pl], 100 * (h / step[job, pl] - 1), f[2], c, f[3])

@@ -3,8 +3,9 @@
  * policy/checkmate: the Checkmate baseline finds the optimal keep / rebuild-on-demand plan
  * (checked against an exhaustive search through the checker), fits by the checker's count,
  * carries the checker's numbers, never loses to an on-demand baseline that fits, is never
- * faster than HEU (which may use windows) over the GPT sweep, and without CBC or without a
- * plan that fits returns its starting plan and says why.
+ * faster than HEU (which may use windows) over the GPT sweep, and without CBC, without a plan
+ * that fits or without time to solve a stage returns its starting plan and says why; asked to
+ * search one stage, it keeps the starting plan on the others.
  */
 #include <errno.h>
 #include <math.h>
@@ -23,7 +24,7 @@
 #include "units.h"
 
 /*
- * CBC's time limit per stage, only a guard against a hang. Checkmate's MILPs take
+ * CBC's time limit for a whole search, only a guard against a hang. Checkmate's MILPs take
  * milliseconds to a tenth of a second; a solve cut short by its limit would make the checks
  * depend on the machine's speed and load, so the limit sits far above that and no check
  * compares a time (test_policy_opt says the same).
@@ -385,6 +386,77 @@ static void test_checkmate_without_cbc_returns_its_start(void **state)
 	lynx_problem_free(&p);
 }
 
+/*
+ * A limit the starting plan alone uses up: no stage is solved, and Checkmate returns its
+ * starting plan, saying that the limit left every stage with it, rather than failing.
+ */
+static void test_checkmate_limit_spent_before_any_solve_returns_its_start(void **state)
+{
+	const struct job j = {"gpt-13b", "a100-nvlink", 8, 4, 16, 0};
+	struct lynx_checkmate_options o = {.time_limit_s = 1e-3};
+	struct lynx_checkmate_report rep;
+	struct lynx_problem p;
+	struct lynx_plan plan;
+	char why[256] = "", note[128];
+
+	build(&j, budget_at(&j, 0.5), &p);
+	assert_int_equal(lynx_checkmate_plan(&p, &o, &plan, &rep, why, sizeof(why)), 0);
+	assert_true(rep.used_start);
+	assert_false(rep.solved);
+	assert_false(rep.optimal);
+	assert_int_equal(rep.searched, 4);
+	assert_int_equal(rep.kept, 4);
+	assert_true(isnan(plan.gap));
+	snprintf(note, sizeof(note),
+	         "%s's plan: time limit 0.001 s reached: 4 stages keep %s's plan, from stage 0",
+	         rep.start, rep.start);
+	assert_string_equal(plan.note, note);
+	assert_string_equal(plan.planner, "checkmate");
+	assert_true(plan.fits);
+	assert_true(plan.step_time_s == step_of(&p, rep.start, NULL, NULL));
+	lynx_plan_free(&plan);
+	lynx_problem_free(&p);
+}
+
+/*
+ * A rank plans its own stage: asked to search one stage, Checkmate solves that one only and
+ * keeps its starting plan's decisions on the others (not "keep everything", which need not
+ * fit); the plan fits and is no slower than the starting plan.
+ */
+static void test_checkmate_searches_only_the_stage_asked(void **state)
+{
+	const struct job j = {"gpt-13b", "a100-nvlink", 8, 4, 16, 0};
+	struct lynx_checkmate_options o = {.time_limit_s = LIMIT_S};
+	struct lynx_checkmate_report rep;
+	struct lynx_problem p;
+	struct lynx_plan plan, start;
+	char why[256] = "";
+
+	build(&j, budget_at(&j, 0.5), &p);
+	p.search_one_stage = true;
+	p.searched_stage = 1;
+	assert_int_equal(lynx_checkmate_plan(&p, &o, &plan, &rep, why, sizeof(why)), 0);
+	assert_true(rep.solved);
+	assert_int_equal(rep.searched, 1);
+	assert_false(rep.used_start);
+	assert_string_equal(plan.note, "");
+	assert_true(plan.fits);
+	assert_true(plan.step_time_s <= rep.start_step_s);
+	if (lynx_planner_run(lynx_planner_find(rep.start), &p, &start, why, sizeof(why)))
+		fail_msg("%s refused: %s", rep.start, why);
+	for (uint32_t s = 0; s < p.n_stages; s++) {
+		if (s == p.searched_stage)
+			continue;
+		for (uint32_t l = 0; l < p.stages[s].layers; l++)
+			for (uint32_t g = 0; g < p.layer.n_groups; g++)
+				assert_int_equal(lynx_plan_get(&plan, s, l, g)->action,
+				                 lynx_plan_get(&start, s, l, g)->action);
+	}
+	lynx_plan_free(&start);
+	lynx_plan_free(&plan);
+	lynx_problem_free(&p);
+}
+
 /* The table's entry takes the problem's search limit and names its plan. */
 static void test_checkmate_is_in_the_planner_table(void **state)
 {
@@ -419,6 +491,8 @@ int main(void)
 	        cmocka_unit_test(test_checkmate_keeps_everything_when_it_fits),
 	        cmocka_unit_test(test_checkmate_says_when_nothing_fits),
 	        cmocka_unit_test(test_checkmate_without_cbc_returns_its_start),
+	        cmocka_unit_test(test_checkmate_limit_spent_before_any_solve_returns_its_start),
+	        cmocka_unit_test(test_checkmate_searches_only_the_stage_asked),
 	        cmocka_unit_test(test_checkmate_is_in_the_planner_table),
 	};
 

@@ -2,8 +2,9 @@
 /*
  * policy/opt: Lynx's OPT planner solves small stages to a 1% gap, fits by the checker's count,
  * carries the checker's numbers, is never slower than HEU, still returns such a plan when its
- * time limit cuts the search short, falls back to HEU's plan (and says so) without CBC, and
- * its gap survives the plan's JSON.
+ * time limit cuts the search short, keeps HEU's plan on the stages its limit leaves unsolved
+ * (and says so), falls back to HEU's plan (and says so) without CBC, and its gap survives the
+ * plan's JSON. How the limit is shared among the solves is test_policy_cbc's.
  */
 #include <errno.h>
 #include <math.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cmocka.h>
 
 #include "checker.h"
@@ -174,15 +176,71 @@ static void test_opt_solves_small_pcie_stages(void **state)
 		solve_and_check(&jobs[i]);
 }
 
+static double seconds_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /*
- * A time limit far below what the search needs (the job takes tens of seconds to prove its
- * gap): OPT still returns a plan that fits, no slower than HEU's by the checker, and does not
- * call it proven. A slower or busier machine only cuts the search shorter.
+ * A time limit far below what the search needs (each job takes tens of seconds to prove its
+ * gap; the second has four stages, each of which used to get the whole limit, round after
+ * round): OPT still returns a plan that fits, no slower than HEU's by the checker, does not
+ * call it proven, and says which stages keep HEU's plan. A slower or busier machine only cuts
+ * the search shorter. The limit bounds the whole search; the bound checked here is five times
+ * that and more, only to catch a search that takes the limit per solve again (cbc.h bounds the
+ * overrun by one solve's set-up; test_policy_cbc checks the sharing exactly).
  */
 static void test_opt_cut_short_still_fits_and_is_no_slower_than_heu(void **state)
 {
-	static const struct job j = {"gpt-2.7b", "a100-nvlink", 8, 2};
-	struct lynx_opt_options o = {.time_limit_s = 0.05};
+	static const struct job jobs[] = {
+	        {"gpt-2.7b", "a100-nvlink", 8, 2},
+	        {"gpt-1.3b", "a100-nvlink", 8, 4},
+	};
+	struct lynx_opt_options o = {.time_limit_s = 1};
+
+	for (size_t i = 0; i < sizeof(jobs) / sizeof(jobs[0]); i++) {
+		struct lynx_opt_report rep;
+		struct lynx_problem p;
+		struct lynx_plan plan;
+		char why[256] = "";
+		double t0, wall;
+
+		build(&jobs[i], tight_budget(&jobs[i]), &p);
+		t0 = seconds_now();
+		assert_int_equal(lynx_opt_plan(&p, &o, &plan, &rep, why, sizeof(why)), 0);
+		wall = seconds_now() - t0;
+		printf("# cut short, %s p=%u: %s, %u of %u stages keep HEU's plan, gap %.3f%%, "
+		       "%.2f s in all%s: %s\n",
+		       jobs[i].gpt, jobs[i].p, rep.solved ? "solved" : "not solved", rep.kept,
+		       rep.searched, 100 * rep.gap, wall, rep.used_heu ? " (HEU's plan)" : "",
+		       plan.note);
+		assert_false(rep.optimal);
+		assert_true(plan.fits);
+		assert_true(plan.step_time_s <= step_of(&p, "heu", NULL));
+		assert_int_equal(rep.searched, p.n_stages);
+		if (rep.kept)
+			assert_non_null(strstr(plan.note, "time limit 1 s reached"));
+		if (rep.used_heu)
+			assert_non_null(strstr(plan.note, "HEU's plan"));
+		else
+			assert_true(rep.kept < rep.searched);
+		assert_true(wall < 5 * o.time_limit_s + 2);
+		lynx_plan_free(&plan);
+		lynx_problem_free(&p);
+	}
+}
+
+/*
+ * A limit that HEU's plan alone uses up: no stage is solved, and OPT returns HEU's plan,
+ * saying that the limit left every stage with it, rather than failing.
+ */
+static void test_opt_limit_spent_before_any_solve_returns_heus_plan(void **state)
+{
+	static const struct job j = {"gpt-1.3b", "a100-nvlink", 8, 4};
+	struct lynx_opt_options o = {.time_limit_s = 1e-3};
 	struct lynx_opt_report rep;
 	struct lynx_problem p;
 	struct lynx_plan plan;
@@ -190,14 +248,17 @@ static void test_opt_cut_short_still_fits_and_is_no_slower_than_heu(void **state
 
 	build(&j, tight_budget(&j), &p);
 	assert_int_equal(lynx_opt_plan(&p, &o, &plan, &rep, why, sizeof(why)), 0);
-	printf("# cut short: %s, gap %.3f%%, solve %.2f s%s\n",
-	       rep.solved ? "solved" : "no solution", 100 * rep.gap, rep.solve_s,
-	       rep.used_heu ? " (HEU's plan)" : "");
+	assert_true(rep.used_heu);
+	assert_false(rep.solved);
 	assert_false(rep.optimal);
-	assert_true(plan.fits);
-	assert_true(plan.step_time_s <= step_of(&p, "heu", NULL));
-	if (rep.used_heu)
-		assert_non_null(strstr(plan.note, "HEU's plan"));
+	assert_int_equal(rep.rounds, 0);
+	assert_int_equal(rep.searched, 4);
+	assert_int_equal(rep.kept, 4);
+	assert_true(isnan(plan.gap));
+	assert_string_equal(
+	        plan.note, "HEU's plan: time limit 0.001 s reached: 4 stages keep HEU's plan, from "
+	                   "stage 0");
+	assert_true(plan.step_time_s == step_of(&p, "heu", NULL));
 	lynx_plan_free(&plan);
 	lynx_problem_free(&p);
 }
@@ -303,6 +364,7 @@ int main(void)
 	        cmocka_unit_test(test_opt_solves_small_nvlink_stages),
 	        cmocka_unit_test(test_opt_solves_small_pcie_stages),
 	        cmocka_unit_test(test_opt_cut_short_still_fits_and_is_no_slower_than_heu),
+	        cmocka_unit_test(test_opt_limit_spent_before_any_solve_returns_heus_plan),
 	        cmocka_unit_test(test_opt_searches_only_the_stage_asked),
 	        cmocka_unit_test(test_opt_without_cbc_returns_heus_plan),
 	        cmocka_unit_test(test_opt_gap_survives_json),
