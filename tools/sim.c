@@ -9,12 +9,14 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cjson/cJSON.h>
 
@@ -78,7 +80,8 @@ void lynx_sim_help(FILE *out)
 	        "whatever kernel\nruns it (flash skips the masked half; unfused attention "
 	        "computes it and gets no\ncredit for it). Recomputation is not counted.\n"
 	        "Exit status: 0 when some planner's plan fits the budget, 1 when none does, 2 for "
-	        "a\njob that cannot run.\n");
+	        "a\njob that cannot run. A search (opt, checkmate) that runs longer than a second "
+	        "says so on\nstderr every 10 s.\n");
 }
 
 /* Parses argv into a. Returns 0, 1 after printing help, or LYNX_EXIT_USAGE after a message. */
@@ -136,6 +139,80 @@ struct result {
 	bool fits;
 };
 
+/*
+ * Progress of a searching planner (opt, checkmate: seconds to minutes) on stderr: a line
+ * once it has run a second, then every PROGRESS_EVERY_S, so that a long search is not
+ * mistaken for a hang. A thread that waits on a condition the search's end signals.
+ */
+#define PROGRESS_EVERY_S 10
+struct progress {
+	pthread_mutex_t lock;
+	pthread_cond_t done_cond;
+	bool done;
+	const char *model, *planner;
+	double limit_s; /* the search's time limit; 0: the planner's default */
+	struct timespec start;
+};
+
+static void *progress_main(void *arg)
+{
+	struct progress *pr = arg;
+	long waited = 0;
+
+	pthread_mutex_lock(&pr->lock);
+	for (long next = 1; !pr->done; next = waited + PROGRESS_EVERY_S) {
+		struct timespec at = pr->start;
+
+		at.tv_sec += next;
+		while (!pr->done &&
+		       pthread_cond_timedwait(&pr->done_cond, &pr->lock, &at) != ETIMEDOUT)
+			;
+		if (pr->done)
+			break;
+		waited = next;
+		if (pr->limit_s > 0)
+			fprintf(stderr, "lynx sim: %s: %s searching, %ld s of at most %.0f s\n",
+			        pr->model, pr->planner, waited, pr->limit_s);
+		else
+			fprintf(stderr, "lynx sim: %s: %s searching, %ld s\n", pr->model,
+			        pr->planner, waited);
+	}
+	pthread_mutex_unlock(&pr->lock);
+	return NULL;
+}
+
+/* Runs planner pl on p, reporting progress on stderr when it searches. */
+static int run_one(const struct lynx_planner *pl, const struct lynx_problem *p, const char *model,
+                   struct lynx_plan *plan, char *why, size_t len)
+{
+	struct progress pr = {.model = model, .planner = pl->name, .limit_s = p->search_seconds};
+	pthread_condattr_t attr;
+	pthread_t thread;
+	bool ticking;
+	int err;
+
+	if (!pl->searches)
+		return lynx_planner_run(pl, p, plan, why, len);
+	pthread_mutex_init(&pr.lock, NULL);
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&pr.done_cond, &attr);
+	pthread_condattr_destroy(&attr);
+	clock_gettime(CLOCK_MONOTONIC, &pr.start);
+	/* Without the thread the search runs all the same, silently. */
+	ticking = !pthread_create(&thread, NULL, progress_main, &pr);
+	err = lynx_planner_run(pl, p, plan, why, len);
+	pthread_mutex_lock(&pr.lock);
+	pr.done = true;
+	pthread_cond_signal(&pr.done_cond);
+	pthread_mutex_unlock(&pr.lock);
+	if (ticking)
+		pthread_join(thread, NULL);
+	pthread_cond_destroy(&pr.done_cond);
+	pthread_mutex_destroy(&pr.lock);
+	return err;
+}
+
 /* Every planner on problem p. Returns LYNX_EXIT_OK or LYNX_EXIT_FAIL (after a message). */
 static int run_planners(const struct lynx_problem *p, const char *model, struct result *r)
 {
@@ -145,7 +222,7 @@ static int run_planners(const struct lynx_problem *p, const char *model, struct 
 		struct result *x = &r[k];
 		if (!chosen[k])
 			continue;
-		int err = lynx_planner_run(&lynx_planners[k], p, &x->plan, why, sizeof(why));
+		int err = run_one(&lynx_planners[k], p, model, &x->plan, why, sizeof(why));
 
 		if (err) {
 			fprintf(stderr, "lynx sim: %s: planner %s failed: %s\n", model,
