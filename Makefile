@@ -299,10 +299,13 @@ $(BUILD)/obj/tests/bench/%.o: tests/bench/%.c
 	$(Q)$(CC) $(ALL_CFLAGS) $(SIM_PROGRAM_CFLAGS) -c $< -o $@
 bench: all $(BENCH_CALLS)
 	$(Q)BUILD=$(BUILD) tests/bench/run_bench.sh
-# make bench-policy: the planners side by side over the GPT sweep on a100-nvlink and a100-pcie,
-# by lynx sim; fails when a target is missed (tests/bench/bench_policy.sh).
-bench-policy: $(LYNX)
+# make bench-policy: the planners side by side over the GPT and Llama sweep on a100-nvlink and
+# a100-pcie, by lynx sim; fails when a target is missed (tests/bench/bench_policy.sh). Then
+# the plan's predicted step and peak against what recompute mode achieved, on the demo's job
+# at its budgets (tests/bench/bench_predicted.sh; a table, not yet a target).
+bench-policy: all
 	$(Q)BUILD=$(BUILD) tests/bench/bench_policy.sh
+	$(Q)BUILD=$(BUILD) tests/bench/bench_predicted.sh
 # make fuzz: the readers of untrusted text under libFuzzer with ASan and UBSan, each for
 # FUZZ_SECONDS: the profile reader (seeds in tests/fuzz/corpus), the plan reader
 # (tests/fuzz/corpus_plan), the LYNX_* settings parser (tests/fuzz/corpus_options), the

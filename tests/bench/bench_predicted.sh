@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Predicted against achieved, on the demo's job (tests/demo.sh: tinytrain pp2 tp2, virtual
+# GPT-1.3B costs, simgpu with 4 KiB VMM granules): recompute mode at each of BUDGETS
+# ("default" is no LYNX_BUDGET: the smallest plan predicted within LYNX_MAX_SLOWDOWN, 2%),
+# and, from every rank's summary.<rank>.json, the step's slowdown the plan predicted against
+# the one the executor achieved (the mean of its followed iterations against warm-up's
+# iteration, device time), and the planned peak against the achieved one. The issue's target
+# (17): predicted and achieved slowdowns within AGREE_POINTS percentage points at every
+# budget; the table says where they are, and this script does not fail on it (it is not
+# held yet). Exits 2 when a run fails. About 20 s per budget on two cores.
+set -euo pipefail
+BUILD=${BUILD:-build}
+TT="$BUILD/bin/tinytrain"
+LYNX="$BUILD/bin/lynx"
+BUDGETS=${BUDGETS:-default 8M 7M 6M}
+AGREE_POINTS=${AGREE_POINTS:-2}
+ARGS=(--nproc 4 --pp 2 --tp 2 --dp 1 --layers 8 --microbatches 4 --virtual-model gpt-1.3b
+	--seq 64 --batch 4 --steps 14)
+export SIMGPU_VMM_GRANULARITY=4K
+
+for tool in "$TT" "$LYNX"; do
+	[ -x "$tool" ] || { echo "bench_predicted: $tool not built (make BUILD=$BUILD)" >&2; exit 2; }
+done
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# One value of a summary (cJSON prints one key per line): the number after "key":.
+value() { # file key
+	awk -v key="\"$2\":" '$1 == key {v = $2; sub(/,$/, "", v); print v; exit}' "$1"
+}
+
+printf 'bench-predicted: %s, recompute mode at LYNX_BUDGET in (%s)\n' "${ARGS[*]}" "$BUDGETS"
+printf '%-8s %4s %10s %10s %8s %12s %12s %s\n' budget rank predicted achieved diff \
+	"planned MiB" "achieved MiB" verdict
+held=0
+rows=0
+for budget in $BUDGETS; do
+	out="$work/$budget"
+	env=(LD_LIBRARY_PATH="$BUILD/simgpu")
+	[ "$budget" = default ] || env+=(LYNX_BUDGET="$budget")
+	if ! env "${env[@]}" "$LYNX" run --mode recompute --out "$out" -- "$TT" "${ARGS[@]}" \
+		>"$work/$budget.log" 2>&1; then
+		echo "bench_predicted: the run at $budget failed; its output:" >&2
+		tail -20 "$work/$budget.log" >&2
+		exit 2
+	fi
+	for summary in "$out"/summary.*.json; do
+		[ -e "$summary" ] || continue
+		rank=${summary##*/summary.}
+		rank=${rank%.json}
+		predicted=$(value "$summary" predicted_slowdown)
+		measured=$(value "$summary" measured_ns)
+		achieved=$(value "$summary" achieved_ns)
+		planned=$(value "$summary" predicted_peak_bytes)
+		peak=$(value "$summary" achieved_peak_bytes)
+		awk -v b="$budget" -v r="$rank" -v p="$predicted" -v m="$measured" -v a="$achieved" \
+			-v pl="$planned" -v pk="$peak" -v agree="$AGREE_POINTS" 'BEGIN {
+			pp = 100 * (p - 1)
+			if (a == "null" || a == "" || m <= 0) {
+				printf "%-8s %4s %+9.2f%% %10s %8s %12.2f %12.2f %s\n", b, r, pp, "-", "-",
+					pl / 2^20, pk / 2^20, "no followed iteration timed"
+				exit
+			}
+			ap = 100 * (a / m - 1)
+			printf "%-8s %4s %+9.2f%% %+9.2f%% %+7.2f %12.2f %12.2f %s\n", b, r, pp, ap, pp - ap,
+				pl / 2^20, pk / 2^20, (pp - ap <= agree && ap - pp <= agree) ? "agree" : "apart"
+		}' | tee -a "$work/rows"
+	done
+done
+rows=$(grep -cv "no followed" "$work/rows" || true)
+held=$(grep -c " agree$" "$work/rows" || true)
+printf 'predicted and achieved within %s points: %s of %s timed ranks (issue 17'"'"'s target: all)\n' \
+	"$AGREE_POINTS" "$held" "$rows"
