@@ -1048,6 +1048,8 @@ int lynx_prof_build_profile(const struct lynx_prof_trace *trace,
 	memset(out, 0, sizeof(*out));
 	out->rank = opt ? opt->rank : -1;
 	out->world = opt ? opt->world : -1;
+	if (opt && opt->run)
+		out->run = *opt->run;
 	out->env.pid = trace->pid;
 	out->env.gpu = strdup("unknown");
 	out->env.driver = strdup("unknown");

@@ -24,8 +24,8 @@
  *    the last iteration, with the launch positions of their producer and consumers in that
  *    layer's segments. Memory: lifetime.h's peak, each allocation counted once.
  *
- * rank, world and the environment's GPU, driver and NCCL versions are not in a dump: they
- * come from opt (NULL or -1: unknown).
+ * rank, world, the run and the environment's GPU, driver and NCCL versions are not in a dump:
+ * they come from opt (NULL, -1 or a NULL run: unknown).
  */
 #ifndef LYNX_PROF_BUILD_H
 #define LYNX_PROF_BUILD_H
@@ -41,7 +41,8 @@
 struct lynx_prof_script;
 
 struct lynx_prof_build_options {
-	int32_t rank, world; /* -1: unknown */
+	int32_t rank, world;                /* -1: unknown */
+	const struct lynx_profile_run *run; /* copied into the profile; NULL: unknown */
 	/* Where to put the chosen iteration's executor script (script.h), or NULL. A script
 	 * that cannot be built (-EINVAL) is left empty (n_tokens 0); out of memory fails the
 	 * build. */

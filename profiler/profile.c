@@ -4,6 +4,7 @@
  *
  *   {"format": "lynx-profile", "version": 1,
  *    "rank": 0 | null, "world": 4 | null,                    (null: unknown)
+ *    "run": {"id": "4711.0", "source": "SLURM_JOB_ID", "started": 1795796401},  (optional)
  *    "environment": {"pid": 1234, "gpu": "unknown", "driver": "unknown", "nccl": "unknown"},
  *    "iteration": {"period_tokens": 1370, "count": 2, "prefix_events": 5120,
  *                  "events": 4400, "time": TIME},
@@ -46,7 +47,11 @@
  * "pipeline" came later still: this rank's stage and the stage count, written exactly when
  * lynx_profile_pipeline_known(); absent, the stage is unknown. A group's "producer_end"
  * came last (producer when absent; otherwise from producer to the layer's kernel count),
- * written after "producer".
+ * written after "producer". "run" came after that: the launch the profile belongs to (its id,
+ * where the id came from, one of LYNX_PROFILE_RUN_SOURCES, and the process's start in unix
+ * seconds, an integer), written exactly when run.known; absent, the run is unknown. The id is
+ * "" exactly when the source is "none", at most LYNX_PROFILE_RUN_ID_MAX bytes, with no control
+ * characters (readers print it).
  */
 #include <errno.h>
 #include <locale.h>
@@ -97,6 +102,17 @@ const char *lynx_profile_memory_class_name(enum lynx_profile_memory_class c)
 	};
 
 	return (unsigned)c < LYNX_PROFILE_MEMORY_CLASS_COUNT ? names[c] : NULL;
+}
+
+const char *lynx_profile_run_source_name(enum lynx_profile_run_source s)
+{
+	static const char *const names[] = {
+#define LYNX_PROFILE_RUN_SOURCE_NAME(id, name) [LYNX_PROFILE_RUN_SOURCE_##id] = name,
+	        LYNX_PROFILE_RUN_SOURCES(LYNX_PROFILE_RUN_SOURCE_NAME)
+#undef LYNX_PROFILE_RUN_SOURCE_NAME
+	};
+
+	return (unsigned)s < LYNX_PROFILE_RUN_SOURCE_COUNT ? names[s] : NULL;
 }
 
 bool lynx_profile_host_link_measured(const struct lynx_profile_host_link *link)
@@ -282,6 +298,20 @@ static bool add_host_link(cJSON *root, const struct lynx_profile_host_link *h)
 	       add_double(o, "latency_s", h->latency_s);
 }
 
+/* The run, or nothing when it is unknown. */
+static bool add_run(cJSON *root, const struct lynx_profile_run *run)
+{
+	const char *source = lynx_profile_run_source_name(run->source);
+	cJSON *o;
+
+	if (!run->known)
+		return true;
+	o = cJSON_AddObjectToObject(root, "run");
+	return o && cJSON_AddStringToObject(o, "id", run->id) &&
+	       cJSON_AddStringToObject(o, "source", source ? source : "none") &&
+	       add_num(o, "started", (double)run->started);
+}
+
 static cJSON *profile_json(const struct lynx_profile *p)
 {
 	cJSON *root = cJSON_CreateObject(), *o, *arr;
@@ -290,6 +320,7 @@ static cJSON *profile_json(const struct lynx_profile *p)
 	ok = ok && cJSON_AddStringToObject(root, "format", LYNX_PROFILE_FORMAT);
 	ok = ok && add_num(root, "version", LYNX_PROFILE_VERSION);
 	ok = ok && add_opt_int(root, "rank", p->rank) && add_opt_int(root, "world", p->world);
+	ok = ok && add_run(root, &p->run);
 	o = ok ? cJSON_AddObjectToObject(root, "environment") : NULL;
 	ok = o && add_num(o, "pid", p->env.pid) &&
 	     cJSON_AddStringToObject(o, "gpu", p->env.gpu ? p->env.gpu : "unknown") &&
@@ -797,6 +828,46 @@ static int read_host_link(struct reader *r, const cJSON *root, struct lynx_profi
 	return 0;
 }
 
+static const char *run_source_name(int i)
+{
+	return lynx_profile_run_source_name((enum lynx_profile_run_source)i);
+}
+
+/* The optional run: absent, unknown (known false). */
+static int read_run(struct reader *r, const cJSON *root, struct lynx_profile_run *run)
+{
+	const cJSON *o, *id;
+	int source, err;
+
+	memset(run, 0, sizeof(*run));
+	if (!cJSON_GetObjectItemCaseSensitive(root, "run"))
+		return 0;
+	if ((err = get_object(r, root, "", "run", &o)) || (err = get(r, o, "run", "id", &id)) ||
+	    (err = get_name(r, o, "run", "source", run_source_name, LYNX_PROFILE_RUN_SOURCE_COUNT,
+	                    &source)) ||
+	    (err = get_u64(r, o, "run", "started", &run->started)))
+		return err;
+	if (!cJSON_IsString(id))
+		return refuse(r, "run.id: expected a string");
+	if (strlen(id->valuestring) > LYNX_PROFILE_RUN_ID_MAX)
+		return refuse(r, "run.id: %zu bytes, expected at most %d", strlen(id->valuestring),
+		              LYNX_PROFILE_RUN_ID_MAX);
+	for (const unsigned char *c = (const unsigned char *)id->valuestring; *c; c++)
+		if (*c < 0x20 || *c == 0x7f)
+			return refuse(r, "run.id: a control character (0x%02x) at byte %zu", *c,
+			              (size_t)(c - (const unsigned char *)id->valuestring));
+	run->source = (enum lynx_profile_run_source)source;
+	if (run->source == LYNX_PROFILE_RUN_SOURCE_NONE && id->valuestring[0])
+		return refuse(r, "run.id: expected \"\" with source \"none\", got \"%.40s\"",
+		              id->valuestring);
+	if (run->source != LYNX_PROFILE_RUN_SOURCE_NONE && !id->valuestring[0])
+		return refuse(r, "run.id: empty, expected the id that %s gave",
+		              lynx_profile_run_source_name(run->source));
+	strcpy(run->id, id->valuestring);
+	run->known = true;
+	return 0;
+}
+
 /* The array at key: its size, and a calloc'ed array of n elements of size bytes. */
 static int alloc_array(struct reader *r, const cJSON *root, const char *key, size_t size,
                        const cJSON **arr, void **out, size_t *n)
@@ -839,7 +910,8 @@ static int read_profile(struct reader *r, const cJSON *root, struct lynx_profile
 		return refuse(r, "version: %.0f is not supported (this reader knows %s version %d)",
 		              version, LYNX_PROFILE_FORMAT, LYNX_PROFILE_VERSION);
 	if ((err = get_opt_int(r, root, "", "rank", &p->rank)) ||
-	    (err = get_opt_int(r, root, "", "world", &p->world)))
+	    (err = get_opt_int(r, root, "", "world", &p->world)) ||
+	    (err = read_run(r, root, &p->run)))
 		return err;
 	if ((err = get_object(r, root, "", "environment", &o)) ||
 	    (err = get_int(r, o, "environment", "pid", 0, INT32_MAX, &pid)) ||

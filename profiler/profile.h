@@ -77,6 +77,38 @@ enum lynx_profile_memory_class {
 	        LYNX_PROFILE_MEMORY_CLASS_COUNT
 };
 
+/*
+ * Where a profile's run id comes from: X(ID, name), the name as written. NONE: no id was
+ * found (the readers then tell runs apart by world size and start time, profiler/run.h).
+ */
+#define LYNX_PROFILE_RUN_SOURCES(X)            \
+	X(NONE, "none")                        \
+	X(TORCHELASTIC, "TORCHELASTIC_RUN_ID") \
+	X(SLURM, "SLURM_JOB_ID")               \
+	X(NCCL, "nccl_unique_id")
+
+enum lynx_profile_run_source {
+#define LYNX_PROFILE_RUN_SOURCE_ENUM(id, name) LYNX_PROFILE_RUN_SOURCE_##id,
+	LYNX_PROFILE_RUN_SOURCES(LYNX_PROFILE_RUN_SOURCE_ENUM)
+#undef LYNX_PROFILE_RUN_SOURCE_ENUM
+	        LYNX_PROFILE_RUN_SOURCE_COUNT
+};
+
+/* The longest run id in bytes: a Slurm "JOB.STEP" or a torchelastic id is far shorter. */
+#define LYNX_PROFILE_RUN_ID_MAX 127
+
+/*
+ * The launch a profile comes from, shared by every rank of it (profiler/run.h finds it and
+ * groups profiles by it). Fixed-size, so that a profile can be copied whole and the shim
+ * fills it without allocating.
+ */
+struct lynx_profile_run {
+	bool known; /* false: the profile has no "run" (older, or built from a dump) */
+	enum lynx_profile_run_source source;
+	char id[LYNX_PROFILE_RUN_ID_MAX + 1]; /* "" exactly when source is NONE */
+	uint64_t started;                     /* unix seconds when the process started */
+};
+
 /* A measured duration: the median of samples, their range, and the source. With source
  * UNKNOWN the numbers are 0 and not written. */
 struct lynx_profile_time {
@@ -147,6 +179,7 @@ struct lynx_profile_host_link {
 
 struct lynx_profile {
 	int32_t rank, world; /* -1: unknown (written as null) */
+	struct lynx_profile_run run;
 	struct {
 		int32_t pid;
 		char *gpu, *driver, *nccl; /* "unknown" until the shim records them */
@@ -228,5 +261,6 @@ bool lynx_profile_host_link_measured(const struct lynx_profile_host_link *link);
 const char *lynx_profile_source_name(enum lynx_profile_source s);
 const char *lynx_profile_window_kind_name(enum lynx_profile_window_kind k);
 const char *lynx_profile_memory_class_name(enum lynx_profile_memory_class c);
+const char *lynx_profile_run_source_name(enum lynx_profile_run_source s);
 
 #endif /* LYNX_PROF_PROFILE_H */

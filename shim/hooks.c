@@ -163,14 +163,15 @@ struct lynx_real_table lynx_real = {
 			lynx_time_group_ended();                                      \
 	} while (0)
 /* A new communicator: its handle, and its size and this rank in it (ncclInProgress is a
- * non-blocking communicator on its way; its shape is known from the arguments). */
-#define LYNX_RECORD_COMM_INIT(out, nranks, rank)                                       \
+ * non-blocking communicator on its way; its shape is known from the arguments). Its unique
+ * id, the same on every rank, names the job's run when it is the largest (lifecycle.h). */
+#define LYNX_RECORD_COMM_INIT(out, nranks, rank, id)                                   \
 	do {                                                                           \
 		bool made_ = result == ncclSuccess || result == ncclInProgress;        \
 		lynx_record_comm(call.event, made_ && (out) ? LYNX_AS_U64(*(out)) : 0, \
 		                 made_ ? (nranks) : 0, made_ ? (rank) : -1);           \
 		if (made_)                                                             \
-			lynx_note_nccl_rank(nranks, rank);                             \
+			lynx_note_nccl_rank(nranks, rank, &(id), sizeof(id));          \
 	} while (0)
 /* A communicator split from another: NCCL orders its ranks by key, so they are asked. */
 #define LYNX_RECORD_COMM_SPLIT(out)                                                               \
@@ -204,7 +205,7 @@ struct lynx_real_table lynx_real = {
 #define LYNX_TIME_NCCL(send, recv, count, type, op, peer, comm, stream) \
 	lynx_time_begin(&call, LYNX_AS_U64(stream))
 #define LYNX_TIME_GROUP(delta)
-#define LYNX_TIME_COMM_INIT(out, nranks, rank)
+#define LYNX_TIME_COMM_INIT(out, nranks, rank, id)
 #define LYNX_TIME_COMM_SPLIT(out)
 
 /*
@@ -233,7 +234,7 @@ struct lynx_real_table lynx_real = {
 	 lynx_exec_window(call.id, LYNX_AS_U64(send), LYNX_AS_U64(recv), LYNX_AS_U64(stream)), \
 	 false)
 #define LYNX_EXEC_GROUP(delta) false
-#define LYNX_EXEC_COMM_INIT(out, nranks, rank) false
+#define LYNX_EXEC_COMM_INIT(out, nranks, rank, id) false
 #define LYNX_EXEC_COMM_SPLIT(out) false
 
 /*
@@ -253,7 +254,7 @@ struct lynx_real_table lynx_real = {
 #define LYNX_LOST_CHECK_LAUNCH_CONFIG(config, function) false
 #define LYNX_LOST_CHECK_NCCL(send, recv, count, type, op, peer, comm, stream) lynx_data_is_lost()
 #define LYNX_LOST_CHECK_GROUP(delta) lynx_data_is_lost()
-#define LYNX_LOST_CHECK_COMM_INIT(out, nranks, rank) lynx_data_is_lost()
+#define LYNX_LOST_CHECK_COMM_INIT(out, nranks, rank, id) lynx_data_is_lost()
 #define LYNX_LOST_CHECK_COMM_SPLIT(out) lynx_data_is_lost()
 
 #define LYNX_HOOK(layer, symbol, procname, version, variant, kind, body, ret, params, args, \

@@ -163,8 +163,10 @@ static inline void lynx_time_begin(struct lynx_call *call, uint64_t stream)
 void lynx_time_group_ended(void);
 
 /* ncclCommInitRank's rank and size, for the largest communicator seen: the process's rank
- * in the job (its profile is profile.<rank>.json). -1 until one is created. */
-void lynx_note_nccl_rank(int nranks, int rank);
+ * in the job (its profile is profile.<rank>.json). -1 until one is created. That
+ * communicator's unique id (id[0..len), hashed) names the job's run (lifecycle.h's
+ * lynx_job_run) when nothing in the environment does. */
+void lynx_note_nccl_rank(int nranks, int rank, const void *id, size_t len);
 int lynx_job_rank(void);
 int lynx_job_world(void);
 /* True when LYNX_OUT is a pattern that may give the job's processes different directories

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "atomic_file.h"
@@ -27,6 +28,7 @@
 #include "out_path.h"
 #include "profiling.h"
 #include "record.h"
+#include "run.h"
 #include "timing.h"
 
 atomic_bool lynx_intercepting = true;
@@ -337,6 +339,36 @@ static void choose_output_dir(void)
 		          config.out_dir, strerror(-err));
 }
 
+/* ---- The job's run ----------------------------------------------------------------------- */
+
+/* What names the run, read once at initialisation: the environment may change later (and
+ * getenv is not safe beside a setenv), and the process's start does not. */
+static struct {
+	char torchelastic_run_id[LYNX_PROFILE_RUN_ID_MAX + 1], torchelastic_restart_count[16];
+	char slurm_job_id[LYNX_PROFILE_RUN_ID_MAX + 1], slurm_step_id[32];
+	uint64_t started;
+} run_facts;
+
+static void copy_env(char *to, size_t len, const char *name)
+{
+	const char *v = lookup_env(name);
+
+	snprintf(to, len, "%s", v ? v : "");
+}
+
+static void note_run_facts(void)
+{
+	copy_env(run_facts.torchelastic_run_id, sizeof(run_facts.torchelastic_run_id),
+	         "TORCHELASTIC_RUN_ID");
+	copy_env(run_facts.torchelastic_restart_count, sizeof(run_facts.torchelastic_restart_count),
+	         "TORCHELASTIC_RESTART_COUNT");
+	copy_env(run_facts.slurm_job_id, sizeof(run_facts.slurm_job_id), "SLURM_JOB_ID");
+	copy_env(run_facts.slurm_step_id, sizeof(run_facts.slurm_step_id), "SLURM_STEP_ID");
+	/* Without /proc, the first intercepted call is the nearest moment known. */
+	if (lynx_run_process_started(&run_facts.started))
+		run_facts.started = (uint64_t)time(NULL);
+}
+
 static void init_locked(void)
 {
 	int refused = lynx_config_parse(&config, lookup_env, warn_setting);
@@ -352,6 +384,7 @@ static void init_locked(void)
 	}
 	out_pattern = config.out_dir;
 	choose_output_dir();
+	note_run_facts();
 	lynx_recorder_configure(config.ring_bytes, config.recorder_budget);
 	/* Before the drainer starts: the dump and the profiler see every event. */
 	dumping = config.events && *config.events &&
@@ -496,8 +529,11 @@ static void forget_grouped_marks(void)
 /* ---- The job's rank ---------------------------------------------------------------------- */
 
 static _Atomic int job_rank = -1, job_world = -1;
+/* The world communicator's unique id, hashed; job_comm_hashed says it is there. */
+static _Atomic uint64_t job_comm_hash;
+static atomic_bool job_comm_hashed;
 
-void lynx_note_nccl_rank(int nranks, int rank)
+void lynx_note_nccl_rank(int nranks, int rank, const void *id, size_t len)
 {
 	/* The largest communicator is the job's world (data, tensor and pipeline groups are
 	 * split from it or made beside it); the first of that size wins. */
@@ -506,9 +542,27 @@ void lynx_note_nccl_rank(int nranks, int rank)
 	while (nranks > world && rank >= 0 && rank < nranks) {
 		if (atomic_compare_exchange_weak(&job_world, &world, nranks)) {
 			atomic_store(&job_rank, rank);
+			atomic_store(&job_comm_hash, lynx_run_hash(id, len));
+			atomic_store(&job_comm_hashed, true);
 			return;
 		}
 	}
+}
+
+/* The job's run, from what note_run_facts read and the world communicator's hash. */
+void lynx_job_run(struct lynx_profile_run *out)
+{
+	struct lynx_run_facts facts = {
+	        .torchelastic_run_id = run_facts.torchelastic_run_id,
+	        .torchelastic_restart_count = run_facts.torchelastic_restart_count,
+	        .slurm_job_id = run_facts.slurm_job_id,
+	        .slurm_step_id = run_facts.slurm_step_id,
+	        .comm_hashed = atomic_load(&job_comm_hashed),
+	        .comm_hash = atomic_load(&job_comm_hash),
+	        .started = run_facts.started,
+	};
+
+	lynx_run_identify(&facts, out);
 }
 
 bool lynx_output_private(void)

@@ -19,12 +19,14 @@
 #include "executor.h"
 #include "hooks.h"
 #include "host_link.h"
+#include "lifecycle.h"
 #include "log.h"
 #include "period.h"
 #include "planner.h"
 #include "profile.h"
 #include "profiling.h"
 #include "regular_file.h"
+#include "run.h"
 #include "summary.h"
 #include "timing.h"
 #include "whatif.h"
@@ -423,12 +425,15 @@ static const char *recorder_losses(char *buf, size_t len)
 /* Builds and writes the profile from the resolved view; frees what was collected. */
 static void write_profile(struct lynx_prof_trace *view, bool at_exit)
 {
+	struct lynx_profile_run run;
 	struct lynx_prof_build_options opt = {.rank = lynx_job_rank(),
 	                                      .world = lynx_job_world(),
+	                                      .run = &run,
 	                                      .script = prof.recompute ? &prof.script : NULL};
 	char why[256], path[PATH_MAX + 64];
 	int err;
 
+	lynx_job_run(&run);
 	err = lynx_prof_build_profile(view, &opt, &prof.profile, why, sizeof(why));
 	if (err) {
 		/* A program that repeats but has no layers (a test loop, an inference server),
@@ -612,6 +617,7 @@ struct job_profiles {
 	struct lynx_profile *owned; /* read from files, freed by job_profiles_free */
 	const struct lynx_profile **ranks;
 	int read, world;
+	int other_runs; /* files left by another launch in a reused LYNX_OUT, not read */
 };
 
 static int job_profiles_read(struct job_profiles *j)
@@ -620,6 +626,7 @@ static int job_profiles_read(struct job_profiles *j)
 
 	j->world = lynx_job_world() > 0 ? lynx_job_world() : 1;
 	j->read = 0;
+	j->other_runs = 0;
 	j->owned = calloc((size_t)j->world, sizeof(*j->owned));
 	j->ranks = calloc((size_t)j->world, sizeof(*j->ranks));
 	if (!j->owned || !j->ranks)
@@ -632,10 +639,29 @@ static int job_profiles_read(struct job_profiles *j)
 		snprintf(path, sizeof(path), "%s/profile.%d.json", prof.out_dir, r);
 		if (lynx_profile_read(path, &j->owned[j->read], why, sizeof(why)))
 			continue;
+		/* A file another launch left in a reused LYNX_OUT is not this rank's yet (its
+		 * rank writes over it at the end of its warm-up). */
+		if (!lynx_run_same(&prof.profile, &j->owned[j->read])) {
+			lynx_debug("%s is another run's (%s \"%s\"): not read", path,
+			           lynx_profile_run_source_name(j->owned[j->read].run.source),
+			           j->owned[j->read].run.id);
+			lynx_profile_free(&j->owned[j->read]);
+			j->other_runs++;
+			continue;
+		}
 		j->ranks[j->read] = &j->owned[j->read];
 		j->read++;
 	}
 	return 0;
+}
+
+/* ", and 2 of another run", for the lines that count the profiles read, or "". */
+static const char *other_runs_clause(const struct job_profiles *j, char *buf, size_t len)
+{
+	buf[0] = '\0';
+	if (j->other_runs)
+		snprintf(buf, len, ", and %d of another run (an earlier launch's)", j->other_runs);
+	return buf;
 }
 
 static void job_profiles_free(struct job_profiles *j)
@@ -665,7 +691,7 @@ static void print_whatif(void)
 {
 	struct job_profiles j;
 	struct lynx_whatif w;
-	char why[256], tag[32];
+	char why[256], tag[32], others[80];
 
 	rank_tag(tag, sizeof(tag));
 	if (prof.profile_at_exit) {
@@ -682,9 +708,10 @@ static void print_whatif(void)
 		fprintf(stderr, "%s: what-if: out of memory\n", tag);
 	else if (j.read < j.world)
 		fprintf(stderr,
-		        "%s: what-if: %d of %d ranks' profiles in %s; run `lynx plan "
+		        "%s: what-if: %d of %d ranks' profiles in %s%s; run `lynx plan "
 		        "%s/profile.*.json` once all are there\n",
-		        tag, j.read, j.world, prof.out_dir, prof.out_dir);
+		        tag, j.read, j.world, prof.out_dir,
+		        other_runs_clause(&j, others, sizeof(others)), prof.out_dir);
 	else if (lynx_whatif_from_profiles(j.ranks, (size_t)j.read, prof.budget, &w, why,
 	                                   sizeof(why)))
 		fprintf(stderr, "%s: what-if: no plan: %s\n", tag, why);
@@ -1101,7 +1128,7 @@ static void start_search(struct job_profiles *j, const struct lynx_problem_optio
 static void try_plan(bool at_exit)
 {
 	struct job_profiles j;
-	char why[256];
+	char why[256], others[80];
 	char *plan_json = NULL;
 
 	switch (atomic_load(&search.state)) {
@@ -1138,9 +1165,10 @@ static void try_plan(bool at_exit)
 	if (j.read < j.world) {
 		bool waited = now_ns() - prof.plan_since_ns >= PLAN_WAIT_NS;
 		if (at_exit) {
-			lynx_warn("recompute mode: %d of %d ranks' profiles in %s at exit: no plan "
-			          "(the ranks must share LYNX_OUT, or give LYNX_PLAN)",
-			          j.read, j.world, prof.out_dir);
+			lynx_warn("recompute mode: %d of %d ranks' profiles in %s%s at exit: no "
+			          "plan (the ranks must share LYNX_OUT, or give LYNX_PLAN)",
+			          j.read, j.world, prof.out_dir,
+			          other_runs_clause(&j, others, sizeof(others)));
 			plan_done();
 		}
 		if (at_exit || (!waited && !lynx_output_private())) {
@@ -1153,10 +1181,12 @@ static void try_plan(bool at_exit)
 			          "pipeline's windows");
 		else
 			lynx_warn(
-			        "recompute mode: %d of %d ranks' profiles in %s after %llu s (the "
-			        "ranks must share LYNX_OUT to plan together): planning this rank's "
-			        "stage from its own profile, without the pipeline's windows",
-			        j.read, j.world, prof.out_dir, PLAN_WAIT_NS / 1000000000ull);
+			        "recompute mode: %d of %d ranks' profiles in %s%s after %llu s "
+			        "(the ranks must share LYNX_OUT to plan together): planning this "
+			        "rank's stage from its own profile, without the pipeline's windows",
+			        j.read, j.world, prof.out_dir,
+			        other_runs_clause(&j, others, sizeof(others)),
+			        PLAN_WAIT_NS / 1000000000ull);
 		solo = true;
 	}
 	if (prof.plan_path[0]) {

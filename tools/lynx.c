@@ -43,12 +43,12 @@ static const struct lynx_command commands[] = {
         {"profile", lynx_profile_main,
          "EVENTS.jsonl [-o FILE] [--trace FILE] [--rank R] [--world W] | --read FILE",
          "build one rank's profile from a LYNX_EVENTS dump, or check a profile", lynx_profile_help},
-        {"report", lynx_report_main, "DIR",
+        {"report", lynx_report_main, "[--run ID] DIR",
          "tables and report.svg from the profile.<rank>.json (and trace.<rank>.json) in DIR",
          lynx_report_help},
         {"plan", lynx_plan_main,
-         "PROFILE... [--budget BYTES|--budget-percent N] [--planner P] [--out FILE] | "
-         "--model NAME|--hf-config FILE --cluster NAME "
+         "PROFILE... [--run ID] [--budget BYTES|--budget-percent N] [--planner P] "
+         "[--out FILE] | --model NAME|--hf-config FILE --cluster NAME "
          "[--tp T] [--pp P] [--budget BYTES] [--planner P] [--out FILE] [--partition]",
          "plan a job, from its profiles or a model description, and write the plan",
          lynx_plan_help},

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "atomic_file.h"
 #include "checker.h"
@@ -23,12 +24,14 @@
 #include "planner.h"
 #include "presets.h"
 #include "problem.h"
-/* The profile format; a plain "profile.h" would be tools/profile.h, beside this file. */
+/* The profile format and its runs; plain "profile.h" and "run.h" would be tools/'s. */
 #include "../profiler/profile.h"
+#include "../profiler/run.h"
 
 struct plan_args {
 	struct lynx_job_args job;
 	const char *planner, *out;
+	const char *run; /* profiles only: the run to read; NULL: the newest */
 	bool partition;
 	uint32_t budget_percent; /* profiles: each stage's share of its own peak; 0: --budget */
 };
@@ -47,6 +50,9 @@ static const struct lynx_option options[] = {
         LYNX_OPTION(struct plan_args, "--budget-percent", "N", UINT, budget_percent,
                     "profiles only: each stage's budget is N% (1 to 100) of its own measured "
                     "peak, as LYNX_BUDGET=N% (stages peak differently)"),
+        LYNX_OPTION(struct plan_args, "--run", "ID", NAME, run,
+                    "profiles only: plan the run ID among profiles of several (default: the "
+                    "newest)"),
 };
 
 #define N_OPTIONS (sizeof(options) / sizeof(options[0]))
@@ -71,11 +77,15 @@ void lynx_plan_help(FILE *out)
 	        "\nlynx plan PROFILE [PROFILE...] plans from recorded profiles (lynx profile's "
 	        "files)\ninstead, one per pipeline stage (more ranks of a stage: the slowest "
 	        "counts). Only\n--budget (default: the largest measured peak), --budget-percent, "
-	        "--planner, --out\nand --time-limit apply. The layer's ops are its kernels, its "
-	        "groups the saved "
-	        "buffers, its windows\nthe measured collectives (policy/problem.h says how). The "
-	        "offload planner needs every\nprofile's host link, which recompute mode "
-	        "measures in warm-up (profiling-only mode\ndoes not): without it, it is refused."
+	        "--planner, --out,\n--time-limit and --run apply. The layer's ops are its kernels, "
+	        "its groups the saved\nbuffers, its windows the measured collectives "
+	        "(policy/problem.h says how). The\noffload planner needs every profile's host "
+	        "link, which recompute mode measures in\nwarm-up (profiling-only mode does not): "
+	        "without it, it is refused."
+	        "\n\nProfiles of several runs (a reused LYNX_OUT: `lynx plan DIR/profile.*.json` "
+	        "after\nlaunches of different sizes) are never planned together: the newest run's "
+	        "are,\nand a line on stderr says which; --run ID takes another (the ids as that "
+	        "line\nprints them)."
 	        "\n\nExit status: 0 for a plan that fits; 1 when it does not (it is written all "
 	        "the\nsame, to look at) or on failure; 2 for bad input.\n");
 }
@@ -83,8 +93,8 @@ void lynx_plan_help(FILE *out)
 /* The options that apply to profiles; the others describe a model. */
 static bool profile_option(const char *name)
 {
-	static const char *const apply[] = {"--budget", "--budget-percent", "--planner", "--out",
-	                                    "--time-limit"};
+	static const char *const apply[] = {"--budget", "--budget-percent", "--planner",
+	                                    "--out",    "--time-limit",     "--run"};
 
 	for (size_t i = 0; i < sizeof(apply) / sizeof(apply[0]); i++)
 		if (!strcmp(apply[i], name))
@@ -166,13 +176,15 @@ static void print_model_header(const struct lynx_problem *p, const char *model,
 }
 
 static void print_profile_header(const struct lynx_problem *p, size_t n_profiles,
-                                 const struct lynx_plan *plan)
+                                 const struct lynx_profile_run *run, const struct lynx_plan *plan)
 {
 	struct size_text t;
 
-	printf("%zu profile%s: %u stage%s, %u layers, %u micro-batches; budget %s%s; planner %s\n",
-	       n_profiles, n_profiles == 1 ? "" : "s", p->n_stages, p->n_stages == 1 ? "" : "s",
-	       p->model.layers, p->micro_batches,
+	printf("%zu profile%s", n_profiles, n_profiles == 1 ? "" : "s");
+	if (run && run->known && run->id[0])
+		printf(" of run %s", run->id);
+	printf(": %u stage%s, %u layers, %u micro-batches; budget %s%s; planner %s\n", p->n_stages,
+	       p->n_stages == 1 ? "" : "s", p->model.layers, p->micro_batches,
 	       p->n_stages && p->stages[0].budget_bytes ? "per stage, at most " : "",
 	       size_text(p->budget_bytes, &t), plan->planner);
 	printf("layer: %u ops, %u groups, forward %.3f ms, backward %.3f ms (the optimizer step "
@@ -249,9 +261,10 @@ static int write_plan(const struct lynx_problem *p, const struct lynx_plan *plan
 }
 
 /* Runs the planner and the checker on p, prints the summary and writes the plan file. The
- * job is the model called model, or n_profiles profiles. */
+ * job is the model called model, or n_profiles profiles of run (NULL: unknown). */
 static int plan_problem(const struct lynx_problem *p, const struct lynx_planner *pl,
-                        const struct plan_args *a, const char *model, size_t n_profiles)
+                        const struct plan_args *a, const char *model, size_t n_profiles,
+                        const struct lynx_profile_run *run)
 {
 	struct lynx_checker_result r = {0};
 	struct lynx_plan plan;
@@ -271,7 +284,7 @@ static int plan_problem(const struct lynx_problem *p, const struct lynx_planner 
 	if (model)
 		print_model_header(p, model, &plan);
 	else
-		print_profile_header(p, n_profiles, &plan);
+		print_profile_header(p, n_profiles, run, &plan);
 	print_summary(p, &plan, checked ? &r : NULL);
 	rc = write_plan(p, &plan, a->out ? a->out : "plan.json");
 	/* A plan that does not fit is written, to look at, but is no success. */
@@ -316,27 +329,79 @@ static int plan_job(const struct plan_args *a, const struct lynx_model_desc *m,
 		        err == -EINVAL && m->pp && m->layers % m->pp ? " (try --partition)" : "");
 		return err == -ENOMEM ? LYNX_EXIT_FAIL : LYNX_EXIT_USAGE;
 	}
-	rc = plan_problem(&p, pl, a, a->job.model, 0);
+	rc = plan_problem(&p, pl, a, a->job.model, 0, NULL);
 	lynx_problem_free(&p);
 	return rc;
 }
 
-/* Plans from the profiles at paths[0..n). */
+/*
+ * The run to plan among the profiles prof[0..n) read from paths: --run's, or the newest, said
+ * on stderr when there are several. Fills ranks and names with its profiles, in the order
+ * given, and returns their count; 0 after a message (*rc the exit status).
+ */
+static size_t take_one_run(const struct plan_args *a, const char *const *paths,
+                           const struct lynx_profile *prof, size_t n,
+                           const struct lynx_profile **ranks, const char **names,
+                           struct lynx_profile_run *run, int *rc)
+{
+	int64_t *mtimes = calloc(n, sizeof(*mtimes));
+	const struct lynx_run_group *chosen;
+	struct lynx_runs runs;
+	char about[64], known[1024];
+	size_t kept = 0;
+
+	for (size_t i = 0; i < n; i++)
+		ranks[i] = &prof[i];
+	for (size_t i = 0; mtimes && i < n; i++) {
+		struct stat st;
+		mtimes[i] = stat(paths[i], &st) ? 0 : (int64_t)st.st_mtime;
+	}
+	if (!mtimes || lynx_runs_group(ranks, mtimes, n, &runs)) {
+		free(mtimes);
+		fprintf(stderr, "lynx plan: out of memory\n");
+		*rc = LYNX_EXIT_FAIL;
+		return 0;
+	}
+	free(mtimes);
+	chosen = a->run ? lynx_runs_find(&runs, a->run) : &runs.groups[0];
+	if (!chosen) {
+		lynx_runs_names(&runs, known, sizeof(known));
+		*rc = lynx_usage_error("plan",
+		                       "--run %s: no such run among the profiles (they "
+		                       "hold: %s)",
+		                       a->run, known);
+		lynx_runs_free(&runs);
+		return 0;
+	}
+	snprintf(about, sizeof(about), "lynx plan: the %zu profiles come from", n);
+	lynx_runs_print_choice(stderr, about, &runs, chosen, a->run != NULL);
+	*run = chosen->run;
+	for (size_t m = 0; m < chosen->count; m++) {
+		ranks[kept] = &prof[chosen->members[m]];
+		names[kept++] = paths[chosen->members[m]];
+	}
+	lynx_runs_free(&runs);
+	return kept;
+}
+
+/* Plans from the profiles at paths[0..n): one run's. */
 static int plan_profiles(const struct plan_args *a, const char *const *paths, size_t n,
                          const struct lynx_planner *pl)
 {
-	struct lynx_problem_options opt = {.search_seconds = a->job.time_limit,
-	                                   .budget_bytes = a->job.budget,
-	                                   .profile_names = paths,
-	                                   .budget_percent = a->budget_percent};
 	struct lynx_profile *prof = calloc(n, sizeof(*prof));
 	const struct lynx_profile **ranks = calloc(n, sizeof(*ranks));
+	const char **names = calloc(n, sizeof(*names));
+	struct lynx_problem_options opt = {.search_seconds = a->job.time_limit,
+	                                   .budget_bytes = a->job.budget,
+	                                   .profile_names = names,
+	                                   .budget_percent = a->budget_percent};
+	struct lynx_profile_run run;
 	struct lynx_problem p;
-	size_t read = 0;
+	size_t read = 0, kept;
 	char why[512];
 	int err, rc = LYNX_EXIT_FAIL;
 
-	if (!prof || !ranks) {
+	if (!prof || !ranks || !names) {
 		fprintf(stderr, "lynx plan: out of memory\n");
 		goto out;
 	}
@@ -348,9 +413,11 @@ static int plan_profiles(const struct plan_args *a, const char *const *paths, si
 			rc = err == -ENOMEM ? LYNX_EXIT_FAIL : LYNX_EXIT_USAGE;
 			goto out;
 		}
-		ranks[read] = &prof[read];
 	}
-	err = lynx_problem_from_profile(ranks, n, &opt, &p, why, sizeof(why));
+	kept = take_one_run(a, paths, prof, n, ranks, names, &run, &rc);
+	if (!kept)
+		goto out;
+	err = lynx_problem_from_profile(ranks, kept, &opt, &p, why, sizeof(why));
 	if (err) {
 		fprintf(stderr, "lynx plan: %s\n", err == -ENOMEM ? "out of memory" : why);
 		rc = err == -ENOMEM ? LYNX_EXIT_FAIL : LYNX_EXIT_USAGE;
@@ -363,7 +430,7 @@ static int plan_profiles(const struct plan_args *a, const char *const *paths, si
 		        "another planner\n");
 		rc = LYNX_EXIT_USAGE;
 	} else {
-		rc = plan_problem(&p, pl, a, NULL, n);
+		rc = plan_problem(&p, pl, a, NULL, kept, &run);
 	}
 	lynx_problem_free(&p);
 out:
@@ -371,6 +438,7 @@ out:
 		lynx_profile_free(&prof[read]);
 	free(prof);
 	free(ranks);
+	free(names);
 	return rc;
 }
 
@@ -480,6 +548,9 @@ int lynx_plan_main(int argc, char **argv)
 	if (a.budget_percent > 100)
 		rc = lynx_usage_error("plan", "--budget-percent %u is not between 1 and 100",
 		                      a.budget_percent);
+	else if (!n_profiles && a.run)
+		rc = lynx_usage_error("plan", "--run picks among profiles: give them (a model has "
+		                              "no runs)");
 	else if (!n_profiles && a.budget_percent)
 		rc = lynx_usage_error("plan", "--budget-percent needs profiles (a model has no "
 		                              "measured peak): give --budget");
@@ -488,7 +559,8 @@ int lynx_plan_main(int argc, char **argv)
 	else if (model_only)
 		rc = lynx_usage_error("plan",
 		                      "%s describes a model; with profiles only --budget, "
-		                      "--budget-percent, --planner, --out and --time-limit apply",
+		                      "--budget-percent, --planner, --out, --time-limit and --run "
+		                      "apply",
 		                      model_only);
 	else
 		rc = plan_profiles(&a, profiles, n_profiles, pl);

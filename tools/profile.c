@@ -68,7 +68,12 @@ static void summary(const struct lynx_profile *p, const char *path)
 		snprintf(rank, sizeof(rank), "%d", p->rank);
 	if (p->world >= 0)
 		snprintf(world, sizeof(world), "%d", p->world);
-	printf("%s: rank %s of %s, pid %d\n", path, rank, world, p->env.pid);
+	printf("%s: rank %s of %s, pid %d", path, rank, world, p->env.pid);
+	if (p->run.known && p->run.id[0])
+		printf(", run %s (%s)", p->run.id, lynx_profile_run_source_name(p->run.source));
+	else if (p->run.known)
+		printf(", a run without an id");
+	printf("\n");
 	printf("iteration: %u found, %llu work signatures each, %s\n", p->iteration.count,
 	       (unsigned long long)p->iteration.period_tokens,
 	       fmt_time(&p->iteration.time, a, sizeof(a)));

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
 
@@ -22,6 +23,7 @@
 #include "report.h"
 #include "report_model.h"
 #include "report_summary.h"
+#include "../profiler/run.h" /* not tools/run.h, `lynx run` */
 #include "whatif.h"
 
 #define MAX_RANKS 4096
@@ -37,7 +39,13 @@ void lynx_report_help(FILE *out)
 	        "report.svg plots, per rank, device memory over one iteration and each stream's\n"
 	        "busy share (from the timeline; device-timed work only), and the peak by class.\n"
 	        "After a recompute run, each rank's summary.<rank>.json gives a row: the plan,\n"
-	        "and peak and step in warm-up, planned and achieved.\n");
+	        "and peak and step in warm-up, planned and achieved.\n"
+	        "\n"
+	        "A profile names its run (the launch that wrote it); when DIR holds profiles of\n"
+	        "several runs (each launch overwrites only its own ranks' files), the report\n"
+	        "reads the newest and says so on stderr. --run ID reads another: an id as that\n"
+	        "line prints it (none@<start> for a run without an id, unknown@world<W> for\n"
+	        "profiles that name no run). docs/formats.md says how runs are told apart.\n");
 }
 
 /* ---- Formatting ---------------------------------------------------------------------------- */
@@ -603,7 +611,16 @@ static void print_tables(const struct report *rep)
 	for (size_t i = 0; i < rep->count; i++)
 		if (rep->ranks[i].p.world > world)
 			world = rep->ranks[i].p.world;
-	printf("%s: %zu rank%s", rep->dir, rep->count, rep->count == 1 ? "" : "s");
+	/* The run, when the profiles name one: which launch these tables are of. */
+	printf("%s", rep->dir);
+	if (rep->run.known && rep->run.id[0])
+		printf(", run %s (%s, started %s)", rep->run.id,
+		       lynx_profile_run_source_name(rep->run.source),
+		       lynx_run_local_time((int64_t)rep->run.started, a, sizeof(a)));
+	else if (rep->run.known)
+		printf(", a run without an id (started %s)",
+		       lynx_run_local_time((int64_t)rep->run.started, a, sizeof(a)));
+	printf(": %zu rank%s", rep->count, rep->count == 1 ? "" : "s");
 	if (world >= 0)
 		printf(" of %d", world);
 	printf(", %zu stage%s\n", rep->stage_count, rep->stage_count == 1 ? "" : "s");
@@ -650,12 +667,71 @@ static void report_free(struct report *rep)
 	free(rep->stages);
 }
 
-/* Reads every profile.<rank>.json in dir. Returns 0, or an exit status (messages printed). */
+/* A file's modification time in unix seconds, or 0. */
+static int64_t modified(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) ? 0 : (int64_t)st.st_mtime;
+}
+
+/*
+ * Keeps the ranks of one run (--run's, or the newest) and says on stderr which when there were
+ * several. Returns 0, or an exit status (messages printed).
+ */
+static int take_one_run(struct report *rep, const int64_t *mtimes)
+{
+	const struct lynx_profile **profiles = calloc(rep->count, sizeof(*profiles));
+	const struct lynx_run_group *chosen;
+	struct lynx_runs runs = {0};
+	char about[4200], names[1024];
+	size_t kept = 0;
+	int status = LYNX_EXIT_OK;
+
+	for (size_t i = 0; profiles && i < rep->count; i++)
+		profiles[i] = &rep->ranks[i].p;
+	if (!profiles || lynx_runs_group(profiles, mtimes, rep->count, &runs)) {
+		fprintf(stderr, "lynx report: out of memory\n");
+		free(profiles);
+		return LYNX_EXIT_FAIL;
+	}
+	free(profiles);
+	chosen = rep->run_asked ? lynx_runs_find(&runs, rep->run_asked) : &runs.groups[0];
+	if (!chosen) {
+		lynx_runs_names(&runs, names, sizeof(names));
+		status = lynx_usage_error("report", "--run %s: no such run in %s (it holds: %s)",
+		                          rep->run_asked, rep->dir, names);
+		goto out;
+	}
+	snprintf(about, sizeof(about), "lynx report: %s holds profiles of", rep->dir);
+	lynx_runs_print_choice(stderr, about, &runs, chosen, rep->run_asked != NULL);
+	rep->run = chosen->run;
+	/* Members are ascending indices: the ranks stay sorted. */
+	for (size_t i = 0, m = 0; i < rep->count; i++) {
+		if (m < chosen->count && chosen->members[m] == i) {
+			rep->ranks[kept++] = rep->ranks[i];
+			m++;
+		} else {
+			lynx_profile_free(&rep->ranks[i].p);
+		}
+	}
+	rep->count = kept;
+out:
+	lynx_runs_free(&runs);
+	return status;
+}
+
+/*
+ * Reads every profile.<rank>.json in dir, and keeps one run's. Returns 0, or an exit status
+ * (messages printed).
+ */
 static int read_profiles(struct report *rep)
 {
 	DIR *d = opendir(rep->dir);
 	struct dirent *e;
 	char path[4200], why[512];
+	int64_t *mtimes;
+	int status;
 
 	if (!d) {
 		fprintf(stderr, "lynx report: %s: %s\n", rep->dir, strerror(errno));
@@ -700,7 +776,18 @@ static int read_profiles(struct report *rep)
 		return LYNX_EXIT_USAGE;
 	}
 	qsort(rep->ranks, rep->count, sizeof(*rep->ranks), by_rank);
-	return 0;
+	mtimes = calloc(rep->count, sizeof(*mtimes));
+	if (!mtimes) {
+		fprintf(stderr, "lynx report: out of memory\n");
+		return LYNX_EXIT_FAIL;
+	}
+	for (size_t i = 0; i < rep->count; i++) {
+		snprintf(path, sizeof(path), "%s/profile.%d.json", rep->dir, rep->ranks[i].rank);
+		mtimes[i] = modified(path);
+	}
+	status = take_one_run(rep, mtimes);
+	free(mtimes);
+	return status;
 }
 
 /* A change against warm-up's measurement, "-21.9%". */
@@ -812,6 +899,13 @@ int lynx_report_main(int argc, char **argv)
 		const char *a = argv[i];
 		if (!strcmp(a, "--help") || !strcmp(a, "-h"))
 			return lynx_command_help("report");
+		if (!strcmp(a, "--run") || !strncmp(a, "--run=", 6)) {
+			const char *id = a[5] == '=' ? a + 6 : i + 1 < argc ? argv[++i] : NULL;
+			if (!id || !*id)
+				return lynx_usage_error("report", "--run needs a run id");
+			rep.run_asked = id;
+			continue;
+		}
 		if (a[0] == '-' && a[1])
 			return lynx_usage_error("report", "unknown option '%s'", a);
 		if (rep.dir)

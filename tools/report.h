@@ -7,15 +7,16 @@
 #include <stdio.h>
 
 /*
- * argv[0] is "report". Reads every DIR/profile.<rank>.json (profiler/profile.h's reader) and,
- * for each, DIR/trace.<rank>.json when present (checked with profiler/chrome_check.h); groups
- * the ranks into pipeline stages; prints per stage the per-layer table, the activation
- * memory and the peak by class, and the communication windows by kind; writes DIR/report.svg
- * (one panel per rank: device memory over one iteration and each stream's busy share from
- * the timeline, the peak by class from the profile). Returns LYNX_EXIT_OK; LYNX_EXIT_USAGE for
- * a bad command line, a DIR without profiles, or a profile or timeline that cannot be read or
- * is malformed (the file and the field or byte offset on stderr); LYNX_EXIT_FAIL when
- * report.svg cannot be written.
+ * argv[0] is "report". Reads every DIR/profile.<rank>.json (profiler/profile.h's reader) and
+ * keeps one run's (profiler/run.h: --run ID's, or the newest, named on stderr when DIR holds
+ * several); for each rank kept, DIR/trace.<rank>.json when present (checked with
+ * profiler/chrome_check.h); groups the ranks into pipeline stages; prints per stage the per-layer
+ * table, the activation memory and the peak by class, and the communication windows by kind; writes
+ * DIR/report.svg (one panel per rank: device memory over one iteration and each stream's busy share
+ * from the timeline, the peak by class from the profile). Returns LYNX_EXIT_OK; LYNX_EXIT_USAGE for
+ * a bad command line (an unknown --run among them), a DIR without profiles, or a profile or
+ * timeline that cannot be read or is malformed (the file and the field or byte offset on stderr);
+ * LYNX_EXIT_FAIL when report.svg cannot be written.
  */
 int lynx_report_main(int argc, char **argv);
 

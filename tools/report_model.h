@@ -50,6 +50,8 @@ struct stage {
 
 struct report {
 	const char *dir;
+	const char *run_asked;       /* --run ID, or NULL: the newest run */
+	struct lynx_profile_run run; /* the run read (its ranks'; started the earliest) */
 	struct rank *ranks;
 	size_t count;
 	struct stage *stages;

@@ -4,8 +4,9 @@
  * (pp2 tp2 L8 M4: L/pp layers per stage, host-timed; TP all-reduces and PP sends/receives as
  * windows with the right kinds and counts per iteration; dp2: the gradient reductions); the
  * JSON round trip (write -> read -> write gives the same bytes, also through a file written
- * atomically); truncated, corrupted and wrong-version files refused with the field's path or
- * the byte offset, never a crash; `lynx profile` end to end.
+ * atomically); the run (round trip, absent in older files, bad fields refused); truncated,
+ * corrupted and wrong-version files refused with the field's path or the byte offset, never a
+ * crash; `lynx profile` end to end.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -572,6 +573,110 @@ static void test_profile_refuses_bad_fields_with_their_path(void **state)
 	free(text);
 }
 
+/* The run: written after "world" when known, read back field for field (every source), and
+ * absent when unknown, as from `lynx profile` or before the key existed. */
+static void test_profile_round_trip_keeps_the_run(void **state)
+{
+	struct lynx_profile p, back;
+	char why[256];
+	char *text;
+
+	(void)state;
+	small_profile(&p);
+	p.run = (struct lynx_profile_run){.known = true,
+	                                  .source = LYNX_PROFILE_RUN_SOURCE_SLURM,
+	                                  .id = "4711.0",
+	                                  .started = 1795796401};
+	text = lynx_profile_to_json(&p);
+	assert_non_null(text);
+	assert_non_null(strstr(text, "\"world\":\t8,\n\t\"run\":\t{\n\t\t\"id\":\t\"4711.0\",\n"
+	                             "\t\t\"source\":\t\"SLURM_JOB_ID\",\n"
+	                             "\t\t\"started\":\t1795796401\n\t},\n"));
+	if (lynx_profile_from_json(text, strlen(text), &back, why, sizeof(why)))
+		fail_msg("%s", why);
+	assert_true(back.run.known);
+	assert_int_equal(back.run.source, LYNX_PROFILE_RUN_SOURCE_SLURM);
+	assert_string_equal(back.run.id, "4711.0");
+	assert_int_equal(back.run.started, 1795796401);
+	check_round_trip(&back);
+	lynx_profile_free(&back);
+	free(text);
+
+	for (int s = 0; s < LYNX_PROFILE_RUN_SOURCE_COUNT; s++) {
+		p.run.source = (enum lynx_profile_run_source)s;
+		snprintf(p.run.id, sizeof(p.run.id), "%s",
+		         s == LYNX_PROFILE_RUN_SOURCE_NONE ? "" : "x");
+		text = lynx_profile_to_json(&p);
+		if (lynx_profile_from_json(text, strlen(text), &back, why, sizeof(why)))
+			fail_msg("%s: %s", lynx_profile_run_source_name(p.run.source), why);
+		assert_int_equal(back.run.source, s);
+		check_round_trip(&back);
+		lynx_profile_free(&back);
+		free(text);
+	}
+	/* A longest id, not all ASCII: 63 "é" (2 bytes each) and an "x". */
+	p.run.id[0] = '\0';
+	for (int i = 0; i < LYNX_PROFILE_RUN_ID_MAX / 2; i++)
+		strcat(p.run.id, "\xc3\xa9");
+	strcat(p.run.id, "x");
+	assert_int_equal(strlen(p.run.id), LYNX_PROFILE_RUN_ID_MAX);
+	check_round_trip(&p);
+
+	/* Unknown: no key, and an older file without it reads as unknown. */
+	small_profile(&p);
+	text = lynx_profile_to_json(&p);
+	assert_null(strstr(text, "\"run\""));
+	if (lynx_profile_from_json(text, strlen(text), &back, why, sizeof(why)))
+		fail_msg("%s", why);
+	assert_false(back.run.known);
+	assert_string_equal(back.run.id, "");
+	lynx_profile_free(&back);
+	free(text);
+}
+
+/* Each run field wrong: refused, naming it. */
+static void test_profile_refuses_bad_run_fields(void **state)
+{
+	static const char id[] = "\"id\":\t\"4711\"", source[] = "\"source\":\t\"SLURM_JOB_ID\"",
+	                  started[] = "\"started\":\t1795796401";
+	static const struct {
+		const char *from, *to, *want;
+	} cases[] = {
+	        {id, "\"id\":\t4711", "run.id: expected a string"},
+	        {id, "\"id\":\t\"\"", "run.id: empty, expected the id that SLURM_JOB_ID gave"},
+	        {id, "\"id\":\t\"47\\u000111\"", "run.id: a control character (0x01) at byte 2"},
+	        {id, "\"ident\":\t\"4711\"", "run.id: missing"},
+	        {source, "\"source\":\t\"PBS_JOBID\"", "run.source: unknown value \"PBS_JOBID\""},
+	        {source, "\"source\":\t\"none\"",
+	         "run.id: expected \"\" with source \"none\", got \"4711\""},
+	        {started, "\"started\":\t-1", "run.started: expected an integer in [0, "},
+	        {started, "\"started\":\t1795796401.5", "run.started: expected an integer"},
+	        {started, "\"begun\":\t1795796401", "run.started: missing"},
+	        {"\"run\":\t{", "\"run\":\t[],\n\t\"x\":\t{", "run: expected an object"},
+	};
+	struct lynx_profile p;
+	char *text, long_id[LYNX_PROFILE_RUN_ID_MAX + 40];
+
+	(void)state;
+	small_profile(&p);
+	p.run = (struct lynx_profile_run){.known = true,
+	                                  .source = LYNX_PROFILE_RUN_SOURCE_SLURM,
+	                                  .id = "4711",
+	                                  .started = 1795796401};
+	text = lynx_profile_to_json(&p);
+	assert_non_null(text);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *bad = replace(text, cases[i].from, cases[i].to);
+		refused(bad, cases[i].want);
+		free(bad);
+	}
+	snprintf(long_id, sizeof(long_id), "\"id\":\t\"%0*d\"", LYNX_PROFILE_RUN_ID_MAX + 1, 7);
+	char *bad = replace(text, id, long_id);
+	refused(bad, "run.id: 128 bytes, expected at most 127");
+	free(bad);
+	free(text);
+}
+
 /* Each host link field out of its range, of the wrong type or missing: refused, naming it. */
 static void test_profile_refuses_bad_host_link_values(void **state)
 {
@@ -756,6 +861,8 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_profile_write_is_atomic_and_reads_back),
 	        cmocka_unit_test(test_profile_refuses_bad_fields_with_their_path),
 	        cmocka_unit_test(test_profile_refuses_bad_host_link_values),
+	        cmocka_unit_test(test_profile_round_trip_keeps_the_run),
+	        cmocka_unit_test(test_profile_refuses_bad_run_fields),
 	        cmocka_unit_test(test_profile_refuses_truncated_and_corrupted_text_with_offset),
 	        cmocka_unit_test(test_profile_command_writes_reads_and_refuses),
 	};

@@ -3,7 +3,8 @@
  * liblynx.so under tinytrain on simgpu: exact pass-through (byte-identical output in off
  * and profile modes), every call accounted for (Lynx's count of each hooked function equals
  * simgpu's count of calls received, in every process), errors passed through unchanged,
- * bad settings refused harmlessly, and silence in processes that never use CUDA.
+ * bad settings refused harmlessly, and silence in processes that never use CUDA. Along the
+ * way, each profile names its run from TORCHELASTIC_RUN_ID, SLURM_JOB_ID or NCCL's unique id.
  */
 #include <dirent.h>
 #include <setjmp.h>
@@ -29,6 +30,35 @@ static void tinytrain_cmd(char *buf, size_t len, const char *layout)
 	snprintf(buf, len, "%s/bin/tinytrain %s", build_dir, layout);
 }
 
+/* Each dirs[r]/profile.<r>.json names the run from source: with id, that id, else one id that
+ * all the ranks share. */
+static void assert_ranks_name_the_run(const char *const *dirs, int ranks, const char *source,
+                                      const char *id)
+{
+	char path[1700], first[160] = "", want[200];
+
+	for (int r = 0; r < ranks; r++) {
+		snprintf(path, sizeof(path), "%s/profile.%d.json", dirs[r], r);
+		char *text = slurp(path), *at, got[160];
+		if (!text)
+			fail_msg("no %s", path);
+		at = strstr(text, "\"run\":\t{\n\t\t\"id\":\t\"");
+		if (!at ||
+		    sscanf(at + strlen("\"run\":\t{\n\t\t\"id\":\t\""), "%159[^\"]", got) != 1)
+			fail_msg("%s names no run", path);
+		snprintf(want, sizeof(want), "\"%s\",\n\t\t\"source\":\t\"%s\"", got, source);
+		if (!strstr(at, want))
+			fail_msg("%s: run %s is not from %s", path, got, source);
+		if (id)
+			assert_string_equal(got, id);
+		else if (r)
+			assert_string_equal(got, first);
+		else
+			snprintf(first, sizeof(first), "%s", got);
+		free(text);
+	}
+}
+
 /*
  * Interception itself changes nothing, to the byte. Device timing (LYNX_TIMING=device, the
  * default) is off here: its event records cost virtual time during warm-up, so the step
@@ -46,8 +76,8 @@ static void test_off_and_profile_modes_print_identical_bytes(void **state)
 		for (int m = 0; m < 2; m++) {
 			snprintf(env, sizeof(env),
 			         "LD_PRELOAD=%s/liblynx.so LYNX_MODE=%s LYNX_TIMING=off "
-			         "LYNX_OUT=%s/out",
-			         build_dir, modes[m], scratch);
+			         "LYNX_OUT=%s/out TORCHELASTIC_RUN_ID=elastic-%zu",
+			         build_dir, modes[m], scratch, l);
 			struct output shimmed = run(env, cmd);
 			assert_int_equal(shimmed.exit_code, 0);
 			if (strcmp(bare.out, shimmed.out))
@@ -64,6 +94,10 @@ static void test_off_and_profile_modes_print_identical_bytes(void **state)
 		}
 		release(&bare);
 	}
+	/* torchrun's id names the run in every rank's profile. */
+	snprintf(env, sizeof(env), "%s/out", scratch);
+	const char *out[] = {env, env, env, env};
+	assert_ranks_name_the_run(out, 4, "TORCHELASTIC_RUN_ID", "elastic-1");
 }
 
 /* Count of `symbol` in a "symbol count" file (simgpu's dump), or -1. */
@@ -117,12 +151,17 @@ static void test_every_call_is_accounted_for(void **state)
 	snprintf(dir, sizeof(dir), "%s/counts", scratch);
 	mkdir(dir, 0755);
 	tinytrain_cmd(cmd, sizeof(cmd), layouts[0]);
-	snprintf(env, sizeof(env),
-	         "LD_PRELOAD=%s/liblynx.so LYNX_MODE=profile LYNX_OUT=%s SIMGPU_COUNTERS=%s/simgpu",
-	         build_dir, dir, dir);
+	snprintf(
+	        env, sizeof(env),
+	        "-u TORCHELASTIC_RUN_ID -u SLURM_JOB_ID LD_PRELOAD=%s/liblynx.so LYNX_MODE=profile "
+	        "LYNX_OUT=%s SIMGPU_COUNTERS=%s/simgpu",
+	        build_dir, dir, dir);
 	struct output o = run(env, cmd);
 	assert_int_equal(o.exit_code, 0);
 	release(&o);
+	/* Without torchrun or Slurm, the world communicator's unique id names the run. */
+	const char *dirs[] = {dir, dir, dir, dir};
+	assert_ranks_name_the_run(dirs, 4, "nccl_unique_id", NULL);
 
 	DIR *d = opendir(dir);
 	struct dirent *entry;
@@ -203,13 +242,16 @@ static void test_lynx_out_patterns_give_each_process_its_directory(void **state)
 	snprintf(dir, sizeof(dir), "%s/per-process", scratch);
 	snprintf(
 	        env, sizeof(env),
-	        "LD_PRELOAD=%s/liblynx.so LYNX_MODE=profile LYNX_TIMING=off LYNX_OUT='%s/proc-%%p'",
+	        "-u TORCHELASTIC_RUN_ID SLURM_JOB_ID=4711 SLURM_STEP_ID=2 LD_PRELOAD=%s/liblynx.so "
+	        "LYNX_MODE=profile LYNX_TIMING=off LYNX_OUT='%s/proc-%%p'",
 	        build_dir, dir);
 	struct output o = run(env, cmd);
 	assert_int_equal(o.exit_code, 0);
 	assert_string_equal(o.out, bare.out);
 	DIR *d = opendir(dir);
 	assert_non_null(d);
+	char rank_dirs[2][1600];
+	const char *rank_dir[2] = {rank_dirs[0], rank_dirs[1]};
 	while ((e = readdir(d))) {
 		char calls[1700], any[1700];
 		int pid;
@@ -220,12 +262,18 @@ static void test_lynx_out_patterns_give_each_process_its_directory(void **state)
 		assert_int_equal(access(calls, R_OK), 0);
 		for (int r = 0; r < 2; r++) {
 			snprintf(any, sizeof(any), "%s/%s/profile.%d.json", dir, e->d_name, r);
-			profiles += !access(any, R_OK);
+			if (!access(any, R_OK)) {
+				snprintf(rank_dirs[r], sizeof(rank_dirs[r]), "%s/%s", dir,
+				         e->d_name);
+				profiles++;
+			}
 		}
 	}
 	closedir(d);
 	assert_int_equal(dirs, 3);     /* the launcher and two ranks */
 	assert_int_equal(profiles, 2); /* one per rank, each in its own directory */
+	/* Slurm's job and step name the run, the same in each directory. */
+	assert_ranks_name_the_run(rank_dir, 2, "SLURM_JOB_ID", "4711.2");
 	assert_int_equal(count_of(o.err, "LYNX_OUT"), 0);
 	release(&bare);
 	release(&o);

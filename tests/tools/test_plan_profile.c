@@ -4,7 +4,7 @@
  * written into the scratch directory: the plan file and summary for one stage and for a
  * two-stage pipeline, and exit status 2 with the reason for a truncated file, a wrong
  * version, a group beyond its layer's kernels, a missing stage, the offload planner and a
- * model option.
+ * model option; profiles of two runs (one planned, which one said; --run for the other).
  */
 #define _GNU_SOURCE
 #include <limits.h>
@@ -24,12 +24,13 @@
 
 static char lynx[PATH_MAX + 16];
 
-/* Runs "lynx plan <args>" inside the scratch directory, keeping one stream. */
+/* Runs "lynx plan <args>" inside the scratch directory, keeping one stream; in UTC, for the
+ * runs' starts printed in local time. */
 static struct result plan(enum stream stream, const char *args)
 {
 	char cmd[8192];
 
-	snprintf(cmd, sizeof(cmd), "sh -c \"cd '%s' && '%s' plan %s\"", scratch, lynx, args);
+	snprintf(cmd, sizeof(cmd), "sh -c \"cd '%s' && TZ=UTC '%s' plan %s\"", scratch, lynx, args);
 	return run_clean(stream, cmd);
 }
 
@@ -97,6 +98,20 @@ static void write_profile(const char *name, int warmup, const char *gemm_produce
 	           "\"at_peak\": {\"weight\": 1048576, \"saved_activation\": 28672, "
 	           "\"workspace\": 0, \"temporary\": 0, \"other\": 0}}}\n");
 	assert_int_equal(fclose(f), 0);
+}
+
+/* Makes profile `name` rank `rank` of a run of `world` ranks that torchrun named id, started
+ * at unix time started. */
+static void set_run(const char *name, int rank, int world, const char *id, long long started)
+{
+	char cmd[PATH_MAX + 512];
+
+	snprintf(cmd, sizeof(cmd),
+	         "sed -i -e 's/\"rank\": 0, \"world\": 2,/\"rank\": %d, \"world\": %d, \"run\": "
+	         "{\"id\": \"%s\", \"source\": \"TORCHELASTIC_RUN_ID\", \"started\": %lld},/' "
+	         "'%s/%s'",
+	         rank, world, id, started, scratch, name);
+	assert_int_equal(system(cmd), 0);
 }
 
 static char *read_scratch(const char *name)
@@ -224,6 +239,69 @@ static void test_plan_refuses_bad_profiles_with_exit_2(void **state)
 	}
 }
 
+/*
+ * `lynx plan DIR/profile.*.json` after two launches into one DIR: a 4-rank run without a
+ * pipeline (ranks 2 and 3 remain) and a newer 2-rank pipeline (ranks 0 and 1). The newest
+ * run is planned, and stderr says so; --run plans the other; an unknown --run, or --run
+ * without profiles, is a usage error.
+ */
+static void test_plan_takes_one_run_of_two(void **state)
+{
+	struct result r;
+
+	(void)state;
+	write_profile("runs.0.json", 1, "1", ", " RECV("pp_recv_bwd"), "1");
+	write_profile("runs.1.json", 0, "1", ", " RECV("pp_recv_fwd"), "1");
+	write_profile("runs.2.json", 0, "1", "", "1");
+	write_profile("runs.3.json", 0, "1", "", "1");
+	set_run("runs.0.json", 0, 2, "b-7", 1795796401); /* 2026-11-27 16:20:01 UTC */
+	set_run("runs.1.json", 1, 2, "b-7", 1795796403);
+	set_run("runs.2.json", 2, 4, "a-3", 1795792801); /* an hour before */
+	set_run("runs.3.json", 3, 4, "a-3", 1795792801);
+
+	r = plan(OUT, "runs.*.json --planner none --budget 1G --out two-runs.plan.json");
+	assert_int_equal(r.status, 0);
+	assert_non_null(
+	        strstr(r.text, "2 profiles of run b-7: 2 stages, 4 layers, 2 micro-batches"));
+	free(r.text);
+	r = plan(ERR, "runs.*.json --planner none --budget 1G --out two-runs.plan.json");
+	assert_int_equal(r.status, 0);
+	assert_string_equal(r.text,
+	                    "lynx plan: the 4 profiles come from 2 runs: reading run b-7 (2 ranks "
+	                    "of 2, started 2026-11-27 16:20:01), the newest; the other: run a-3 "
+	                    "(2 ranks of 4); --run ID picks one\n");
+	free(r.text);
+
+	r = plan(OUT, "runs.*.json --run a-3 --planner none --budget 1G --out two-runs.plan.json");
+	assert_int_equal(r.status, 0);
+	assert_non_null(
+	        strstr(r.text, "2 profiles of run a-3: 1 stage, 2 layers, 2 micro-batches"));
+	free(r.text);
+	r = plan(ERR, "--run=a-3 runs.*.json --planner none --budget 1G --out two-runs.plan.json");
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.text, "reading run a-3 (2 ranks of 4, started 2026-11-27 "
+	                               "15:20:01), as --run asks; the other: run b-7 (2 ranks of "
+	                               "2)"));
+	free(r.text);
+
+	r = plan(ERR, "runs.*.json --run c-1");
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.text, "lynx plan: --run c-1: no such run among the profiles "
+	                               "(they hold: b-7, a-3)\n"));
+	free(r.text);
+	r = plan(ERR, "--run b-7 --budget 1G");
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.text, "--run picks among profiles"));
+	free(r.text);
+
+	/* One run: nothing on stderr. */
+	r = plan(ERR,
+	         "runs.0.json runs.1.json --planner none --budget 1G --out two-runs.plan.json");
+	assert_int_equal(r.status, 0);
+	assert_string_equal(r.text, "");
+	free(r.text);
+}
+
 static int setup(void **state)
 {
 	snprintf(lynx, sizeof(lynx), "%s/bin/lynx", build_dir);
@@ -244,6 +322,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_plan_from_a_pipeline_orders_its_stages),
 	        cmocka_unit_test(test_plan_takes_a_budget_per_stage_in_percent),
 	        cmocka_unit_test(test_plan_refuses_bad_profiles_with_exit_2),
+	        cmocka_unit_test(test_plan_takes_one_run_of_two),
 	};
 
 	return harness_finish(cmocka_run_group_tests(tests, setup, NULL));

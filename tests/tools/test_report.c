@@ -5,7 +5,8 @@
  * by class, windows by kind), report.svg (well-formed, one panel per rank, the memory plot
  * and stream use from the timelines, or what is missing without them), the busy share of a
  * stream from device-timed slices, and the exit status and message of every bad input:
- * truncated or corrupted profiles and timelines, a misnamed profile, no profiles, bad usage.
+ * truncated or corrupted profiles and timelines, a misnamed profile, no profiles, bad usage;
+ * a directory that holds two runs' profiles (one run read, which one said, --run for another).
  * Also `lynx profile --trace` on a dump with no iteration: the timeline is still written.
  */
 #define _GNU_SOURCE
@@ -390,7 +391,85 @@ static void test_report_usage_errors(void **state)
 	snprintf(cmd, sizeof(cmd), "'%s' help report", lynx);
 	o = run("", cmd);
 	assert_int_equal(o.exit_code, 0);
-	assert_non_null(strstr(o.out, "usage: lynx report DIR"));
+	assert_non_null(strstr(o.out, "usage: lynx report [--run ID] DIR"));
+	release(&o);
+}
+
+/* `lynx report [--run ID] DIR`, in UTC (the runs' starts are printed in local time). */
+static struct output report_run(const char *dir, const char *run_id)
+{
+	char cmd[sizeof(lynx) + 1700];
+
+	snprintf(cmd, sizeof(cmd), "'%s' report %s%s%s '%s'", lynx, run_id ? "--run '" : "",
+	         run_id ? run_id : "", run_id ? "'" : "", dir);
+	return run("-i PATH=/usr/bin:/bin TZ=UTC", cmd);
+}
+
+/* dir/profile.<rank>.json: bare's profile of stage rank % 2 as a rank of a run of world ranks
+ * that Slurm named id, started at unix time started. */
+static void write_run_profile(const char *dir, int rank, int world, const char *id,
+                              long long started)
+{
+	sh("sed -e 's/\"rank\":\t%d,/\"rank\":\t%d,/' -e 's/\"world\":\t2,/\"world\":\t%d,\\n"
+	   "\t\"run\":\t{\"id\": \"%s\", \"source\": \"SLURM_JOB_ID\", \"started\": %lld},/' "
+	   "'%s/profile.%d.json' > '%s/profile.%d.json'",
+	   rank % 2, rank, world, id, started, bare, rank % 2, dir, rank);
+}
+
+/*
+ * The issue's case: a 4-rank run wrote profile.0-3.json, then a 2-rank run into the same
+ * directory overwrote 0 and 1. The report reads the newest run's two ranks and says on
+ * stderr which run it read and which it left; --run reads the other (ranks 0 and 1 missing);
+ * an unknown --run is a usage error that lists the runs.
+ */
+static void test_report_reads_one_run_of_two_in_a_directory(void **state)
+{
+	char dir[1300];
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/two-runs", scratch);
+	sh("rm -rf '%s' && mkdir -p '%s'", dir, dir);
+	for (int r = 0; r < 4; r++)
+		write_run_profile(dir, r, 4, "4690", 1795792801); /* 2026-11-27 15:20:01 UTC */
+	for (int r = 0; r < 2; r++)
+		write_run_profile(dir, r, 2, "4711", 1795796401); /* an hour later */
+
+	struct output o = report_run(dir, NULL);
+	if (o.exit_code)
+		fail_msg("exit %d: %s", o.exit_code, o.err);
+	assert_non_null(strstr(o.out, ", run 4711 (SLURM_JOB_ID, started 2026-11-27 16:20:01): 2 "
+	                              "ranks of 2, 2 stages\n"));
+	assert_null(strstr(o.out, "missing ranks"));
+	assert_non_null(strstr(o.err, " holds profiles of 2 runs: reading run 4711 (2 ranks of 2, "
+	                              "started 2026-11-27 16:20:01), the newest; the other: run "
+	                              "4690 (2 ranks of 4); --run ID picks one\n"));
+	assert_int_equal(count(o.err, "\n"), 1); /* one line, nothing else */
+	assert_non_null(strstr(o.out, "report.svg: 2 panels"));
+	release(&o);
+
+	o = report_run(dir, "4690");
+	assert_int_equal(o.exit_code, 0);
+	assert_non_null(strstr(o.out, ", run 4690 (SLURM_JOB_ID, started 2026-11-27 15:20:01): 2 "
+	                              "ranks of 4, 2 stages\nmissing ranks: 0 1\n"));
+	assert_non_null(strstr(o.err, "reading run 4690 (2 ranks of 4, started 2026-11-27 "
+	                              "15:20:01), as --run asks; the other: run 4711 (2 ranks of "
+	                              "2)"));
+	release(&o);
+
+	o = report_run(dir, "4712");
+	assert_int_equal(o.exit_code, 2);
+	assert_non_null(strstr(o.err, "lynx report: --run 4712: no such run in "));
+	assert_non_null(strstr(o.err, " (it holds: 4711, 4690)\n"));
+	assert_non_null(strstr(o.err, "usage: lynx report [--run ID] DIR"));
+	release(&o);
+
+	/* One run: no line on stderr, and --run may name it. */
+	sh("rm -f '%s'/profile.[23].json", dir);
+	o = report_run(dir, "4711");
+	assert_int_equal(o.exit_code, 0);
+	assert_string_equal(o.err, "");
+	assert_non_null(strstr(o.out, ", run 4711 (SLURM_JOB_ID, started 2026-11-27 16:20:01): 2 "
+	                              "ranks of 2, 2 stages\n"));
 	release(&o);
 }
 
@@ -463,6 +542,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_report_refuses_corrupt_inputs_naming_file_and_place),
 	        cmocka_unit_test(test_profile_trace_is_written_without_a_profile),
 	        cmocka_unit_test(test_report_usage_errors),
+	        cmocka_unit_test(test_report_reads_one_run_of_two_in_a_directory),
 	        cmocka_unit_test(test_report_shows_each_ranks_recompute_summary),
 	};
 
