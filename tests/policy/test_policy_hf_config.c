@@ -238,15 +238,43 @@ static void refuse(const char *json, const char *word1, const char *word2)
 		fail_msg("'%s' does not name '%s' and '%s'", why, word1, word2 ? word2 : "");
 }
 
-static void assert_llama_arch(const struct lynx_model_desc *m)
+/* The shape the reader set: L, h, a, s, v. */
+static void assert_shape(const struct lynx_model_desc *m, uint32_t layers, uint32_t hidden,
+                         uint32_t heads, uint32_t seq, uint32_t vocab)
 {
-	assert_int_equal(m->arch.mlp, LYNX_MLP_SWIGLU);
-	assert_int_equal(m->arch.norm, LYNX_NORM_RMSNORM);
-	assert_int_equal(m->arch.position, LYNX_POSITION_ROTARY);
-	assert_int_equal(m->arch.attention, LYNX_ATTENTION_FLASH);
-	assert_true(m->arch.no_bias);
-	assert_true(m->arch.no_dropout);
-	assert_true(m->arch.untied);
+	assert_int_equal(m->layers, layers);
+	assert_int_equal(m->hidden, hidden);
+	assert_int_equal(m->heads, heads);
+	assert_int_equal(m->seq, seq);
+	assert_int_equal(m->vocab, vocab);
+}
+
+/* Every field of the layer's choices. */
+static void assert_arch(const struct lynx_model_desc *m, const struct lynx_layer_arch *want)
+{
+	assert_int_equal(m->arch.mlp, want->mlp);
+	assert_int_equal(m->arch.norm, want->norm);
+	assert_int_equal(m->arch.position, want->position);
+	assert_int_equal(m->arch.attention, want->attention);
+	assert_int_equal(m->arch.ffn, want->ffn);
+	assert_int_equal(m->arch.kv_heads, want->kv_heads);
+	assert_int_equal(m->arch.no_bias, want->no_bias);
+	assert_int_equal(m->arch.no_dropout, want->no_dropout);
+	assert_int_equal(m->arch.untied, want->untied);
+}
+
+/* Llama's choices, with its own f and k. */
+static void assert_llama_arch(const struct lynx_model_desc *m, uint32_t ffn, uint32_t kv_heads)
+{
+	assert_arch(m, &(struct lynx_layer_arch){.mlp = LYNX_MLP_SWIGLU,
+	                                         .norm = LYNX_NORM_RMSNORM,
+	                                         .position = LYNX_POSITION_ROTARY,
+	                                         .attention = LYNX_ATTENTION_FLASH,
+	                                         .ffn = ffn,
+	                                         .kv_heads = kv_heads,
+	                                         .no_bias = true,
+	                                         .no_dropout = true,
+	                                         .untied = true});
 }
 
 /* 32 layers of 4096 with 11008-wide SwiGLU: 6,738,415,616 parameters, as Meta publishes. */
@@ -255,14 +283,8 @@ static void test_llama2_7b_matches_the_published_parameter_count(void **state)
 	char name[64];
 	struct lynx_model_desc m = accept(llama2_7b, name, sizeof(name));
 
-	assert_int_equal(m.layers, 32);
-	assert_int_equal(m.hidden, 4096);
-	assert_int_equal(m.heads, 32);
-	assert_int_equal(m.seq, 4096);
-	assert_int_equal(m.vocab, 32000);
-	assert_int_equal(m.arch.ffn, 11008);
-	assert_int_equal(m.arch.kv_heads, 32);
-	assert_llama_arch(&m);
+	assert_shape(&m, 32, 4096, 32, 4096, 32000);
+	assert_llama_arch(&m, 11008, 32);
 	assert_string_equal(name, "meta-llama/Llama-2-7b-hf");
 	assert_int_equal(lynx_model_params(&m), 6738415616ull);
 }
@@ -273,12 +295,8 @@ static void test_llama3_8b_has_grouped_query_attention(void **state)
 	char name[64];
 	struct lynx_model_desc m = accept(llama3_8b, name, sizeof(name));
 
-	assert_int_equal(m.heads, 32);
-	assert_int_equal(m.arch.kv_heads, 8);
-	assert_int_equal(m.vocab, 128256);
-	assert_int_equal(m.seq, 8192);
-	assert_int_equal(m.arch.ffn, 14336);
-	assert_llama_arch(&m);
+	assert_shape(&m, 32, 4096, 32, 8192, 128256);
+	assert_llama_arch(&m, 14336, 8);
 	assert_string_equal(name, "llama"); /* no _name_or_path: the model_type */
 	assert_int_equal(lynx_model_params(&m), 8030261248ull);
 }
@@ -288,9 +306,8 @@ static void test_llama31_8b_ignores_rope_scaling(void **state)
 {
 	struct lynx_model_desc m = accept(llama31_8b, NULL, 0);
 
-	assert_int_equal(m.seq, 131072);
-	assert_int_equal(m.arch.kv_heads, 8);
-	assert_llama_arch(&m);
+	assert_shape(&m, 32, 4096, 32, 131072, 128256);
+	assert_llama_arch(&m, 14336, 8);
 	assert_int_equal(lynx_model_params(&m), 8030261248ull);
 }
 
@@ -299,12 +316,8 @@ static void test_llama2_70b_matches_the_published_parameter_count(void **state)
 {
 	struct lynx_model_desc m = accept(llama2_70b, NULL, 0);
 
-	assert_int_equal(m.layers, 80);
-	assert_int_equal(m.hidden, 8192);
-	assert_int_equal(m.heads, 64);
-	assert_int_equal(m.arch.kv_heads, 8);
-	assert_int_equal(m.arch.ffn, 28672);
-	assert_llama_arch(&m);
+	assert_shape(&m, 80, 8192, 64, 4096, 32000);
+	assert_llama_arch(&m, 28672, 8);
 	assert_int_equal(lynx_model_params(&m), 68976648192ull);
 }
 
@@ -331,20 +344,13 @@ static void test_gpt2_small_matches_the_published_parameter_count(void **state)
 	char name[64];
 	struct lynx_model_desc m = accept(gpt2_small, name, sizeof(name));
 
-	assert_int_equal(m.layers, 12);
-	assert_int_equal(m.hidden, 768);
-	assert_int_equal(m.heads, 12);
-	assert_int_equal(m.seq, 1024);
-	assert_int_equal(m.vocab, 50257);
-	assert_int_equal(m.arch.ffn, 3072);
-	assert_int_equal(m.arch.kv_heads, 12);
-	assert_int_equal(m.arch.mlp, LYNX_MLP_GELU);
-	assert_int_equal(m.arch.norm, LYNX_NORM_LAYERNORM);
-	assert_int_equal(m.arch.position, LYNX_POSITION_LEARNED);
-	assert_int_equal(m.arch.attention, LYNX_ATTENTION_FLASH);
-	assert_false(m.arch.no_bias);
-	assert_false(m.arch.no_dropout);
-	assert_false(m.arch.untied);
+	assert_shape(&m, 12, 768, 12, 1024, 50257);
+	assert_arch(&m, &(struct lynx_layer_arch){.mlp = LYNX_MLP_GELU,
+	                                          .norm = LYNX_NORM_LAYERNORM,
+	                                          .position = LYNX_POSITION_LEARNED,
+	                                          .attention = LYNX_ATTENTION_FLASH,
+	                                          .ffn = 3072,
+	                                          .kv_heads = 12});
 	assert_string_equal(name, "gpt2");
 	assert_int_equal(12 * (12ull * 768 * 768 + 13 * 768) + 50257ull * 768 + 1024 * 768 +
 	                         2 * 768,
@@ -394,20 +400,15 @@ static void test_gpt_neox_20b_matches_the_published_parameter_count(void **state
 	char name[64];
 	struct lynx_model_desc m = accept(neox_20b, name, sizeof(name));
 
-	assert_int_equal(m.layers, 44);
-	assert_int_equal(m.hidden, 6144);
-	assert_int_equal(m.heads, 64);
-	assert_int_equal(m.seq, 2048);
-	assert_int_equal(m.vocab, 50432);
-	assert_int_equal(m.arch.ffn, 24576);
-	assert_int_equal(m.arch.kv_heads, 64);
-	assert_int_equal(m.arch.mlp, LYNX_MLP_GELU);
-	assert_int_equal(m.arch.norm, LYNX_NORM_LAYERNORM);
-	assert_int_equal(m.arch.position, LYNX_POSITION_ROTARY);
-	assert_int_equal(m.arch.attention, LYNX_ATTENTION_FLASH);
-	assert_false(m.arch.no_bias);
-	assert_true(m.arch.no_dropout);
-	assert_true(m.arch.untied);
+	assert_shape(&m, 44, 6144, 64, 2048, 50432);
+	assert_arch(&m, &(struct lynx_layer_arch){.mlp = LYNX_MLP_GELU,
+	                                          .norm = LYNX_NORM_LAYERNORM,
+	                                          .position = LYNX_POSITION_ROTARY,
+	                                          .attention = LYNX_ATTENTION_FLASH,
+	                                          .ffn = 24576,
+	                                          .kv_heads = 64,
+	                                          .no_dropout = true,
+	                                          .untied = true});
 	assert_string_equal(name, "gpt_neox");
 	assert_int_equal(lynx_model_params(&m), 20554567680ull);
 }
