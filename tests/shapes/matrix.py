@@ -129,10 +129,12 @@ def read_profiles(out_dir):
 
 
 def comparable(profile):
-    """A profile without what differs between identical runs: process ids and host times."""
+    """A profile without what differs between identical runs: process ids, host times and the
+    run's identity (each launch is its own run)."""
     p = json.loads(json.dumps(profile))
     p["environment"].pop("pid", None)
     p.pop("host_link", None)
+    p.pop("run", None)
 
     def strip(o):
         if isinstance(o, dict):
