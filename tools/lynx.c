@@ -43,8 +43,9 @@ static const struct lynx_command commands[] = {
         {"profile", lynx_profile_main,
          "EVENTS.jsonl [-o FILE] [--trace FILE] [--rank R] [--world W] | --read FILE",
          "build one rank's profile from a LYNX_EVENTS dump, or check a profile", lynx_profile_help},
-        {"report", lynx_report_main, "[--run ID] DIR",
-         "tables and report.svg from the profile.<rank>.json (and trace.<rank>.json) in DIR",
+        {"report", lynx_report_main, "[--run ID] DIR [DIR...]",
+         "tables and report.svg from the profile.<rank>.json (and trace.<rank>.json) in DIR, "
+         "or in one DIR per node",
          lynx_report_help},
         {"plan", lynx_plan_main,
          "PROFILE... [--run ID] [--budget BYTES|--budget-percent N] [--planner P] "

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * `lynx report DIR`: reads each rank's profile (and timeline), groups the ranks into
- * pipeline stages, prints the tables and writes DIR/report.svg by hand (no plotting library).
+ * `lynx report DIR...`: reads each rank's profile (and timeline) from one directory or one per
+ * node, groups the ranks into pipeline stages, prints the tables and writes report.svg by hand
+ * (no plotting library).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -45,7 +46,13 @@ void lynx_report_help(FILE *out)
 	        "several runs (each launch overwrites only its own ranks' files), the report\n"
 	        "reads the newest and says so on stderr. --run ID reads another: an id as that\n"
 	        "line prints it (none@<start> for a run without an id, unknown@world<W> for\n"
-	        "profiles that name no run). docs/formats.md says how runs are told apart.\n");
+	        "profiles that name no run). docs/formats.md says how runs are told apart.\n"
+	        "\n"
+	        "Several DIRs (one per node, when each wrote its own: LYNX_OUT=out/%%h) are read\n"
+	        "as one directory: the run is chosen among all their profiles, and each rank's\n"
+	        "trace and summary come from the DIR its profile is in. A rank of the run read\n"
+	        "with a profile in two DIRs is refused (both named); report.svg goes in the\n"
+	        "first DIR.\n");
 }
 
 /* ---- Formatting ---------------------------------------------------------------------------- */
@@ -79,11 +86,14 @@ const char *fmt_time(const struct lynx_profile_time *t, char *buf, size_t len)
 
 /* ---- The ranks ----------------------------------------------------------------------------- */
 
+/* By rank, then by the order of the DIRs, so that qsort's order is the same every time. */
 static int by_rank(const void *a, const void *b)
 {
 	const struct rank *x = a, *y = b;
 
-	return (x->rank > y->rank) - (x->rank < y->rank);
+	if (x->rank != y->rank)
+		return (x->rank > y->rank) - (x->rank < y->rank);
+	return (x->dir > y->dir) - (x->dir < y->dir);
 }
 
 /* "profile.<rank>.json" -> rank, or -1. */
@@ -612,7 +622,7 @@ static void print_tables(const struct report *rep)
 		if (rep->ranks[i].p.world > world)
 			world = rep->ranks[i].p.world;
 	/* The run, when the profiles name one: which launch these tables are of. */
-	printf("%s", rep->dir);
+	printf("%s", rep->where);
 	if (rep->run.known && rep->run.id[0])
 		printf(", run %s (%s, started %s)", rep->run.id,
 		       lynx_profile_run_source_name(rep->run.source),
@@ -665,6 +675,7 @@ static void report_free(struct report *rep)
 	}
 	free(rep->ranks);
 	free(rep->stages);
+	free(rep->where);
 }
 
 /* A file's modification time in unix seconds, or 0. */
@@ -684,7 +695,7 @@ static int take_one_run(struct report *rep, const int64_t *mtimes)
 	const struct lynx_profile **profiles = calloc(rep->count, sizeof(*profiles));
 	const struct lynx_run_group *chosen;
 	struct lynx_runs runs = {0};
-	char about[4200], names[1024];
+	char about[4400], names[1024];
 	size_t kept = 0;
 	int status = LYNX_EXIT_OK;
 
@@ -699,11 +710,13 @@ static int take_one_run(struct report *rep, const int64_t *mtimes)
 	chosen = rep->run_asked ? lynx_runs_find(&runs, rep->run_asked) : &runs.groups[0];
 	if (!chosen) {
 		lynx_runs_names(&runs, names, sizeof(names));
-		status = lynx_usage_error("report", "--run %s: no such run in %s (it holds: %s)",
-		                          rep->run_asked, rep->dir, names);
+		status = lynx_usage_error("report", "--run %s: no such run in %s (%s: %s)",
+		                          rep->run_asked, rep->where,
+		                          rep->dir_count == 1 ? "it holds" : "they hold", names);
 		goto out;
 	}
-	snprintf(about, sizeof(about), "lynx report: %s holds profiles of", rep->dir);
+	snprintf(about, sizeof(about), "lynx report: %s %s profiles of", rep->where,
+	         rep->dir_count == 1 ? "holds" : "hold");
 	lynx_runs_print_choice(stderr, about, &runs, chosen, rep->run_asked != NULL);
 	rep->run = chosen->run;
 	/* Members are ascending indices: the ranks stay sorted. */
@@ -722,19 +735,19 @@ out:
 }
 
 /*
- * Reads every profile.<rank>.json in dir, and keeps one run's. Returns 0, or an exit status
- * (messages printed).
+ * Appends every profile.<rank>.json in rep->dirs[k] to rep->ranks. Returns 0, or an exit status
+ * (messages printed; the profiles read so far stay in rep, for report_free).
  */
-static int read_profiles(struct report *rep)
+static int read_dir(struct report *rep, size_t k)
 {
-	DIR *d = opendir(rep->dir);
+	const char *dir = rep->dirs[k];
+	DIR *d = opendir(dir);
 	struct dirent *e;
 	char path[4200], why[512];
-	int64_t *mtimes;
-	int status;
+	size_t before = rep->count;
 
 	if (!d) {
-		fprintf(stderr, "lynx report: %s: %s\n", rep->dir, strerror(errno));
+		fprintf(stderr, "lynx report: %s: %s\n", dir, strerror(errno));
 		return LYNX_EXIT_USAGE;
 	}
 	while ((e = readdir(d))) {
@@ -748,8 +761,8 @@ static int read_profiles(struct report *rep)
 			return LYNX_EXIT_FAIL;
 		}
 		rep->ranks = grown;
-		rep->ranks[rep->count] = (struct rank){.rank = rank};
-		snprintf(path, sizeof(path), "%s/%s", rep->dir, e->d_name);
+		rep->ranks[rep->count] = (struct rank){.rank = rank, .dir = k};
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
 		int err = lynx_profile_read(path, &rep->ranks[rep->count].p, why, sizeof(why));
 		if (err) {
 			closedir(d);
@@ -767,14 +780,68 @@ static int read_profiles(struct report *rep)
 		}
 	}
 	closedir(d);
-	if (!rep->count) {
+	if (rep->count == before) {
 		fprintf(stderr,
 		        "lynx report: %s: no profile.<rank>.json here (write them with `lynx "
-		        "profile "
-		        "EVENTS -o %s/profile.R.json --rank R`)\n",
-		        rep->dir, rep->dir);
+		        "profile EVENTS -o %s/profile.R.json --rank R`)\n",
+		        dir, dir);
 		return LYNX_EXIT_USAGE;
 	}
+	return 0;
+}
+
+/* The same directory named twice (as itself, through a link, or as "d" and "d/"): its every
+ * rank would look like two. Returns 0, or an exit status (message printed). O(dirs^2). */
+static int distinct_dirs(const struct report *rep)
+{
+	struct stat a, b;
+
+	for (size_t i = 1; i < rep->dir_count; i++) {
+		if (stat(rep->dirs[i], &a))
+			continue; /* read_dir names it */
+		for (size_t j = 0; j < i; j++)
+			if (!stat(rep->dirs[j], &b) && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+				return lynx_usage_error("report", "'%s' and '%s' are one directory",
+				                        rep->dirs[j], rep->dirs[i]);
+	}
+	return 0;
+}
+
+/*
+ * A rank of the run read with a profile in two DIRs: which one is meant cannot be known, so
+ * neither is guessed. rep->ranks is sorted by rank. Returns 0, or an exit status (message
+ * printed).
+ */
+static int one_profile_per_rank(const struct report *rep)
+{
+	for (size_t i = 1; i < rep->count; i++) {
+		const struct rank *a = &rep->ranks[i - 1], *b = &rep->ranks[i];
+		if (a->rank != b->rank)
+			continue;
+		fprintf(stderr,
+		        "lynx report: rank %d of the run read is in %s/profile.%d.json and in "
+		        "%s/profile.%d.json: give the report one of them\n",
+		        a->rank, rep->dirs[a->dir], a->rank, rep->dirs[b->dir], b->rank);
+		return LYNX_EXIT_USAGE;
+	}
+	return 0;
+}
+
+/*
+ * Reads every profile.<rank>.json in every DIR, as if they were one directory, and keeps one
+ * run's. Returns 0, or an exit status (messages printed).
+ */
+static int read_profiles(struct report *rep)
+{
+	char path[4200];
+	int64_t *mtimes;
+	int status;
+
+	if ((status = distinct_dirs(rep)))
+		return status;
+	for (size_t k = 0; k < rep->dir_count; k++)
+		if ((status = read_dir(rep, k)))
+			return status;
 	qsort(rep->ranks, rep->count, sizeof(*rep->ranks), by_rank);
 	mtimes = calloc(rep->count, sizeof(*mtimes));
 	if (!mtimes) {
@@ -782,12 +849,13 @@ static int read_profiles(struct report *rep)
 		return LYNX_EXIT_FAIL;
 	}
 	for (size_t i = 0; i < rep->count; i++) {
-		snprintf(path, sizeof(path), "%s/profile.%d.json", rep->dir, rep->ranks[i].rank);
+		snprintf(path, sizeof(path), "%s/profile.%d.json", rep->dirs[rep->ranks[i].dir],
+		         rep->ranks[i].rank);
 		mtimes[i] = modified(path);
 	}
 	status = take_one_run(rep, mtimes);
 	free(mtimes);
-	return status;
+	return status ? status : one_profile_per_rank(rep);
 }
 
 /* A change against warm-up's measurement, "-21.9%". */
@@ -816,7 +884,8 @@ static void print_recompute(const struct report *rep)
 		char *text;
 		size_t len;
 
-		snprintf(path, sizeof(path), "%s/summary.%d.json", rep->dir, rep->ranks[i].rank);
+		snprintf(path, sizeof(path), "%s/summary.%d.json", rep->dirs[rep->ranks[i].dir],
+		         rep->ranks[i].rank);
 		if (access(path, F_OK))
 			continue;
 		int err = lynx_regular_file_read(path, SUMMARY_MAX_BYTES, &text, &len, why,
@@ -889,37 +958,71 @@ static void print_whatif(const struct report *rep)
 	free(ranks);
 }
 
+/* "DIR" or "DIR1 + DIR2 + ...", or NULL when out of memory. */
+static char *join_dirs(const char *const *dirs, size_t n)
+{
+	size_t len = 1;
+	char *out;
+
+	for (size_t k = 0; k < n; k++)
+		len += strlen(dirs[k]) + 3;
+	out = malloc(len);
+	if (!out)
+		return NULL;
+	out[0] = '\0';
+	for (size_t k = 0, at = 0; k < n; k++)
+		at += (size_t)snprintf(out + at, len - at, "%s%s", k ? " + " : "", dirs[k]);
+	return out;
+}
+
 int lynx_report_main(int argc, char **argv)
 {
 	struct report rep = {0};
+	const char **dirs = calloc(argc > 0 ? (size_t)argc : 1, sizeof(*dirs));
 	char path[4200];
 	int status = LYNX_EXIT_OK, err;
 
+	if (!dirs) {
+		fprintf(stderr, "lynx report: out of memory\n");
+		return LYNX_EXIT_FAIL;
+	}
+	rep.dirs = dirs;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
-		if (!strcmp(a, "--help") || !strcmp(a, "-h"))
-			return lynx_command_help("report");
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			status = lynx_command_help("report");
+			goto out;
+		}
 		if (!strcmp(a, "--run") || !strncmp(a, "--run=", 6)) {
 			const char *id = a[5] == '=' ? a + 6 : i + 1 < argc ? argv[++i] : NULL;
-			if (!id || !*id)
-				return lynx_usage_error("report", "--run needs a run id");
+			if (!id || !*id) {
+				status = lynx_usage_error("report", "--run needs a run id");
+				goto out;
+			}
 			rep.run_asked = id;
 			continue;
 		}
-		if (a[0] == '-' && a[1])
-			return lynx_usage_error("report", "unknown option '%s'", a);
-		if (rep.dir)
-			return lynx_usage_error("report", "expected one directory, got '%s' too",
-			                        a);
-		rep.dir = a;
+		if (a[0] == '-' && a[1]) {
+			status = lynx_usage_error("report", "unknown option '%s'", a);
+			goto out;
+		}
+		dirs[rep.dir_count++] = a;
 	}
-	if (!rep.dir)
-		return lynx_usage_error("report",
-		                        "expected a directory of profile.<rank>.json files");
+	if (!rep.dir_count) {
+		status = lynx_usage_error("report",
+		                          "expected a directory of profile.<rank>.json files");
+		goto out;
+	}
+	rep.where = join_dirs(rep.dirs, rep.dir_count);
+	if (!rep.where) {
+		fprintf(stderr, "lynx report: out of memory\n");
+		status = LYNX_EXIT_FAIL;
+		goto out;
+	}
 	if ((status = read_profiles(&rep)))
 		goto out;
 	for (size_t i = 0; i < rep.count; i++) {
-		err = read_timeline(rep.dir, &rep.ranks[i]);
+		err = read_timeline(rep.dirs[rep.ranks[i].dir], &rep.ranks[i]);
 		if (err) {
 			if (err != -EINVAL)
 				fprintf(stderr, "lynx report: out of memory\n");
@@ -935,7 +1038,7 @@ int lynx_report_main(int argc, char **argv)
 	print_tables(&rep);
 	print_whatif(&rep);
 	print_recompute(&rep);
-	snprintf(path, sizeof(path), "%s/report.svg", rep.dir);
+	snprintf(path, sizeof(path), "%s/report.svg", rep.dirs[0]);
 	err = lynx_report_write_svg(&rep, path);
 	if (err) {
 		fprintf(stderr, "lynx report: cannot write %s: %s\n", path, strerror(-err));
@@ -945,5 +1048,6 @@ int lynx_report_main(int argc, char **argv)
 	printf("\n%s: %zu panel%s\n", path, rep.count, rep.count == 1 ? "" : "s");
 out:
 	report_free(&rep);
+	free(dirs);
 	return status;
 }

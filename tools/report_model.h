@@ -35,6 +35,7 @@ struct timeline {
 
 struct rank {
 	int rank;
+	size_t dir; /* report.dirs[dir] holds its profile, and its trace and summary beside it */
 	struct lynx_profile p;
 	bool have_trace;
 	struct timeline tl;
@@ -49,7 +50,9 @@ struct stage {
 };
 
 struct report {
-	const char *dir;
+	const char *const *dirs; /* the DIRs given, in order; report.svg goes in the first */
+	size_t dir_count;
+	char *where;                 /* "DIR" or "DIR1 + DIR2 + ...", for messages and the header */
 	const char *run_asked;       /* --run ID, or NULL: the newest run */
 	struct lynx_profile_run run; /* the run read (its ranks'; started the earliest) */
 	struct rank *ranks;

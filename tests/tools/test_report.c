@@ -6,7 +6,9 @@
  * and stream use from the timelines, or what is missing without them), the busy share of a
  * stream from device-timed slices, and the exit status and message of every bad input:
  * truncated or corrupted profiles and timelines, a misnamed profile, no profiles, bad usage;
- * a directory that holds two runs' profiles (one run read, which one said, --run for another).
+ * a directory that holds two runs' profiles (one run read, which one said, --run for another);
+ * one run's ranks split over per-node directories (the same report as one shared directory, a
+ * rank in two of them refused, --run across them).
  * Also `lynx profile --trace` on a dump with no iteration: the timeline is still written.
  */
 #define _GNU_SOURCE
@@ -379,10 +381,11 @@ static void test_report_usage_errors(void **state)
 	assert_int_equal(o.exit_code, 2);
 	assert_non_null(strstr(o.err, "lynx report: expected a directory"));
 	release(&o);
-	snprintf(cmd, sizeof(cmd), "'%s' report a b", lynx);
+	/* Several directories are allowed; the first that is not there is named. */
+	snprintf(cmd, sizeof(cmd), "'%s' report /nonexistent-a /nonexistent-b", lynx);
 	o = run("", cmd);
 	assert_int_equal(o.exit_code, 2);
-	assert_non_null(strstr(o.err, "expected one directory, got 'b' too"));
+	assert_non_null(strstr(o.err, "lynx report: /nonexistent-a: No such file or directory"));
 	release(&o);
 	snprintf(cmd, sizeof(cmd), "'%s' report --frobnicate x", lynx);
 	o = run("", cmd);
@@ -473,6 +476,177 @@ static void test_report_reads_one_run_of_two_in_a_directory(void **state)
 	release(&o);
 }
 
+/* `lynx report ARGS` (ARGS quoted by the caller), in UTC. */
+static struct output report_args(const char *args)
+{
+	char cmd[sizeof(lynx) + 6000];
+
+	snprintf(cmd, sizeof(cmd), "'%s' report %s", lynx, args);
+	return run("-i PATH=/usr/bin:/bin TZ=UTC", cmd);
+}
+
+/* The tables of a report: its stdout without the header (which names the directories), the
+ * line that says where report.svg went, and the what-if's search times (wall clock). */
+static char *tables_of(const char *out)
+{
+	const char *from = strchr(out, '\n'), *to = strstr(out, "/report.svg: ");
+	char *text, *at;
+
+	if (!from || !to)
+		return NULL;
+	while (to > from && to[-1] != '\n')
+		to--;
+	text = strndup(from, (size_t)(to - from));
+	for (at = text; text && (at = strstr(at, "(search ")); at++) {
+		char *end = strchr(at, ')');
+		if (end)
+			memmove(at + 1, end, strlen(end) + 1);
+	}
+	return text;
+}
+
+/*
+ * The issue's cluster case: a 4-rank run (two stages) on two nodes without a shared file
+ * system, each node's ranks' profiles, timelines and summaries in its own directory. `lynx
+ * report node0 node1` prints the same tables as `lynx report shared` on all the files in one
+ * directory, with each rank's timeline and summary from its own node; report.svg goes in the
+ * first directory.
+ */
+static void test_report_merges_per_node_directories_like_one_shared(void **state)
+{
+	char shared[1300], node0[1300], node1[1300], args[4000], path[1400];
+
+	(void)state;
+	snprintf(shared, sizeof(shared), "%s/nodes-shared", scratch);
+	sh("rm -rf '%s' && mkdir -p '%s'", shared, shared);
+	for (int r = 0; r < 4; r++) {
+		write_run_profile(shared, r, 4, "5000", 1795792801);
+		sh("cp '%s/trace.%d.json' '%s/trace.%d.json'", full, r % 2, shared, r);
+	}
+	/* Ranks 0 and 3, one on each node, wrote a summary. */
+	snprintf(path, sizeof(path), "%s/summary.0.json", shared);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fprintf(f, SUMMARY(0));
+	fclose(f);
+	sh("sed 's/\"rank\": 0/\"rank\": 3/' '%s/summary.0.json' > '%s/summary.3.json'", shared,
+	   shared);
+	copy_dir(shared, "node0", "profile.[01].json trace.[01].json summary.0.json", node0,
+	         sizeof(node0));
+	copy_dir(shared, "node1", "profile.[23].json trace.[23].json summary.3.json", node1,
+	         sizeof(node1));
+
+	struct output one = report_args(shared);
+	snprintf(args, sizeof(args), "'%s' '%s'", node0, node1);
+	struct output two = report_args(args);
+	if (one.exit_code || two.exit_code)
+		fail_msg("exit %d, %d: %s%s", one.exit_code, two.exit_code, one.err, two.err);
+	assert_string_equal(two.err, "");
+	snprintf(args, sizeof(args),
+	         "%s + %s, run 5000 (SLURM_JOB_ID, started 2026-11-27 15:20:01): 4 ranks of 4, 2 "
+	         "stages\n",
+	         node0, node1);
+	assert_true(!strncmp(two.out, args, strlen(args)));
+	assert_non_null(strstr(one.out, "nodes-shared, run 5000 (SLURM_JOB_ID"));
+	char *a = tables_of(one.out), *b = tables_of(two.out);
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_string_equal(a, b);
+	free(a);
+	free(b);
+	/* Every rank's timeline and summary was found, in its own node's directory. */
+	assert_int_equal(count(two.out, "  yes\n"), 4);
+	assert_non_null(strstr(two.out, "\n  0     heu "));
+	assert_non_null(strstr(two.out, "\n  3     heu "));
+	snprintf(path, sizeof(path), "\n%s/report.svg: 4 panels\n", node0);
+	assert_non_null(strstr(two.out, path));
+	char *svg = svg_of(node0);
+	assert_non_null(svg);
+	assert_true(balanced_svg(svg));
+	assert_non_null(strstr(svg, "rank 3 (stage 1)"));
+	assert_int_equal(count(svg, "<polyline"), 4);
+	free(svg);
+	snprintf(path, sizeof(path), "%s/report.svg", node1);
+	assert_int_equal(access(path, F_OK), -1);
+	release(&one);
+	release(&two);
+}
+
+/*
+ * A rank's profile in two of the directories: of the run read, it is refused with both paths
+ * named (which one is meant cannot be known); of another run, the run choice separates them
+ * and --run reads that run across the directories. A directory not there, or named twice, is
+ * refused too. Uses the directories the test before made.
+ */
+static void test_report_per_node_directories_duplicate_rank_and_run(void **state)
+{
+	char node0[1300], dup[1300], old[1300], args[4000], want[3000];
+
+	(void)state;
+	snprintf(node0, sizeof(node0), "%s/node0", scratch);
+	copy_dir(node0, "dup", "profile.1.json", dup, sizeof(dup));
+	sh("cp '%s/nodes-shared'/profile.[23].json '%s'/", scratch, dup);
+	snprintf(args, sizeof(args), "'%s' '%s'", node0, dup);
+	struct output o = report_args(args);
+	snprintf(want, sizeof(want),
+	         "lynx report: rank 1 of the run read is in %s/profile.1.json and in "
+	         "%s/profile.1.json: give the report one of them\n",
+	         node0, dup);
+	assert_int_equal(o.exit_code, 2);
+	assert_string_equal(o.err, want);
+	release(&o);
+
+	/* Rank 1 of an older run in the second node's directory. */
+	snprintf(old, sizeof(old), "%s/node1-old", scratch);
+	sh("rm -rf '%s' && mkdir -p '%s' && cp '%s/nodes-shared'/profile.[23].json '%s'/", old, old,
+	   scratch, old);
+	write_run_profile(old, 1, 4, "4999", 1795789201); /* an hour before 5000 */
+	snprintf(args, sizeof(args), "'%s' '%s'", node0, old);
+	o = report_args(args);
+	if (o.exit_code)
+		fail_msg("exit %d: %s", o.exit_code, o.err);
+	assert_non_null(strstr(o.out, ", run 5000 (SLURM_JOB_ID, started 2026-11-27 15:20:01): 4 "
+	                              "ranks of 4, 2 stages\n"));
+	snprintf(want, sizeof(want),
+	         "lynx report: %s + %s hold profiles of 2 runs: reading run 5000 (4 ranks of 4, "
+	         "started 2026-11-27 15:20:01), the newest; the other: run 4999 (1 rank of 4); "
+	         "--run ID picks one\n",
+	         node0, old);
+	assert_string_equal(o.err, want);
+	release(&o);
+
+	snprintf(args, sizeof(args), "--run 4999 '%s' '%s'", node0, old);
+	o = report_args(args);
+	assert_int_equal(o.exit_code, 0);
+	assert_non_null(strstr(o.out, ", run 4999 (SLURM_JOB_ID, started 2026-11-27 14:20:01): 1 "
+	                              "rank of 4, 1 stage\nmissing ranks: 0 2 3\n"));
+	/* Its rank 1 has no timeline beside it (node0's trace.1.json is the other run's rank). */
+	assert_int_equal(count(o.out, "  missing\n"), 1);
+	release(&o);
+
+	snprintf(args, sizeof(args), "--run 4998 '%s' '%s'", node0, old);
+	o = report_args(args);
+	assert_int_equal(o.exit_code, 2);
+	snprintf(want, sizeof(want), "--run 4998: no such run in %s + %s (they hold: 5000, 4999)\n",
+	         node0, old);
+	assert_non_null(strstr(o.err, want));
+	release(&o);
+
+	snprintf(args, sizeof(args), "'%s' '%s/nowhere'", node0, scratch);
+	o = report_args(args);
+	assert_int_equal(o.exit_code, 2);
+	snprintf(want, sizeof(want), "lynx report: %s/nowhere: No such file or directory\n",
+	         scratch);
+	assert_string_equal(o.err, want);
+	release(&o);
+
+	snprintf(args, sizeof(args), "'%s' '%s/'", node0, node0);
+	o = report_args(args);
+	assert_int_equal(o.exit_code, 2);
+	assert_non_null(strstr(o.err, "are one directory"));
+	release(&o);
+}
+
 /* Records tinytrain (pp2) under the shim and builds both directories with `lynx profile`. */
 static int setup(void **state)
 {
@@ -544,6 +718,8 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_report_usage_errors),
 	        cmocka_unit_test(test_report_reads_one_run_of_two_in_a_directory),
 	        cmocka_unit_test(test_report_shows_each_ranks_recompute_summary),
+	        cmocka_unit_test(test_report_merges_per_node_directories_like_one_shared),
+	        cmocka_unit_test(test_report_per_node_directories_duplicate_rank_and_run),
 	};
 
 	if (argc < 1 || harness_init(argv[0], "test_report")) {
