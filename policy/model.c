@@ -315,19 +315,20 @@ void lynx_model_layer(const struct lynx_model_desc *m, struct lynx_layer_shape *
 		present_ops |= LYNX_OPS(id);                                          \
 	}
 #include "layer.def"
-#define LYNX_LAYER_GROUP(id, group_name, group_block, when, group_bytes, op_mask, comm_mask, \
-                         dep_mask, readers)                                                  \
-	shape->groups[LYNX_GROUP_##id] = (struct lynx_layer_group_shape){                    \
-	        .name = group_name,                                                          \
-	        .block = group_block,                                                        \
-	        .present = (when),                                                           \
-	        .bytes = (when) ? (group_bytes) : 0,                                         \
-	        .ops = (op_mask)&present_ops,                                                \
-	        .comms = comm_mask,                                                          \
-	        .deps = dep_mask,                                                            \
-	        .consumer = (enum lynx_op)__builtin_ctz(((readers)&present_ops) | 1u << 31), \
-	};                                                                                   \
-	if (when)                                                                            \
+#define LYNX_LAYER_GROUP(id, group_name, group_block, when, group_bytes, op_mask, comm_mask,     \
+                         dep_mask, reader_mask)                                                  \
+	shape->groups[LYNX_GROUP_##id] = (struct lynx_layer_group_shape){                        \
+	        .name = group_name,                                                              \
+	        .block = group_block,                                                            \
+	        .present = (when),                                                               \
+	        .bytes = (when) ? (group_bytes) : 0,                                             \
+	        .ops = (op_mask)&present_ops,                                                    \
+	        .comms = comm_mask,                                                              \
+	        .deps = dep_mask,                                                                \
+	        .readers = (reader_mask)&present_ops,                                            \
+	        .consumer = (enum lynx_op)__builtin_ctz(((reader_mask)&present_ops) | 1u << 31), \
+	};                                                                                       \
+	if (when)                                                                                \
 		present_groups |= LYNX_GROUPS(id);
 #include "layer.def"
 	/* An absent dependency stands for its own deps (without dropout, the context GEMM
@@ -345,7 +346,28 @@ void lynx_model_layer(const struct lynx_model_desc *m, struct lynx_layer_shape *
 	}
 	for (int g = 0; g < LYNX_GROUP_COUNT; g++)
 		if (!(present_groups & (1u << g)))
-			shape->groups[g].ops = shape->groups[g].comms = shape->groups[g].deps = 0;
+			shape->groups[g].ops = shape->groups[g].comms = shape->groups[g].deps =
+			        shape->groups[g].readers = 0;
+}
+
+/* Whether baseline r keeps group g of shape (lynx_model_group_kept()). Selective drops what
+ * the core attention alone makes and alone reads: not its output, which the projection
+ * reads too. */
+static bool kept_in(const struct lynx_layer_shape *shape, enum lynx_group g, enum lynx_recompute r)
+{
+	const struct lynx_layer_group_shape *gs = &shape->groups[g];
+
+	switch (r) {
+	case LYNX_RECOMPUTE_NONE:
+		return true;
+	case LYNX_RECOMPUTE_SELECTIVE:
+		return !gs->ops || ((gs->ops | gs->readers) & ~LYNX_CORE_ATTENTION_OPS);
+	case LYNX_RECOMPUTE_FULL:
+		return gs->ops == 0;
+	case LYNX_RECOMPUTE_COUNT:
+		break;
+	}
+	return true;
 }
 
 uint64_t lynx_model_act_bytes(const struct lynx_model_desc *m, enum lynx_recompute r)
@@ -355,7 +377,7 @@ uint64_t lynx_model_act_bytes(const struct lynx_model_desc *m, enum lynx_recompu
 
 	lynx_model_layer(m, &shape);
 	for (int g = 0; g < LYNX_GROUP_COUNT; g++)
-		if (shape.groups[g].present && lynx_model_group_kept(m, g, r))
+		if (shape.groups[g].present && kept_in(&shape, g, r))
 			sum += shape.groups[g].bytes;
 	return sum;
 }
@@ -372,24 +394,9 @@ bool lynx_model_group_kept(const struct lynx_model_desc *m, enum lynx_group g,
                            enum lynx_recompute r)
 {
 	struct lynx_layer_shape shape;
-	uint32_t ops;
 
-	switch (r) {
-	case LYNX_RECOMPUTE_NONE:
-		return true;
-	case LYNX_RECOMPUTE_SELECTIVE:
-		/* Dropped: what the core attention alone makes, but its output, which the
-		 * projection keeps. */
-		lynx_model_layer(m, &shape);
-		ops = shape.groups[g].ops;
-		return g == LYNX_GROUP_PROJ_IN || !ops || (ops & ~LYNX_CORE_ATTENTION_OPS);
-	case LYNX_RECOMPUTE_FULL:
-		lynx_model_layer(m, &shape);
-		return shape.groups[g].ops == 0;
-	case LYNX_RECOMPUTE_COUNT:
-		break;
-	}
-	return true;
+	lynx_model_layer(m, &shape);
+	return kept_in(&shape, g, r);
 }
 
 uint64_t lynx_model_op_fwd_flops(const struct lynx_model_desc *m, enum lynx_op op)
@@ -424,15 +431,14 @@ static void layer_flops(const struct lynx_model_desc *m, double *dense, double *
 		        (double)shape.ops[op].flops * m->tp * lynx_model_cp(m);
 }
 
-/* Per iteration: (B/b) micro-batches of L layers, each run `layer_passes` times forward
- * (dense part) and `attention_passes` times (attention, as counted), plus the logits, a
- * [N, h] x [h, v] GEMM forward and twice backward. */
-static double iter_flops(const struct lynx_model_desc *m, double layer_passes, double attention,
-                         double attention_passes)
+/* Per iteration: (B/b) micro-batches of L layers, the dense part (forward FLOPs `dense`)
+ * run `layer_passes` times and the attention (`attention`, as counted) `attention_passes`
+ * times, plus the logits, a [N, h] x [h, v] GEMM forward and twice backward. */
+static double iter_flops(const struct lynx_model_desc *m, double dense, double layer_passes,
+                         double attention, double attention_passes)
 {
-	double dense, computed, micro = (double)m->global_batch / m->micro_batch;
+	double micro = (double)m->global_batch / m->micro_batch;
 
-	layer_flops(m, &dense, &computed);
 	return micro * m->layers * (layer_passes * dense + attention_passes * attention) +
 	       3.0 * 2 * m->global_batch * m->seq * (double)m->hidden * m->vocab;
 }
@@ -441,8 +447,10 @@ double lynx_model_iter_flops(const struct lynx_model_desc *m)
 {
 	/* Causal: half of QK^T and PV's 4bs²h forward, three passes. */
 	double causal = 2.0 * m->micro_batch * m->seq * (double)m->seq * m->hidden;
+	double dense, computed;
 
-	return iter_flops(m, 3, causal, 3);
+	layer_flops(m, &dense, &computed);
+	return iter_flops(m, dense, 3, causal, 3);
 }
 
 double lynx_model_iter_hw_flops(const struct lynx_model_desc *m, enum lynx_recompute r)
@@ -455,14 +463,14 @@ double lynx_model_iter_hw_flops(const struct lynx_model_desc *m, enum lynx_recom
 		break;
 	case LYNX_RECOMPUTE_SELECTIVE:
 		/* The paper's unfused charge: three more attention forwards; flash: one. */
-		return iter_flops(m, 3, computed,
+		return iter_flops(m, dense, 3, computed,
 		                  m->arch.attention == LYNX_ATTENTION_FLASH ? 4 : 6);
 	case LYNX_RECOMPUTE_FULL:
-		return iter_flops(m, 4, computed, 4);
+		return iter_flops(m, dense, 4, computed, 4);
 	case LYNX_RECOMPUTE_COUNT:
 		break;
 	}
-	return iter_flops(m, 3, computed, 3);
+	return iter_flops(m, dense, 3, computed, 3);
 }
 
 uint64_t lynx_model_norm_params(const struct lynx_model_desc *m)

@@ -191,6 +191,7 @@ struct lynx_layer_group_shape {
 	uint32_t ops;          /* LYNX_OPS() rerun to rebuild it; 0: the layer's input */
 	uint32_t comms;        /* LYNX_COMMS() that rerun needs */
 	uint32_t deps;         /* LYNX_GROUPS() that must be resident to rebuild it */
+	uint32_t readers;      /* LYNX_OPS() whose backward reads it */
 	enum lynx_op consumer; /* its first reader in the backward: freed after that op */
 };
 

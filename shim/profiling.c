@@ -839,7 +839,7 @@ static void print_plan(const struct lynx_whatif_plan *wp, const struct lynx_what
 	        "%u, "
 	        "offload %u, recompute in windows %u, on demand %u; this stage's predicted peak "
 	        "%.2f MiB in use (measured without a plan: %.2f MiB, %.1f%% %s), iteration "
-	        "%+.1f%%%s\n",
+	        "%+.1f%%%s%s%s\n",
 	        tag, prof.plan_path[0] ? "LYNX_PLAN " : "",
 	        prof.plan_path[0] ? prof.plan_path : wp->plan->planner,
 	        lynx_prof_mib(held_budget(wp, s, row)), planned_for, s, n, groups,
@@ -848,7 +848,9 @@ static void print_plan(const struct lynx_whatif_plan *wp, const struct lynx_what
 	        lynx_prof_mib(peak), lynx_prof_mib(measured), fabs(less),
 	        less < 0 ? "more" : "less",
 	        keep->step_s > 0 ? 100.0 * (row->step_s / keep->step_s - 1.0) : 0.0,
-	        row->fits ? "" : "; DOES NOT FIT the budget");
+	        row->fits ? "" : "; DOES NOT FIT the budget",
+	        /* The planner's own remark: a search stopped by its time limit, say. */
+	        wp->plan->note[0] ? "; " : "", wp->plan->note);
 }
 
 /* Whether the profile's NCCL call pw is an occurrence of the stage's window w. */
