@@ -324,37 +324,100 @@ static int without_collectives(const struct lynx_prof_trace *trace,
 	return 0;
 }
 
+/*
+ * tok with every stretch of one token repeated back to back made one token: a kernel that
+ * the trainer launches once per sequence, chunk or expert in turn (tinytrain's attention
+ * dropout, one launch per sequence of the micro-batch). Such an inner loop is a run of a
+ * shorter period inside each layer, and once it is half of the layer's launches the layer's
+ * own run no longer looks atomic: the loop is taken for the layer. The collapsed token keeps
+ * its stretch's last event, so that a segment ending with it takes the whole stretch and
+ * the next one starts after it.
+ */
+static int without_inner_loops(const struct lynx_prof_tokens *tok, struct lynx_prof_tokens *out)
+{
+	out->sig = malloc((tok->count ? tok->count : 1) * sizeof(*out->sig));
+	out->event = malloc((tok->count ? tok->count : 1) * sizeof(*out->event));
+	out->count = 0;
+	if (!out->sig || !out->event) {
+		lynx_prof_tokens_free(out);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < tok->count; i++) {
+		if (out->count && out->sig[out->count - 1] == tok->sig[i]) {
+			out->event[out->count - 1] = tok->event[i];
+			continue;
+		}
+		out->sig[out->count] = tok->sig[i];
+		out->event[out->count++] = tok->event[i];
+	}
+	return 0;
+}
+
+/* What each look at the iteration's tokens leaves out, in the order they are tried. */
+#define LYNX_SEGMENT_LOOKS                                                                      \
+	LYNX_SEGMENT_LOOK(AS_RECORDED, "")                                                      \
+	LYNX_SEGMENT_LOOK(WITHOUT_COLLECTIVES, "without its collectives and copies")            \
+	LYNX_SEGMENT_LOOK(WITHOUT_INNER_LOOPS, "with each kernel launched back to back as one") \
+	LYNX_SEGMENT_LOOK(WITHOUT_BOTH, "without collectives and copies, and with each kernel " \
+	                                "launched back to back as one")
+
+enum segment_look {
+#define LYNX_SEGMENT_LOOK(name, text) LOOK_##name,
+	LYNX_SEGMENT_LOOKS
+#undef LYNX_SEGMENT_LOOK
+	        LOOK_COUNT
+};
+
+static const char *const look_text[] = {
+#define LYNX_SEGMENT_LOOK(name, text) text,
+        LYNX_SEGMENT_LOOKS
+#undef LYNX_SEGMENT_LOOK
+};
+
 int lynx_prof_segment_layers(const struct lynx_prof_trace *trace,
                              const struct lynx_prof_iteration *it, struct lynx_prof_layers *out,
                              char *why, size_t why_len)
 {
-	struct lynx_prof_tokens tok, compute;
-	char second_why[256];
-	int err;
+	struct lynx_prof_tokens look[LOOK_COUNT] = {0};
+	char look_why[256];
+	int err = -EINVAL;
 
 	memset(out, 0, sizeof(*out));
 	if (why_len)
 		why[0] = 0;
-	if ((err = lynx_prof_tokenise(trace, it->first, it->end, &tok)))
-		goto out;
-	err = segment_tokens(trace, it, &tok, out, why, why_len);
-	if (err == -EINVAL) { /* a second look, when there are collectives to leave out */
-		int again = without_collectives(trace, &tok, &compute);
-		if (!again && compute.count < tok.count) {
-			lynx_prof_layers_free(out);
-			again = segment_tokens(trace, it, &compute, out, second_why,
-			                       sizeof(second_why));
-			if (again == -EINVAL && why_len > strlen(why) + 1)
-				snprintf(why + strlen(why), why_len - strlen(why),
-				         "; without its collectives and copies: %s", second_why);
-			err = again;
-		} else if (again) {
-			err = again; /* out of memory */
+	/*
+	 * The tokens as recorded first: tensor parallelism's collectives sit at the same place
+	 * in every layer and help. Then without what breaks the motif when it does not: data
+	 * parallelism's bucket all-reduces, inner loops of one kernel, or both. Each look that
+	 * finds nothing adds its reason to why.
+	 */
+	for (int k = 0; k < LOOK_COUNT && err == -EINVAL; k++) {
+		struct lynx_prof_tokens *tok = &look[k];
+		int made = k == LOOK_AS_RECORDED
+		                   ? lynx_prof_tokenise(trace, it->first, it->end, tok)
+		           : k == LOOK_WITHOUT_COLLECTIVES
+		                   ? without_collectives(trace, &look[LOOK_AS_RECORDED], tok)
+		           : k == LOOK_WITHOUT_INNER_LOOPS
+		                   ? without_inner_loops(&look[LOOK_AS_RECORDED], tok)
+		                   : without_inner_loops(&look[LOOK_WITHOUT_COLLECTIVES], tok);
+		if (made) {
+			err = made;
+			break;
 		}
-		lynx_prof_tokens_free(&compute);
+		/* A look whose leaving out left nothing out repeats an earlier one. */
+		if (k != LOOK_AS_RECORDED && tok->count == look[LOOK_AS_RECORDED].count)
+			continue;
+		if (k == LOOK_WITHOUT_BOTH && (tok->count == look[LOOK_WITHOUT_COLLECTIVES].count ||
+		                               tok->count == look[LOOK_WITHOUT_INNER_LOOPS].count))
+			continue;
+		lynx_prof_layers_free(out);
+		err = segment_tokens(trace, it, tok, out, look_why, sizeof(look_why));
+		if (err == -EINVAL && why_len > strlen(why) + 1)
+			snprintf(why + strlen(why), why_len - strlen(why), "%s%s%s%s",
+			         k ? "; " : "", look_text[k], k ? ": " : "", look_why);
 	}
-	lynx_prof_tokens_free(&tok);
-out:
+	for (int k = 0; k < LOOK_COUNT; k++)
+		lynx_prof_tokens_free(&look[k]);
 	if (err) {
 		if (err == -ENOMEM)
 			snprintf(why, why_len, "out of memory");

@@ -252,6 +252,35 @@ static void test_segment_finds_layers_with_the_backward_on_the_same_thread(void 
 	check(&c);
 }
 
+/*
+ * A kernel launched once per sequence of the micro-batch (tinytrain's attention dropout):
+ * at 32 sequences that inner loop is most of a layer's launches, and was taken for the
+ * layer ("backward stack has 2 layers, the first forward 32"). With tensor parallelism's
+ * collectives in the motif, and with DDP's buckets, which need both left out.
+ */
+static void test_segment_finds_layers_around_a_kernel_launched_per_sequence(void **state)
+{
+	static const struct config tp = {"--nproc 4 --pp 2 --tp 2 --layers 8 --microbatches 4 "
+	                                 "--seq 8 --batch 32 --steps 2",
+	                                 4,
+	                                 2,
+	                                 4,
+	                                 4,
+	                                 false,
+	                                 true};
+	static const struct config ddp = {"--nproc 2 --dp 2 --layers 4 --microbatches 2 "
+	                                  "--seq 8 --batch 32 --ddp-buckets 16 --steps 2",
+	                                  2,
+	                                  2,
+	                                  4,
+	                                  2,
+	                                  false,
+	                                  true};
+	(void)state;
+	check(&tp);
+	check(&ddp);
+}
+
 static void test_segment_refuses_a_stage_of_one_layer(void **state)
 {
 	struct recording rec;
@@ -289,6 +318,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_segment_finds_layers_with_selective_recompute),
 	        cmocka_unit_test(test_segment_finds_layers_with_the_backward_on_the_same_thread),
 	        cmocka_unit_test(test_segment_refuses_a_stage_of_one_layer),
+	        cmocka_unit_test(test_segment_finds_layers_around_a_kernel_launched_per_sequence),
 	        cmocka_unit_test(test_segment_finds_layers_under_ddp_with_a_loop_over_parameters),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
