@@ -803,6 +803,17 @@ static uint64_t held_budget(const struct lynx_whatif_plan *wp, uint32_t s,
 	return prof.budget ? prof.budget : in_device_terms(row->budget_bytes);
 }
 
+/*
+ * Whether this rank's stage may be armed: its plan is predicted within the budget asked
+ * for. Other stages' plans may not fit theirs; each rank arms its own. Without LYNX_BUDGET
+ * there is no budget to miss (see arm_executor).
+ */
+static bool stage_fits(const struct lynx_whatif_plan *wp, uint32_t s)
+{
+	return !(prof.budget || prof.budget_percent) ||
+	       wp->plan->stages[s].peak_bytes <= lynx_problem_stage_budget(wp->problem, s);
+}
+
 /* The plan's summary for this rank's stage, once. */
 static void print_plan(const struct lynx_whatif_plan *wp, const struct lynx_whatif_row *row,
                        const struct lynx_whatif_row *keep)
@@ -829,6 +840,12 @@ static void print_plan(const struct lynx_whatif_plan *wp, const struct lynx_what
 		         "; planned for %.2f MiB: %.2f MiB for what warm-up had in use beyond its "
 		         "tensors and for replays' workspace scratch",
 		         lynx_prof_mib(budget), lynx_prof_mib(beyond));
+	/* Said of this rank's stage: a rank arms its own stage's plan (arm_executor). */
+	bool budgeted = prof.budget || prof.budget_percent;
+	const char *fit_note =
+	        !stage_fits(wp, s) || (!budgeted && !row->fits) ? "; DOES NOT FIT the budget"
+	        : !row->fits ? "; fits (another stage's plan does not fit its budget)"
+	                     : "";
 	lynx_whatif_count_actions(wp, s, counts);
 	for (int a = 0; a < LYNX_ACTION_COUNT; a++)
 		groups += counts[a];
@@ -847,8 +864,7 @@ static void print_plan(const struct lynx_whatif_plan *wp, const struct lynx_what
 	        counts[LYNX_ACTION_RECOMPUTE_IN_WINDOW], counts[LYNX_ACTION_RECOMPUTE_ON_DEMAND],
 	        lynx_prof_mib(peak), lynx_prof_mib(measured), fabs(less),
 	        less < 0 ? "more" : "less",
-	        keep->step_s > 0 ? 100.0 * (row->step_s / keep->step_s - 1.0) : 0.0,
-	        row->fits ? "" : "; DOES NOT FIT the budget",
+	        keep->step_s > 0 ? 100.0 * (row->step_s / keep->step_s - 1.0) : 0.0, fit_note,
 	        /* The planner's own remark: a search stopped by its time limit, say. */
 	        wp->plan->note[0] ? "; " : "", wp->plan->note);
 }
@@ -951,8 +967,7 @@ static void arm_executor(const struct lynx_whatif_plan *wp, const struct lynx_wh
 	 * hold it). Without LYNX_BUDGET there is no budget to miss: the problem's is the
 	 * measured peak, or the one LYNX_MAX_SLOWDOWN chose for this plan.
 	 */
-	if ((prof.budget || prof.budget_percent) &&
-	    wp->plan->stages[s].peak_bytes > lynx_problem_stage_budget(p, s)) {
+	if (!stage_fits(wp, s)) {
 		char asked[64] = "";
 		if (prof.budget_percent)
 			snprintf(asked, sizeof(asked), "LYNX_BUDGET=%u%%, ", prof.budget_percent);
