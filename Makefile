@@ -31,7 +31,7 @@ Q := @
 say = @printf '  %-7s %s\n' $(1) $(2)
 endif
 
-.PHONY: all test demo install clean format format-check deps simgpu lynx examples tests bench \
+.PHONY: all test demo install clean format format-check deps simgpu lynx examples tests bench bench-recompute \
 	bench-policy fuzz gpu-bundle gpu-test gpu-dry shapes fault-sweep
 all: simgpu lynx examples tests gpu-bundle
 
@@ -306,6 +306,12 @@ bench: all $(BENCH_CALLS)
 bench-policy: all
 	$(Q)BUILD=$(BUILD) tests/bench/bench_policy.sh
 	$(Q)BUILD=$(BUILD) tests/bench/bench_predicted.sh
+# make bench-recompute: issue 18's budget sweep on three tinytrain layouts (the demo's pp2 tp2,
+# pp4, and MiB-sized activations at simgpu's 2 MiB granule): none, selective, full and Lynx
+# at budgets from none's peak down past full's, per rank; fails when a target is missed
+# (tests/bench/bench_recompute.sh says which). About 12 minutes on two cores.
+bench-recompute: all
+	$(Q)BUILD=$(BUILD) tests/bench/bench_recompute.sh
 # make fuzz: the readers of untrusted text under libFuzzer with ASan and UBSan, each for
 # FUZZ_SECONDS: the profile reader (seeds in tests/fuzz/corpus), the plan reader
 # (tests/fuzz/corpus_plan), the LYNX_* settings parser (tests/fuzz/corpus_options), the

@@ -55,8 +55,22 @@ echo "== rank 0 (first pipeline stage), last step: peak device memory and virtua
 printf '%-28s %12s %16s %18s\n' run peak_bytes step_time_ns grad_hash
 for mode in none selective full; do
 	"$TT" "${ARGS[@]}" --steps 14 --recompute "$mode" | last_step "tinytrain --recompute $mode" 13
-done
-last_step "lynx recompute $BUDGET" 13 <"$rec.steps.jsonl"
+done | tee "$rec.baselines"
+last_step "lynx recompute $BUDGET" 13 <"$rec.steps.jsonl" | tee -a "$rec.baselines"
+# The headline (issue 18's targets: 1.01x none at this budget, 1.02x at full's peak; make
+# bench-recompute sweeps every budget on every rank and says which targets are met).
+awk -v budget="$BUDGET" '{
+		mode = $1 == "lynx" ? "lynx" : $3
+		peak[mode] = $(NF - 2)
+		ns[mode] = $(NF - 1)
+	}
+	END {
+		printf "headline: Lynx at %s: rank 0 peaks at %d bytes, %.1f%% below none and %.2fx " \
+			"full recompute%ss peak, at %.3fx none%ss step (selective %.3fx, full %.3fx)\n",
+			budget, peak["lynx"], 100 * (1 - peak["lynx"] / peak["none"]),
+			peak["lynx"] / peak["full"], "\047", ns["lynx"] / ns["none"], "\047",
+			ns["selective"] / ns["none"], ns["full"] / ns["none"]
+	}' "$rec.baselines"
 echo "(the same grad_hash everywhere: recompute changes memory and time, never results;"
 echo " Lynx replays the producers of what its plan recomputes, in the communication window"
 echo " the plan chose or on demand, and offloads those whose examination refused them; see"
