@@ -294,6 +294,18 @@ out:
 	return err;
 }
 
+/* out empty, with room for every token of tok; false (out freed) when out of memory. */
+static bool empty_like(const struct lynx_prof_tokens *tok, struct lynx_prof_tokens *out)
+{
+	out->sig = malloc((tok->count ? tok->count : 1) * sizeof(*out->sig));
+	out->event = malloc((tok->count ? tok->count : 1) * sizeof(*out->event));
+	out->count = 0;
+	if (out->sig && out->event)
+		return true;
+	lynx_prof_tokens_free(out);
+	return false;
+}
+
 /*
  * tok without its collectives, copies and memsets (kernels, pipeline sends and receives
  * stay). Data parallelism all-reduces gradient buckets during the backward, from the
@@ -307,13 +319,8 @@ out:
 static int without_collectives(const struct lynx_prof_trace *trace,
                                const struct lynx_prof_tokens *tok, struct lynx_prof_tokens *out)
 {
-	out->sig = malloc((tok->count ? tok->count : 1) * sizeof(*out->sig));
-	out->event = malloc((tok->count ? tok->count : 1) * sizeof(*out->event));
-	out->count = 0;
-	if (!out->sig || !out->event) {
-		lynx_prof_tokens_free(out);
+	if (!empty_like(tok, out))
 		return -ENOMEM;
-	}
 	for (size_t i = 0; i < tok->count; i++) {
 		enum lynx_prof_kind kind = trace->events[tok->event[i]].kind;
 		if (kind == LYNX_PROF_COLL || kind == LYNX_PROF_COPY || kind == LYNX_PROF_MEMSET)
@@ -335,13 +342,8 @@ static int without_collectives(const struct lynx_prof_trace *trace,
  */
 static int without_inner_loops(const struct lynx_prof_tokens *tok, struct lynx_prof_tokens *out)
 {
-	out->sig = malloc((tok->count ? tok->count : 1) * sizeof(*out->sig));
-	out->event = malloc((tok->count ? tok->count : 1) * sizeof(*out->event));
-	out->count = 0;
-	if (!out->sig || !out->event) {
-		lynx_prof_tokens_free(out);
+	if (!empty_like(tok, out))
 		return -ENOMEM;
-	}
 	for (size_t i = 0; i < tok->count; i++) {
 		if (out->count && out->sig[out->count - 1] == tok->sig[i]) {
 			out->event[out->count - 1] = tok->event[i];
