@@ -309,7 +309,7 @@ bench-policy: all
 # make bench-recompute: issue 18's budget sweep on three tinytrain layouts (the demo's pp2 tp2,
 # pp4, and MiB-sized activations at simgpu's 2 MiB granule): none, selective, full and Lynx
 # at budgets from none's peak down past full's, per rank; fails when a target is missed
-# (tests/bench/bench_recompute.sh says which). About 12 minutes on two cores.
+# (tests/bench/bench_recompute.sh says which). About 25 minutes on two cores.
 bench-recompute: all
 	$(Q)BUILD=$(BUILD) tests/bench/bench_recompute.sh
 # make fuzz: the readers of untrusted text under libFuzzer with ASan and UBSan, each for

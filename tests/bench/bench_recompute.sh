@@ -19,7 +19,7 @@
 # Layouts: LAYOUTS (default "demo pp4 mib"); budgets per layout are derived from its
 # baselines' peaks (the largest over ranks, since one LYNX_BUDGET serves every rank).
 # BENCH_OUT=DIR keeps every run's output there (default: a temporary directory, removed).
-# About 3 minutes per 4 KiB layout and 6 for mib on two cores.
+# About 4 minutes per 4 KiB layout and 15 for mib on two cores (tinytrain computes on the host).
 set -uo pipefail
 BUILD=${BUILD:-build}
 TT="$BUILD/bin/tinytrain"
