@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fnv.h"
 #include "period.h"
 
 /* ---- Signatures -------------------------------------------------------------------------- */
@@ -25,10 +26,10 @@ static uint64_t mix(uint64_t h, uint64_t v)
 
 static uint64_t mix_string(uint64_t h, const char *s)
 {
-	uint64_t f = 0xcbf29ce484222325ull;
+	uint64_t f = LYNX_FNV1A_BASIS;
 
 	for (; *s; s++)
-		f = (f ^ (unsigned char)*s) * 0x100000001b3ull;
+		f = lynx_fnv1a_byte(f, (unsigned char)*s);
 	return mix(h, f);
 }
 

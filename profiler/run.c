@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fnv.h"
 #include "run.h"
 
 /* ---- Identity -------------------------------------------------------------------------- */
@@ -68,12 +69,10 @@ void lynx_run_identify(const struct lynx_run_facts *f, struct lynx_profile_run *
 uint64_t lynx_run_hash(const void *bytes, size_t len)
 {
 	const unsigned char *b = bytes;
-	uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a's offset basis and prime */
+	uint64_t h = LYNX_FNV1A_BASIS;
 
-	for (size_t i = 0; i < len; i++) {
-		h ^= b[i];
-		h *= 0x100000001b3ull;
-	}
+	for (size_t i = 0; i < len; i++)
+		h = lynx_fnv1a_byte(h, b[i]);
 	return h;
 }
 

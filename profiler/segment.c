@@ -340,8 +340,10 @@ static int without_collectives(const struct lynx_prof_trace *trace,
  * its stretch's last event, so that a segment ending with it takes the whole stretch and
  * the next one starts after it.
  */
-static int without_inner_loops(const struct lynx_prof_tokens *tok, struct lynx_prof_tokens *out)
+static int without_inner_loops(const struct lynx_prof_trace *trace,
+                               const struct lynx_prof_tokens *tok, struct lynx_prof_tokens *out)
 {
+	(void)trace;
 	if (!empty_like(tok, out))
 		return -ENOMEM;
 	for (size_t i = 0; i < tok->count; i++) {
@@ -355,26 +357,43 @@ static int without_inner_loops(const struct lynx_prof_tokens *tok, struct lynx_p
 	return 0;
 }
 
-/* What each look at the iteration's tokens leaves out, in the order they are tried. */
+/*
+ * The looks at an iteration's tokens, in the order they are tried:
+ * LYNX_SEGMENT_LOOK(name, from, leave_out, text): look `from`'s tokens with leave_out
+ * applied (the first look is the tokens as recorded, from nothing).
+ */
 #define LYNX_SEGMENT_LOOKS                                                                      \
-	LYNX_SEGMENT_LOOK(AS_RECORDED, "")                                                      \
-	LYNX_SEGMENT_LOOK(WITHOUT_COLLECTIVES, "without its collectives and copies")            \
-	LYNX_SEGMENT_LOOK(WITHOUT_INNER_LOOPS, "with each kernel launched back to back as one") \
-	LYNX_SEGMENT_LOOK(WITHOUT_BOTH, "without collectives and copies, and with each kernel " \
-	                                "launched back to back as one")
+	LYNX_SEGMENT_LOOK(AS_RECORDED, AS_RECORDED, NULL, "")                                   \
+	LYNX_SEGMENT_LOOK(WITHOUT_COLLECTIVES, AS_RECORDED, without_collectives,                \
+	                  "without its collectives and copies")                                 \
+	LYNX_SEGMENT_LOOK(WITHOUT_INNER_LOOPS, AS_RECORDED, without_inner_loops,                \
+	                  "with each kernel launched back to back as one")                      \
+	LYNX_SEGMENT_LOOK(WITHOUT_BOTH, WITHOUT_COLLECTIVES, without_inner_loops,               \
+	                  "without collectives and copies, and with each kernel launched back " \
+	                  "to back as one")
 
 enum segment_look {
-#define LYNX_SEGMENT_LOOK(name, text) LOOK_##name,
+#define LYNX_SEGMENT_LOOK(name, from, leave_out, text) LOOK_##name,
 	LYNX_SEGMENT_LOOKS
 #undef LYNX_SEGMENT_LOOK
 	        LOOK_COUNT
 };
 
-static const char *const look_text[] = {
-#define LYNX_SEGMENT_LOOK(name, text) text,
+static const struct {
+	enum segment_look from;
+	int (*leave_out)(const struct lynx_prof_trace *trace, const struct lynx_prof_tokens *tok,
+	                 struct lynx_prof_tokens *out);
+	const char *text;
+} looks[] = {
+#define LYNX_SEGMENT_LOOK(name, from, leave_out, text) {LOOK_##from, leave_out, text},
         LYNX_SEGMENT_LOOKS
 #undef LYNX_SEGMENT_LOOK
 };
+
+static bool same_tokens(const struct lynx_prof_tokens *a, const struct lynx_prof_tokens *b)
+{
+	return a->count == b->count && !memcmp(a->event, b->event, a->count * sizeof(*a->event));
+}
 
 int lynx_prof_segment_layers(const struct lynx_prof_trace *trace,
                              const struct lynx_prof_iteration *it, struct lynx_prof_layers *out,
@@ -390,33 +409,28 @@ int lynx_prof_segment_layers(const struct lynx_prof_trace *trace,
 	/*
 	 * The tokens as recorded first: tensor parallelism's collectives sit at the same place
 	 * in every layer and help. Then without what breaks the motif when it does not: data
-	 * parallelism's bucket all-reduces, inner loops of one kernel, or both. Each look that
-	 * finds nothing adds its reason to why.
+	 * parallelism's bucket all-reduces, inner loops of one kernel, or both. A look that
+	 * finds nothing adds its reason to why; one that left nothing out is not made again.
 	 */
 	for (int k = 0; k < LOOK_COUNT && err == -EINVAL; k++) {
 		struct lynx_prof_tokens *tok = &look[k];
 		int made = k == LOOK_AS_RECORDED
 		                   ? lynx_prof_tokenise(trace, it->first, it->end, tok)
-		           : k == LOOK_WITHOUT_COLLECTIVES
-		                   ? without_collectives(trace, &look[LOOK_AS_RECORDED], tok)
-		           : k == LOOK_WITHOUT_INNER_LOOPS
-		                   ? without_inner_loops(&look[LOOK_AS_RECORDED], tok)
-		                   : without_inner_loops(&look[LOOK_WITHOUT_COLLECTIVES], tok);
+		                   : looks[k].leave_out(trace, &look[looks[k].from], tok);
 		if (made) {
 			err = made;
 			break;
 		}
-		/* A look whose leaving out left nothing out repeats an earlier one. */
-		if (k != LOOK_AS_RECORDED && tok->count == look[LOOK_AS_RECORDED].count)
-			continue;
-		if (k == LOOK_WITHOUT_BOTH && (tok->count == look[LOOK_WITHOUT_COLLECTIVES].count ||
-		                               tok->count == look[LOOK_WITHOUT_INNER_LOOPS].count))
+		bool seen = false;
+		for (int e = 0; e < k && !seen; e++)
+			seen = same_tokens(tok, &look[e]);
+		if (seen)
 			continue;
 		lynx_prof_layers_free(out);
 		err = segment_tokens(trace, it, tok, out, look_why, sizeof(look_why));
 		if (err == -EINVAL && why_len > strlen(why) + 1)
 			snprintf(why + strlen(why), why_len - strlen(why), "%s%s%s%s",
-			         k ? "; " : "", look_text[k], k ? ": " : "", look_why);
+			         k ? "; " : "", looks[k].text, k ? ": " : "", look_why);
 	}
 	for (int k = 0; k < LOOK_COUNT; k++)
 		lynx_prof_tokens_free(&look[k]);

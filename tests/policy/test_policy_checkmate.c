@@ -21,6 +21,7 @@
 #include "checker.h"
 #include "checkmate.h"
 #include "planner.h"
+#include "plan_asserts.h"
 #include "units.h"
 
 /*
@@ -444,14 +445,7 @@ static void test_checkmate_searches_only_the_stage_asked(void **state)
 	assert_true(plan.step_time_s <= rep.start_step_s);
 	if (lynx_planner_run(lynx_planner_find(rep.start), &p, &start, why, sizeof(why)))
 		fail_msg("%s refused: %s", rep.start, why);
-	for (uint32_t s = 0; s < p.n_stages; s++) {
-		if (s == p.searched_stage)
-			continue;
-		for (uint32_t l = 0; l < p.stages[s].layers; l++)
-			for (uint32_t g = 0; g < p.layer.n_groups; g++)
-				assert_int_equal(lynx_plan_get(&plan, s, l, g)->action,
-				                 lynx_plan_get(&start, s, l, g)->action);
-	}
+	assert_other_stages_as_started(&p, &plan, &start);
 	lynx_plan_free(&start);
 	lynx_plan_free(&plan);
 	lynx_problem_free(&p);

@@ -21,6 +21,7 @@
 #include "checker.h"
 #include "opt.h"
 #include "planner.h"
+#include "plan_asserts.h"
 
 /*
  * What the solves must reach, and the time limit that only guards against a hang. The checks
@@ -285,14 +286,7 @@ static void test_opt_searches_only_the_stage_asked(void **state)
 	assert_true(rep.solved);
 	assert_true(plan.fits);
 	assert_true(plan.step_time_s <= heu.step_time_s);
-	for (uint32_t s = 0; s < p.n_stages; s++) {
-		if (s == p.searched_stage)
-			continue;
-		for (uint32_t l = 0; l < p.stages[s].layers; l++)
-			for (uint32_t g = 0; g < p.layer.n_groups; g++)
-				assert_int_equal(lynx_plan_get(&plan, s, l, g)->action,
-				                 lynx_plan_get(&heu, s, l, g)->action);
-	}
+	assert_other_stages_as_started(&p, &plan, &heu);
 	lynx_plan_free(&heu);
 	lynx_plan_free(&plan);
 	lynx_problem_free(&p);
