@@ -76,6 +76,9 @@ status=0
 for layout in $LAYOUTS; do
 	spec=$(layout_spec "$layout") || { echo "bench_recompute: no layout $layout" >&2; exit 2; }
 	IFS='|' read -r args granule steps point <<<"$spec"
+	point_name=${point%%:*}
+	point_bytes=$([ -z "$point" ] || numfmt --from=iec "$point_name")
+	point_max=${point#*:}
 	read -ra ARGS <<<"$args"
 	dir="$work/$layout"
 	mkdir -p "$dir"
@@ -90,19 +93,14 @@ for layout in $LAYOUTS; do
 	# The sweep: none's and selective's peaks, four points between selective and full
 	# (closer together near full, where plans stop fitting), the layout's own point,
 	# full's peak, and two below it.
-	budgets=$(awk -v last="$last" -v point="${point%%:*}" '
-		function bytes(s, n) {
-			n = s + 0
-			if (s ~ /K$/) n *= 1024; else if (s ~ /M$/) n *= 1048576
-			return int(n)
-		}
+	budgets=$(awk -v last="$last" -v point="$point_bytes" '
 		$2 == last && $6 > peak[$1] { peak[$1] = $6 }
 		END {
 			n = peak["none"]; s = peak["selective"]; f = peak["full"]
 			print n; print s
 			print int(f + (s - f) * 2 / 3); print int(f + (s - f) / 3)
 			print int(f + (s - f) / 6); print int(f + (s - f) / 12)
-			if (point != "") print bytes(point)
+			if (point != "") print point
 			print f; print int(f * 0.9); print int(f * 0.75)
 		}' "$dir/steps" | sort -rn | uniq)
 	for budget in $budgets; do
@@ -125,7 +123,8 @@ for layout in $LAYOUTS; do
 		}' "$out.log" >>"$dir/unfit"
 	done
 	touch "$dir/predicted" "$dir/unfit"
-	awk -v layout="$layout" -v last="$last" -v point="$point" -v at_full="$AT_FULL_MAX" '
+	awk -v layout="$layout" -v last="$last" -v point_name="$point_name" \
+		-v point_bytes="$point_bytes" -v point_max="$point_max" -v at_full="$AT_FULL_MAX" '
 		FILENAME ~ /predicted$/ { pred[$1, $2] = $3; ach[$1, $2] = ($4 > 0 && $5 != "null") ? $5 / $4 : ""; next }
 		FILENAME ~ /unfit$/ { unfit[$1, $2] = 1; next }
 		{
@@ -147,7 +146,6 @@ for layout in $LAYOUTS; do
 		function miss(what) { misses[++missed] = sprintf("MISSED  %s: %s", layout, what) }
 		END {
 			full = bpeak["full"]
-			split(point, pt, ":")
 			printf "%-14s %4s %12s %12s %6s %10s %7s %9s %9s %9s\n", "run", "rank", "peak bytes", \
 				"worst", "held", "step ms", "x none", "predicted", "achieved", "identical"
 			for (i = 1; i <= runs; i++) {
@@ -177,20 +175,15 @@ for layout in $LAYOUTS; do
 					if (budget == full && (held != "yes" || ratio(run, r) > at_full))
 						miss(sprintf("at full recompute'"'"'s peak (%d) rank %s is %s at %.3f of none (target: within, at most %s)", \
 							full, r, held == "yes" ? "within" : held == "unfit" ? "without a plan" : "over", ratio(run, r), at_full))
-					if (pt[1] != "" && run == "lynx-" bytes(pt[1]) && (held != "yes" || ratio(run, r) > pt[2] + 0))
-						miss(sprintf("at %s rank %s is %s at %.3f of none (target: at most %s)", pt[1], r, \
-							held == "yes" ? "within" : "not within", ratio(run, r), pt[2]))
+					if (point_bytes != "" && budget == point_bytes + 0 && (held != "yes" || ratio(run, r) > point_max + 0))
+						miss(sprintf("at %s rank %s is %s at %.3f of none (target: at most %s)", point_name, r, \
+							held == "yes" ? "within" : "not within", ratio(run, r), point_max))
 				}
 				if (differs[run]) miss(sprintf("%s trains differently from none", run))
 			}
 			for (i = 1; i <= missed; i++) print misses[i]
 			printf "%s: %d target%s missed\n", layout, missed, missed == 1 ? "" : "s"
 			exit missed > 0
-		}
-		function bytes(s, n) {
-			n = s + 0
-			if (s ~ /K$/) n *= 1024; else if (s ~ /M$/) n *= 1048576
-			return int(n)
 		}' "$dir/predicted" "$dir/unfit" "$dir/steps" || status=1
 	echo
 done
