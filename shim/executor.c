@@ -341,6 +341,9 @@ void complete_frees(bool wait)
 void reclaim_for(uint64_t bytes, bool scratch)
 {
 	uint64_t limit = ex.expect.budget_bytes, room = ex.stats.replay_scratch_bytes;
+
+	if (room < ex.expect.replay_scratch_bytes)
+		room = ex.expect.replay_scratch_bytes;
 	size_t free_bytes, total;
 	struct exec_buf *b, *tmp;
 

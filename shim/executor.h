@@ -162,6 +162,10 @@ struct lynx_exec_expectation {
 	double predicted_slowdown;      /* the plan's iteration time over keeping everything */
 	/* The plan's memory budget, which the executor keeps (see lynx_exec_arm); 0: none. */
 	uint64_t budget_bytes;
+	/* The scratch a replay is expected to take (the profile's workspaces, which the plan
+	 * left room for): kept free for it from the first planned step, before any replay has
+	 * shown its own. */
+	uint64_t replay_scratch_bytes;
 	/* The slowdown asked for (LYNX_MAX_SLOWDOWN, 1.02 for 2%), and its text; 0: none. An
 	 * achieved one above it is warned at exit. */
 	double max_slowdown;

@@ -1024,6 +1024,7 @@ static void arm_executor(const struct lynx_whatif_plan *wp, const struct lynx_wh
 	        .predicted_slowdown = keep->step_s > 0 ? row->step_s / keep->step_s : 1.0,
 	        /* Kept in cuMemGetInfo's terms: LYNX_BUDGET itself. */
 	        .budget_bytes = held_budget(wp, s, row),
+	        .replay_scratch_bytes = prof.profile.memory.at_peak[LYNX_PROFILE_MEMORY_WORKSPACE],
 	        .max_slowdown = prof.max_slowdown_bp ? 1.0 + prof.max_slowdown_bp / 10000.0 : 0.0,
 	};
 	snprintf(expect.max_slowdown_text, sizeof(expect.max_slowdown_text), "%s",
