@@ -166,6 +166,9 @@ struct lynx_exec_expectation {
 	 * left room for): kept free for it from the first planned step, before any replay has
 	 * shown its own. */
 	uint64_t replay_scratch_bytes;
+	/* The budget is the user's (LYNX_BUDGET), not one the planner chose: an examination
+	 * that would take the device over it is refused (executor_replay.c). */
+	bool budget_asked;
 	/* The slowdown asked for (LYNX_MAX_SLOWDOWN, 1.02 for 2%), and its text; 0: none. An
 	 * achieved one above it is warned at exit. */
 	double max_slowdown;

@@ -440,6 +440,28 @@ static int sibling_redirects(const struct exec_buf *b, struct lynx_replay_redire
 	return 0;
 }
 
+/*
+ * How much device memory an examination may take now: what LYNX_BUDGET leaves beside what
+ * is in use and the room kept for a replay's scratch (reclaim_for); at least 1 byte. An
+ * examination that needs more is refused (NO_ROOM) and its activation offloaded for good:
+ * the budget holds from the first planned step, where the executor examines while it
+ * offloads, and prefetches, what it will replay later. 0 (no limit) without LYNX_BUDGET:
+ * a budget the planner chose is no promise to keep at a replay's expense.
+ */
+static size_t examination_room(void)
+{
+	uint64_t limit = ex.expect.budget_bytes, room = ex.stats.replay_scratch_bytes;
+	size_t free_bytes, total;
+
+	if (!limit || !ex.expect.budget_asked ||
+	    ex.drv.mem_get_info(&free_bytes, &total) != CUDA_SUCCESS || total < free_bytes)
+		return 0;
+	if (room < ex.expect.replay_scratch_bytes)
+		room = ex.expect.replay_scratch_bytes;
+	uint64_t used = total - free_bytes + room;
+	return used + 1 < limit ? (size_t)(limit - used) : 1;
+}
+
 /* The name of b's producer (its first kernel) as the driver gives it, or "?". */
 static const char *producer_name(const struct exec_buf *b)
 {
@@ -492,11 +514,14 @@ void exec_examine(struct exec_buf *b, CUstream stream)
 		; /* check says why */
 	else if (sibling_redirects(b, siblings, &n_siblings, operands, &n_sibling_words))
 		snprintf(check.reason, sizeof(check.reason), "no memory for its siblings' scratch");
-	else if (!lynx_replay_segment_create(&ex.replay_drv, kernels, b->n_launches, &b->segment))
+	else if (lynx_replay_segment_create(&ex.replay_drv, kernels, b->n_launches, &b->segment))
+		snprintf(check.reason, sizeof(check.reason), "no memory for the segment");
+	else {
+		/* Measured with its operands brought back and its siblings' scratch taken. */
+		how.max_device_bytes = examination_room();
 		lynx_replay_examine(b->segment, stream, &output, 1, siblings, n_siblings, &how,
 		                    &check);
-	else
-		snprintf(check.reason, sizeof(check.reason), "no memory for the segment");
+	}
 	for (size_t i = 0; i < n_siblings; i++)
 		ex.replay_drv.mem_free(siblings[i].to);
 	size_t n_operands = n_sibling_words + how.operand_count;

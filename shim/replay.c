@@ -1340,6 +1340,19 @@ static void release_examination(struct examination *e)
 	free(e->redirects);
 }
 
+/* The device memory the passes take: scratch for every output (pass 1) and a copy of each
+ * operand allocation (pass 2). The temporaries' scratch is the caller's, taken already. */
+static size_t device_bytes(const struct examination *e)
+{
+	size_t bytes = 0;
+
+	for (size_t i = 0; i < e->v->count; i++)
+		bytes += e->v->outputs[i].size;
+	for (size_t i = 0; i < e->operand_regions; i++)
+		bytes += e->regions[i].size;
+	return bytes;
+}
+
 /* The reason line for what describe() does not know, or with an examination's details. */
 static void describe_examination(struct lynx_replay_check *check,
                                  const struct lynx_replay_segment *segment,
@@ -1407,6 +1420,11 @@ static void describe_examination(struct lynx_replay_check *check,
 		        "depend on what it held",
 		        e->written, check->output, check->offset, check->kernel, check->word);
 		break;
+	case LYNX_REPLAY_NO_ROOM:
+		snprintf(reason, room,
+		         "checking it takes %zu bytes of device memory, %zu allowed now",
+		         device_bytes(e), how->max_device_bytes);
+		break;
 	case LYNX_REPLAY_TOO_LARGE:
 		snprintf(reason, room,
 		         "the memory its parameters name is too large or too scattered to check: "
@@ -1457,8 +1475,13 @@ lynx_replay_examine(struct lynx_replay_segment *segment, CUstream stream,
 	/* Everything it names is snapshotted before the first replay, which reads (and may
 	 * write) it in place, and put back after each pass that may change it. */
 	if (find_operands(&e) != LYNX_REPLAY_REPRODUCES ||
-	    snapshot_regions(&e) != LYNX_REPLAY_REPRODUCES ||
-	    allocate(&v, NULL, temporaries, temporary_count) != LYNX_REPLAY_REPRODUCES)
+	    snapshot_regions(&e) != LYNX_REPLAY_REPRODUCES)
+		goto out_release;
+	if (how->max_device_bytes && device_bytes(&e) > how->max_device_bytes) {
+		out->verdict = LYNX_REPLAY_NO_ROOM;
+		goto out_release;
+	}
+	if (allocate(&v, NULL, temporaries, temporary_count) != LYNX_REPLAY_REPRODUCES)
 		goto out_release;
 	verify_outputs(&v, temporary_count); /* pass 1: the outputs put back already */
 	put_back(&e, false);

@@ -183,29 +183,31 @@ int lynx_replay_launch(struct lynx_replay_segment *segment, CUstream stream,
  * LYNX_REPLAY_VERDICT(name, text): what verification concludes. Only REPRODUCES lets the
  * executor evict the segment's outputs and recompute them.
  */
-#define LYNX_REPLAY_VERDICTS                                                                 \
-	LYNX_REPLAY_VERDICT(REPRODUCES, "reproduces its outputs bit for bit")                \
-	LYNX_REPLAY_VERDICT(DIFFERS, "the replay's output differs from the original")        \
-	LYNX_REPLAY_VERDICT(WRITES_THROUGH_DEVICE_POINTER,                                   \
-	                    "the replay wrote an original output or the original of memory " \
-	                    "it names: a kernel reads a pointer from device memory")         \
-	LYNX_REPLAY_VERDICT(READS_HIDDEN_MEMORY,                                             \
-	                    "with the memory its parameters name moved and the originals "   \
-	                    "poisoned, the output changed: a kernel reads a pointer from "   \
-	                    "device memory")                                                 \
-	LYNX_REPLAY_VERDICT(UPDATES_OPERAND,                                                 \
-	                    "the replay changes memory its parameters name besides its "     \
-	                    "outputs, and the outputs depend on what it held")               \
-	LYNX_REPLAY_VERDICT(TOO_LARGE,                                                       \
-	                    "the memory its parameters name is too large or too scattered "  \
-	                    "to check")                                                      \
-	LYNX_REPLAY_VERDICT(FREED_OPERAND,                                                   \
-	                    "a parameter names memory freed since the segment ran (the "     \
-	                    "caller's check, made before any replay)")                       \
-	LYNX_REPLAY_VERDICT(LAUNCH_FAILED, "a replayed launch failed")                       \
-	LYNX_REPLAY_VERDICT(UNSUPPORTED, "a launch cannot be replayed from its record")      \
-	LYNX_REPLAY_VERDICT(DRIVER_FAILED, "a copy, synchronisation or allocation failed")   \
-	LYNX_REPLAY_VERDICT(NO_MEMORY, "not enough host or device memory to verify")         \
+#define LYNX_REPLAY_VERDICTS                                                                      \
+	LYNX_REPLAY_VERDICT(REPRODUCES, "reproduces its outputs bit for bit")                     \
+	LYNX_REPLAY_VERDICT(DIFFERS, "the replay's output differs from the original")             \
+	LYNX_REPLAY_VERDICT(WRITES_THROUGH_DEVICE_POINTER,                                        \
+	                    "the replay wrote an original output or the original of memory "      \
+	                    "it names: a kernel reads a pointer from device memory")              \
+	LYNX_REPLAY_VERDICT(READS_HIDDEN_MEMORY,                                                  \
+	                    "with the memory its parameters name moved and the originals "        \
+	                    "poisoned, the output changed: a kernel reads a pointer from "        \
+	                    "device memory")                                                      \
+	LYNX_REPLAY_VERDICT(UPDATES_OPERAND,                                                      \
+	                    "the replay changes memory its parameters name besides its "          \
+	                    "outputs, and the outputs depend on what it held")                    \
+	LYNX_REPLAY_VERDICT(TOO_LARGE,                                                            \
+	                    "the memory its parameters name is too large or too scattered "       \
+	                    "to check")                                                           \
+	LYNX_REPLAY_VERDICT(FREED_OPERAND,                                                        \
+	                    "a parameter names memory freed since the segment ran (the "          \
+	                    "caller's check, made before any replay)")                            \
+	LYNX_REPLAY_VERDICT(LAUNCH_FAILED, "a replayed launch failed")                            \
+	LYNX_REPLAY_VERDICT(UNSUPPORTED, "a launch cannot be replayed from its record")           \
+	LYNX_REPLAY_VERDICT(DRIVER_FAILED, "a copy, synchronisation or allocation failed")        \
+	LYNX_REPLAY_VERDICT(NO_ROOM, "checking it would take more device memory than the caller " \
+	                             "allows now (it may try again)")                             \
+	LYNX_REPLAY_VERDICT(NO_MEMORY, "not enough host or device memory to verify")              \
 	LYNX_REPLAY_VERDICT(INVALID, "invalid arguments")
 
 enum lynx_replay_verdict {
@@ -332,6 +334,9 @@ struct lynx_replay_examination {
 	/* The most bytes of memory other than the outputs it may snapshot: the operands'
 	 * distinct allocations, and what pointers stored in them lead to. More: TOO_LARGE. */
 	size_t max_operand_bytes;
+	/* The most device memory it may take: the outputs' scratch and a copy of each operand
+	 * allocation (pass 2 below). More: NO_ROOM, before any replay. 0: no limit. */
+	size_t max_device_bytes;
 	struct lynx_replay_operand *operands; /* out: operand_capacity entries (NULL if 0) */
 	size_t operand_capacity;              /* more operand words: TOO_LARGE */
 	/* out: the operand words found, in kernel then offset order; all are in operands[]

@@ -1321,6 +1321,41 @@ static void test_examine_undoes_what_the_first_replay_wrote_in_place(void **stat
 	free_allocations(&t);
 }
 
+/* Under a device memory limit too small for its scratch and operand copies it puts itself
+ * off before replaying anything (NO_ROOM: the caller may try again); at the limit it runs. */
+static void test_examine_takes_no_more_device_memory_than_allowed(void **state)
+{
+	struct fixture *f = *state;
+	struct biased_segment s;
+	struct lynx_replay_operand ops[4];
+	struct lynx_replay_check check;
+
+	run_biased(f->stream, &s);
+	struct lynx_replay_segment *segment = segment_of(s.kernels, 2);
+	struct lynx_replay_range outputs[] = {{s.tmp, N * 4}, {s.out, N * 4}};
+	struct lynx_replay_examination how = examination(&s.t, ops, 4, 1 << 20);
+	/* Scratch for both outputs and a copy of w, the one operand allocation. */
+	size_t need = 2 * N * 4 + (N + 4) * 4;
+	uint64_t launches = call_count("cuLaunchKernel");
+
+	remember(f->stream, &s.t);
+	how.max_device_bytes = need - 1;
+	assert_int_equal(lynx_replay_examine(segment, f->stream, outputs, 2, NULL, 0, &how, &check),
+	                 LYNX_REPLAY_NO_ROOM);
+	assert_int_equal(call_count("cuLaunchKernel"), launches);
+	char want[96];
+	snprintf(want, sizeof(want), "checking it takes %zu bytes of device memory, %zu allowed",
+	         need, need - 1);
+	assert_non_null(strstr(check.reason, want));
+	assert_unchanged(f->stream, &s.t);
+	how.max_device_bytes = need;
+	assert_int_equal(lynx_replay_examine(segment, f->stream, outputs, 2, NULL, 0, &how, &check),
+	                 LYNX_REPLAY_REPRODUCES);
+	assert_unchanged(f->stream, &s.t);
+	lynx_replay_segment_destroy(segment);
+	free_allocations(&s.t);
+}
+
 static void test_examine_refuses_memory_beyond_its_limits(void **state)
 {
 	struct fixture *f = *state;
@@ -1919,6 +1954,8 @@ int main(int argc, char **argv)
 	                teardown),
 	        cmocka_unit_test_setup_teardown(
 	                test_examine_undoes_what_the_first_replay_wrote_in_place, setup, teardown),
+	        cmocka_unit_test_setup_teardown(
+	                test_examine_takes_no_more_device_memory_than_allowed, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_examine_refuses_memory_beyond_its_limits,
 	                                        setup, teardown),
 	        cmocka_unit_test_setup_teardown(
