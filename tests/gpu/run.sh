@@ -285,9 +285,9 @@ say "analysis"
 python3 "$here/analyze.py" --work "$work" --out "$out" $([ $simgpu -eq 1 ] && echo --simgpu)
 status=$?
 
-# At most six logs besides results.json and summary.md: run.log (this script), one per
-# variant with every cell's stderr, and the Lynx output directories (profiles, plans,
-# summaries; no event dumps) as one archive.
+# At most six files besides results.json and summary.md: run.log (this script), one log per
+# variant with every cell's stderr, setup.log, the Lynx output directories (profiles, plans,
+# summaries; no event dumps) as one archive, and the trainer's event dump.
 for variant in "${variants[@]}"; do
 	for f in "$work/$variant"-*.err; do
 		[ -f "$f" ] && { echo "===== $(basename "$f")"; tail -c 400000 "$f"; }
@@ -295,17 +295,21 @@ for variant in "${variants[@]}"; do
 done
 { cat "$work/doctor.out" "$work/doctor.err" "$work/vmm.err" "$work/coverage.err"; } \
 	>"$out/setup.log" 2>/dev/null
-# The coverage run's event dump (the trainer's process: the largest) comes back too when it
-# fits, for working on the profiler offline (lynx profile reads it).
+# The coverage run's event dump (the trainer's process: the largest), compressed, in a file
+# of its own: with the launches' parameters, which the traces lack, `lynx profile` rebuilds
+# lifetimes and saved activations from it here, and `lynx plan` plans the real trainer
+# offline. A file that comes back may hold 16 MiB; a larger dump stays behind, and the log
+# says so.
 dump=$(ls -S "$work"/coverage.events.*.jsonl 2>/dev/null | head -1)
-[ -n "$dump" ] && ln -sf "$(basename "$dump")" "$work/coverage-trainer.events.jsonl"
-(cd "$work" && tar -czhf "$out/lynx-out.tar.gz" --exclude='coverage.events.*' --exclude=cache \
-	--exclude='*.torch_kernels.json' ./*.lynx vmm.json env.json steps.jsonl ./*.jsonl 2>/dev/null)
-if [ "$(stat -c %s "$out/lynx-out.tar.gz" 2>/dev/null || echo 0)" -gt 15000000 ]; then
-	(cd "$work" && tar -czf "$out/lynx-out.tar.gz" --exclude='*.events*' --exclude=cache \
-		--exclude='*.torch_kernels.json' ./*.lynx vmm.json env.json steps.jsonl ./*.jsonl \
-		2>/dev/null)
+if [ -n "$dump" ]; then
+	gzip -c "$dump" >"$out/coverage-trainer.events.jsonl.gz"
+	if [ "$(stat -c %s "$out/coverage-trainer.events.jsonl.gz")" -gt 15000000 ]; then
+		say "the coverage run's event dump is over 15 MB compressed: not returned"
+		rm -f "$out/coverage-trainer.events.jsonl.gz"
+	fi
 fi
+(cd "$work" && tar -czf "$out/lynx-out.tar.gz" --exclude='*.events*' --exclude=cache \
+	--exclude='*.torch_kernels.json' ./*.lynx vmm.json env.json steps.jsonl ./*.jsonl 2>/dev/null)
 if [ "$(stat -c %s "$out/lynx-out.tar.gz" 2>/dev/null || echo 0)" -gt 15000000 ]; then
 	(cd "$work" && tar -czf "$out/lynx-out.tar.gz" --exclude='*.events*' --exclude=cache \
 		--exclude='trace.*' --exclude='*.torch_kernels.json' ./*.lynx vmm.json env.json \
