@@ -135,13 +135,38 @@ void exec_update(struct exec_buf *b)
 	}
 }
 
-/* Makes stream wait for event: the ordering every side-stream copy and every reuse of
- * memory rests on (LYNX_FAULT=skip-stream-waits drops it, for the test that shows it). */
+/*
+ * Makes stream wait for event: the ordering every side-stream copy and every reuse of
+ * memory rests on (LYNX_FAULT=skip-stream-waits drops it, for the test that shows it).
+ * When the device cannot be made to wait, the host waits for the event instead: what is
+ * queued on stream from then on follows the event's work all the same, at the cost of a
+ * stall. Failing that too, the device is synchronised; only when that fails does the
+ * caller see the failure (and keeps the activation as it is).
+ */
 CUresult exec_wait_for(CUstream stream, CUevent event)
 {
+	char name[64], host_name[64];
+	CUresult r, host;
+
 	if (ex.fault == LYNX_EXEC_FAULT_SKIP_STREAM_WAITS)
 		return CUDA_SUCCESS;
-	return ex.drv.stream_wait_event(stream, event, 0);
+	r = ex.fault == LYNX_EXEC_FAULT_FAIL_STREAM_WAITS
+	            ? CUDA_ERROR_UNKNOWN
+	            : ex.drv.stream_wait_event(stream, event, 0);
+	if (r == CUDA_SUCCESS)
+		return r;
+	host = ex.drv.event_synchronize(event);
+	if (host != CUDA_SUCCESS)
+		host = ex.drv.ctx_synchronize();
+	if (host == CUDA_SUCCESS)
+		ex.stats.host_waits++;
+	lynx_warn_once("recompute mode: cuStreamWaitEvent failed (%s): the host waits for the "
+	               "event instead (%s; later ones counted in the summary)",
+	               lynx_cuda_error_text(r, name, sizeof(name)),
+	               host == CUDA_SUCCESS
+	                       ? "done"
+	                       : lynx_cuda_error_text(host, host_name, sizeof(host_name)));
+	return host;
 }
 
 bool exec_done(CUevent e)
@@ -1120,9 +1145,11 @@ void lynx_exec_print_summary(FILE *f, const char *tag)
 	        " on demand (%" PRIu64 " could not start ahead), %" PRIu64
 	        " consumer waits, %" PRIu64 " host stalls (and %" PRIu64
 	        " for the budget), %" PRIu64 " after waiting for frees; %" PRIu64
-	        " driver failures; arena peak resident %.2f MiB\n",
+	        " driver failures (%" PRIu64 " stream waits made by the host); arena peak "
+	        "resident %.2f MiB\n",
 	        tag, s.prefetches, s.on_demand, s.prefetch_failures, s.waits, s.stalls,
-	        s.budget_stalls, s.oom_waits, s.failures, lynx_prof_mib(arena.peak_resident_bytes));
+	        s.budget_stalls, s.oom_waits, s.failures, s.host_waits,
+	        lynx_prof_mib(arena.peak_resident_bytes));
 	print_achieved(f, tag, &s);
 	/* A budget not held, said at the default level: the job ended (or lost the iteration
 	 * every time) before the executor could act. */

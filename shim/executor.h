@@ -99,6 +99,7 @@ enum lynx_exec_action {
 #define LYNX_EXEC_FAULTS(X)                                                                       \
 	X(NONE, "none")                                                                           \
 	X(SKIP_STREAM_WAITS, "skip-stream-waits") /* no stream waits for another's event */       \
+	X(FAIL_STREAM_WAITS, "fail-stream-waits") /* every stream wait fails (the host waits) */  \
 	X(FAIL_PREFETCH, "fail-prefetch")         /* every restore on the restore stream fails */ \
 	X(FAIL_REPLAY, "fail-replay")             /* each replay's first launch fails */          \
 	X(LOSE_REPLAYS, "lose-replays")           /* every replay launch fails: bytes lost */
@@ -128,6 +129,7 @@ enum lynx_exec_fault {
 	LYNX_EXEC_STAT(budget_stalls, "host waits for memory, to keep the budget")              \
 	LYNX_EXEC_STAT(oom_waits, "restores that first had to wait for frees")                  \
 	LYNX_EXEC_STAT(failures, "driver failures (the activation stayed as it was)")           \
+	LYNX_EXEC_STAT(host_waits, "stream waits that failed, made by the host instead")        \
 	LYNX_EXEC_STAT(producers, "producers captured for activations planned for recompute")   \
 	LYNX_EXEC_STAT(discards, "evictions without a copy (restored by replay)")               \
 	LYNX_EXEC_STAT(replays, "restores by replaying the producer")                           \

@@ -15,7 +15,8 @@
  *  - the steady state's peak memory on the first stage is below the run without Lynx, and
  *    the step time within 5% of it;
  *  - dropping the stream waits the executor relies on (LYNX_FAULT=skip-stream-waits)
- *    breaks training: the identity check above can fail;
+ *    breaks training: the identity check above can fail; when they fail
+ *    (LYNX_FAULT=fail-stream-waits) the host waits in their place, and nothing changes;
  *  - restores that cannot start ahead (LYNX_FAULT=fail-prefetch) or whose cuMemCreate
  *    fails (SIMGPU_FAULTS) are made on demand or after waiting for frees: same results,
  *    and the summary says so;
@@ -158,6 +159,26 @@ static void test_dropping_the_stream_waits_breaks_training(void **state)
 	for (size_t i = 0; same && i < n; i++)
 		same = !strcmp(a[i].results, b[i].results);
 	assert_false(same);
+	release(&o);
+}
+
+/* Every stream wait the executor asks of the driver fails: the host waits for the event
+ * instead, so the order holds and nothing is lost (the test above shows that the waits
+ * matter); the first failure is said once, and the summary counts the host's waits. */
+static void test_failing_stream_waits_are_made_by_the_host(void **state)
+{
+	struct step_line a[MAX_LINES], b[MAX_LINES];
+	struct output plain = plain_pp2_tp2();
+	struct output o =
+	        run_trainer(PP2_TP2, "LYNX_BUDGET=2150K LYNX_FAULT=fail-stream-waits", "failwait");
+
+	assert_identical(&plain, &o, a, b);
+	for (int rank = 0; rank < 4; rank++) {
+		assert_true(stat_of(o.err, rank, "evicted (") > 0);
+		assert_true(stat_of(o.err, rank, "stream waits made by the host") > 0);
+		assert_int_equal(stat_of(o.err, rank, "driver failures"), 0);
+	}
+	assert_int_equal(count_of(o.err, "cuStreamWaitEvent failed"), 4);
 	release(&o);
 }
 
@@ -311,6 +332,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_recompute_mode_is_bit_identical_and_saves_memory),
 	        cmocka_unit_test(test_other_layouts_stay_bit_identical),
 	        cmocka_unit_test(test_dropping_the_stream_waits_breaks_training),
+	        cmocka_unit_test(test_failing_stream_waits_are_made_by_the_host),
 	        cmocka_unit_test(test_restores_that_cannot_start_ahead_are_made_on_demand),
 	        cmocka_unit_test(test_a_recompute_only_plan_survives_failing_replays),
 	        cmocka_unit_test(test_lost_bytes_stop_the_trainer_with_an_error),
