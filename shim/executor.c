@@ -358,6 +358,37 @@ void complete_frees(bool wait)
 }
 
 /*
+ * Where the device goes over the budget in this iteration, if it does: each call of the
+ * iteration where it would be over once `bytes` more are taken, with the most it would be
+ * over there (the worst OVER_POINTS calls). Measured before an allocation, as reclaim_for()
+ * does; only while the iteration is followed, since the call is what keep_budget() acts on.
+ */
+static void note_over_budget(uint64_t bytes)
+{
+	size_t free_bytes, total, least = 0;
+
+	if (!ex.tracking || ex.drv.mem_get_info(&free_bytes, &total) != CUDA_SUCCESS ||
+	    total < free_bytes || total - free_bytes + bytes <= ex.expect.budget_bytes)
+		return;
+	uint64_t over = total - free_bytes + bytes - ex.expect.budget_bytes;
+	for (size_t i = 0; i < ex.n_over; i++) {
+		if (ex.over[i].token == ex.pos) {
+			if (over > ex.over[i].bytes)
+				ex.over[i].bytes = over;
+			return;
+		}
+		if (ex.over[i].bytes < ex.over[least].bytes)
+			least = i;
+	}
+	if (ex.n_over < OVER_POINTS)
+		least = ex.n_over++;
+	else if (ex.over[least].bytes >= over)
+		return;
+	ex.over[least].token = ex.pos;
+	ex.over[least].bytes = over;
+}
+
+/*
  * Keeps the budget before `bytes` of new memory are taken (executor.h, lynx_exec_arm):
  * waits for the oldest evictions and frees in flight, whose memory goes back then. Memory
  * other than a replay's scratch keeps room for the largest scratch a replay has taken: a
@@ -397,6 +428,12 @@ void reclaim_for(uint64_t bytes, bool scratch)
 			finish_free(b);
 		}
 	}
+	/* Nothing left to wait for: the device may go over the budget, which keep_budget()
+	 * corrects from the next iteration, when the budget is the user's (one the planner
+	 * chose within LYNX_MAX_SLOWDOWN is not worth more time). Allocations below a granule
+	 * are not looked at: they are many, and the look is a driver call. */
+	if (ex.expect.budget_asked && bytes >= lynx_arena_granularity(ex.arena))
+		note_over_budget(bytes);
 }
 
 /*
@@ -421,6 +458,117 @@ struct exec_buf *take_spare(size_t bytes, CUstream stream, struct exec_buf * not
 		return b;
 	}
 	return NULL;
+}
+
+/* ---- Holding the budget the plan missed -------------------------------------------------- */
+
+/* Creates the events an evicted activation needs (a kept one has none). */
+static CUresult make_buf_events(struct exec_buf *b)
+{
+	CUresult r;
+
+	if ((r = ex.drv.event_create(&b->used, CU_EVENT_DISABLE_TIMING)) ||
+	    (r = ex.drv.event_create(&b->copied, CU_EVENT_DISABLE_TIMING)) ||
+	    (r = ex.drv.event_create(&b->ready, CU_EVENT_DISABLE_TIMING)) ||
+	    (r = ex.drv.event_create(&b->freed, CU_EVENT_DISABLE_TIMING)) ||
+	    (r = ex.drv.event_create(&b->checked, CU_EVENT_DISABLE_TIMING)))
+		return r;
+	return CUDA_SUCCESS;
+}
+
+/* Whether kept activation b could be out of device memory at call t of the iteration: its
+ * forward is done with it, its backward has not begun to bring it back. */
+static bool evictable_at(const struct exec_buf *b, uint32_t t)
+{
+	return b->action == LYNX_EXEC_KEEP && b->sb->bytes >= lynx_arena_granularity(ex.arena) &&
+	       b->sb->last_forward_token < t && b->sb->restore_token > t;
+}
+
+/* The bytes of the activations that keep_budget() offloads from now on and that are out of
+ * device memory at call t (promoted: the first of them in ex.bufs order, n of them). */
+static uint64_t promoted_out_at(struct exec_buf *const *promoted, size_t n, uint32_t t)
+{
+	uint64_t bytes = 0;
+
+	for (size_t i = 0; i < n; i++)
+		if (promoted[i]->sb->last_forward_token < t && promoted[i]->sb->restore_token > t)
+			bytes += promoted[i]->sb->bytes;
+	return bytes;
+}
+
+/*
+ * At the end of an iteration that went over the user's budget (note_over_budget(); one
+ * with an examination, which takes memory once, does not count): the plan predicted less
+ * than the job takes. At each call where the budget went over, activations the plan keeps
+ * that could be out of device memory there are offloaded from the next iteration on, the
+ * fewest bytes that cover what those already chosen leave (the smallest one that covers
+ * it, else the largest, in turn). Said once at the default level; the summary counts them.
+ * Where none can be, the budget is not held, and that is said once.
+ */
+static void keep_budget(void)
+{
+	struct exec_buf *promoted[OVER_POINTS * 4];
+	size_t n_promoted = 0, n_over = ex.n_over;
+	uint64_t worst = 0, moved = 0, short_by = 0;
+	uint32_t worst_at = 0, short_at = 0;
+	bool examined = ex.started && ex.examined_in[(ex.started - 1) % 3];
+
+	ex.n_over = 0;
+	if (!n_over || examined)
+		return;
+	for (size_t k = 0; k < n_over; k++) {
+		uint32_t t = ex.over[k].token;
+		uint64_t out = promoted_out_at(promoted, n_promoted, t);
+		uint64_t left = ex.over[k].bytes > out ? ex.over[k].bytes - out : 0;
+		if (ex.over[k].bytes > worst) {
+			worst = ex.over[k].bytes;
+			worst_at = t;
+		}
+		while (left && n_promoted < sizeof(promoted) / sizeof(promoted[0])) {
+			struct exec_buf *fit = NULL, *largest = NULL;
+			for (size_t i = 0; i < ex.script.n_buffers; i++) {
+				struct exec_buf *b = &ex.bufs[i];
+				if (!evictable_at(b, t))
+					continue;
+				if (!largest || b->sb->bytes > largest->sb->bytes)
+					largest = b;
+				if (b->sb->bytes >= left && (!fit || b->sb->bytes < fit->sb->bytes))
+					fit = b;
+			}
+			struct exec_buf *b = fit ? fit : largest;
+			if (!b)
+				break;
+			CUresult r = make_buf_events(b);
+			if (r != CUDA_SUCCESS) {
+				driver_failed(
+				        "the events of an activation offloaded to hold the budget",
+				        r);
+				return;
+			}
+			b->action = LYNX_EXEC_OFFLOAD;
+			ex.planned[LYNX_EXEC_KEEP]--;
+			ex.planned[LYNX_EXEC_OFFLOAD]++;
+			ex.stats.promoted++;
+			promoted[n_promoted++] = b;
+			moved += b->sb->bytes;
+			left = b->sb->bytes >= left ? 0 : left - b->sb->bytes;
+		}
+		if (left > short_by) {
+			short_by = left;
+			short_at = t;
+		}
+	}
+	if (n_promoted)
+		lynx_warn_once("recompute mode: the device went up to %.2f MiB over the budget (at "
+		               "call %u of an iteration; the plan predicted less): %zu more "
+		               "activations (%.2f MiB) are offloaded from the next iteration on "
+		               "(later ones counted in the summary)",
+		               lynx_prof_mib(worst), worst_at, n_promoted, lynx_prof_mib(moved));
+	if (short_by)
+		lynx_warn_once("recompute mode: the budget is not held: the device went %.2f MiB "
+		               "over it at call %u of an iteration, where no activation the plan "
+		               "keeps can be evicted",
+		               lynx_prof_mib(short_by), short_at);
 }
 
 /* ---- Measuring what is achieved ---------------------------------------------------------- */
@@ -585,6 +733,7 @@ void lynx_exec_after(const struct lynx_event *ev)
 		ex.pos = 0;
 		ex.stats.iterations++;
 		reset_cursors();
+		keep_budget();
 	}
 out:
 	pthread_mutex_unlock(&ex.lock);
@@ -904,13 +1053,7 @@ static CUresult make_cuda_objects(void)
 			return r;
 	for (size_t i = 0; i < ex.script.n_buffers; i++) {
 		struct exec_buf *b = &ex.bufs[i];
-		if (b->action == LYNX_EXEC_KEEP)
-			continue;
-		if ((r = ex.drv.event_create(&b->used, CU_EVENT_DISABLE_TIMING)) ||
-		    (r = ex.drv.event_create(&b->copied, CU_EVENT_DISABLE_TIMING)) ||
-		    (r = ex.drv.event_create(&b->ready, CU_EVENT_DISABLE_TIMING)) ||
-		    (r = ex.drv.event_create(&b->freed, CU_EVENT_DISABLE_TIMING)) ||
-		    (r = ex.drv.event_create(&b->checked, CU_EVENT_DISABLE_TIMING)))
+		if (b->action != LYNX_EXEC_KEEP && (r = make_buf_events(b)))
 			return r;
 	}
 	return CUDA_SUCCESS;
@@ -1127,11 +1270,11 @@ void lynx_exec_print_summary(FILE *f, const char *tag)
 	lynx_arena_stats(ex.arena, &arena);
 	fprintf(f,
 	        "%s: executor: %" PRIu64 " iterations followed (%" PRIu64 " times lost); of %zu "
-	        "scripted activations %u kept (%u of them below a %zu KiB granule), %u offloaded, "
-	        "%u planned for recompute\n",
+	        "scripted activations %u kept (%u of them below a %zu KiB granule), %u offloaded "
+	        "(%" PRIu64 " of them to hold the budget), %u planned for recompute\n",
 	        tag, s.iterations, s.lost, ex.script.n_buffers, ex.planned[LYNX_EXEC_KEEP],
 	        ex.too_small, lynx_arena_granularity(ex.arena) / 1024,
-	        ex.planned[LYNX_EXEC_OFFLOAD], ex.planned[LYNX_EXEC_RECOMPUTE]);
+	        ex.planned[LYNX_EXEC_OFFLOAD], s.promoted, ex.planned[LYNX_EXEC_RECOMPUTE]);
 	print_replay(f, tag, &s);
 	fprintf(f,
 	        "%s: executor: %" PRIu64 " allocations served by the arena (%" PRIu64
@@ -1234,6 +1377,7 @@ int lynx_exec_write_summary(const char *path, int rank)
 			cJSON_AddNumberToObject(d, "keep", ex.planned[LYNX_EXEC_KEEP]);
 			cJSON_AddNumberToObject(d, "offload", ex.planned[LYNX_EXEC_OFFLOAD]);
 			cJSON_AddNumberToObject(d, "recompute", ex.planned[LYNX_EXEC_RECOMPUTE]);
+			cJSON_AddNumberToObject(d, "offloaded_to_hold_budget", (double)s.promoted);
 		}
 	}
 	if ((o = cJSON_AddObjectToObject(root, "memory"))) {

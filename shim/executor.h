@@ -130,6 +130,7 @@ enum lynx_exec_fault {
 	LYNX_EXEC_STAT(oom_waits, "restores that first had to wait for frees")                  \
 	LYNX_EXEC_STAT(failures, "driver failures (the activation stayed as it was)")           \
 	LYNX_EXEC_STAT(host_waits, "stream waits that failed, made by the host instead")        \
+	LYNX_EXEC_STAT(promoted, "activations the plan kept, offloaded to hold the budget")     \
 	LYNX_EXEC_STAT(producers, "producers captured for activations planned for recompute")   \
 	LYNX_EXEC_STAT(discards, "evictions without a copy (restored by replay)")               \
 	LYNX_EXEC_STAT(replays, "restores by replaying the producer")                           \

@@ -46,6 +46,9 @@
 #define MAX_REPLAY_DEPTH 32
 /* Trainer streams a replay is ordered against. */
 #define MAX_STREAMS 8
+/* Calls of an iteration where the device went over the budget that keep_budget() acts on:
+ * the worst ones (a pipeline's micro-batches each peak once). */
+#define OVER_POINTS 32
 
 /*
  * The driver calls the executor makes besides the arena's: LYNX_EXEC_DRIVER_CALL(field,
@@ -204,6 +207,13 @@ struct exec_state {
 	uint32_t n_traced;
 	uint64_t untraced;
 	uint64_t evicted_now;
+	/* The calls of this iteration where the device went over the budget, with the most
+	 * it went over at each (note_over_budget(), keep_budget()). */
+	struct {
+		uint32_t token;
+		uint64_t bytes;
+	} over[OVER_POINTS];
+	size_t n_over;
 	uint32_t planned[LYNX_EXEC_ACTION_COUNT];
 	uint32_t too_small;           /* evictions planned for activations below a granule: kept */
 	bool serves[LYNX_HOOK_COUNT]; /* device allocations the arena may serve */

@@ -13,7 +13,8 @@
  *    latter with every replay's first launch failing (LYNX_FAULT=fail-replay): each is
  *    tried again, and the summary counts it;
  *  - the steady state's peak memory on the first stage is below the run without Lynx, and
- *    the step time within 5% of it;
+ *    the step time within 5% of it; every rank's last steps hold the budget, where the plan
+ *    predicted the first stage a little low (kept activations offloaded to hold it);
  *  - dropping the stream waits the executor relies on (LYNX_FAULT=skip-stream-waits)
  *    breaks training: the identity check above can fail; when they fail
  *    (LYNX_FAULT=fail-stream-waits) the host waits in their place, and nothing changes;
@@ -73,6 +74,15 @@ static void test_recompute_mode_is_bit_identical_and_saves_memory(void **state)
 		assert_int_equal(stat_of(o.err, rank, "launches failed"), 0);
 	}
 	assert_non_null(strstr(o.err, "lynx[rank 0]: executor: memory: warm-up peak "));
+	/* The last two steps hold the budget on every rank. The plan predicts the first
+	 * stage's peak a little low here (10 KiB): the device goes over in the first planned
+	 * steps, and the executor offloads kept activations from then on to hold it. */
+	for (size_t i = n >= 8 ? n - 8 : 0; i < n; i++)
+		if (b[i].peak_bytes > 2150 * 1024)
+			fail_msg("rank %zu peaks %lld bytes in step %zu of %zu, over the 2150K "
+			         "budget",
+			         i % 4, b[i].peak_bytes, i / 4, n / 4);
+	assert_null(strstr(o.err, "the budget is not held"));
 	/* Each rank's executor trace: its actions as slices, host time. */
 	for (int rank = 0; rank < 4; rank++) {
 		char path[1300];
@@ -133,7 +143,7 @@ static void test_other_layouts_stay_bit_identical(void **state)
 		assert_identical(&plain_l, &o, a, b);
 		assert_true(stat_of(o.err, 0, "evicted (") > 0);
 		if (strstr(runs[l].budget, "offload")) { /* an offload-only plan */
-			assert_true(stat_of(o.err, 0, "offloaded,") > 0);
+			assert_true(stat_of(o.err, 0, "offloaded (") > 0);
 			assert_int_equal(stat_of(o.err, 0, "planned for recompute"), 0);
 		}
 		release(&plain_l);
@@ -210,7 +220,7 @@ static void test_a_recompute_only_plan_survives_failing_replays(void **state)
 	assert_identical(&plain, &o, a, b);
 	for (int rank = 0; rank < 4; rank++) {
 		long long replays = stat_of(o.err, rank, "restored by replay");
-		assert_int_equal(stat_of(o.err, rank, "offloaded,"), 0);
+		assert_int_equal(stat_of(o.err, rank, "offloaded ("), 0);
 		assert_true(stat_of(o.err, rank, "planned for recompute") > 0);
 		assert_true(replays > 0);
 		assert_int_equal(stat_of(o.err, rank, "launches failed"), replays);
