@@ -7,6 +7,8 @@ PREFIX ?= /usr/local
 CC ?= gcc
 
 DEB_PACKAGES := libcmocka-dev uthash-dev libcjson-dev coinor-libcbc-dev
+# What only `make test` needs: a real browser, for report.html's screenshot test.
+TEST_DEB_PACKAGES := chromium
 
 WARNINGS := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
 	-Wno-unused-parameter -Wformat=2 -Wundef
@@ -31,7 +33,7 @@ Q := @
 say = @printf '  %-7s %s\n' $(1) $(2)
 endif
 
-.PHONY: all test demo install clean format format-check deps simgpu lynx examples tests bench bench-recompute \
+.PHONY: all test demo install clean format format-check deps test-deps simgpu lynx examples tests bench bench-recompute \
 	bench-policy fuzz gpu-bundle gpu-test gpu-dry shapes fault-sweep
 all: simgpu lynx examples tests gpu-bundle
 
@@ -434,7 +436,7 @@ $(BUILD)/tests/test_%: $(BUILD)/obj/tests/simgpu/test_%.o | simgpu
 # one thread; the plain and AddressSanitizer passes run their tests, and test_recompute_targets
 # (what plans save and cost) too: its threads are test_executor's.
 TESTS_thread := $(SIMGPU_TESTS) $(filter-out %/test_recompute_targets,$(SHIM_TESTS))
-test: deps all
+test: test-deps all
 	$(Q)BUILD=$(BUILD) SAN=$(SAN) tests/run_tests.sh \
 		$(if $(filter thread,$(SAN)),$(TESTS_thread),$(TESTS))
 
@@ -453,8 +455,8 @@ clean:
 	rm -rf $(BUILD)
 
 # Debian packages: installed only when missing (CI and fresh machines run as root).
-deps:
-	@missing=$$(for p in $(DEB_PACKAGES); do \
+define install_missing
+	@missing=$$(for p in $(1); do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' \
 		|| echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -463,6 +465,11 @@ deps:
 			apt-get install -y -qq $$missing) >/dev/null \
 		|| { echo "error: could not install $$missing" >&2; exit 1; }; \
 	fi
+endef
+deps:
+	$(call install_missing,$(DEB_PACKAGES))
+test-deps:
+	$(call install_missing,$(DEB_PACKAGES) $(TEST_DEB_PACKAGES))
 
 FORMAT_SRC = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
 format:

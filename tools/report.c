@@ -2,7 +2,7 @@
 /*
  * `lynx report DIR...`: reads each rank's profile (and timeline) from one directory or one per
  * node, groups the ranks into pipeline stages, prints the tables and writes report.svg by hand
- * (no plotting library).
+ * (no plotting library) and report.html (report_html.c).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -40,7 +40,8 @@ void lynx_report_help(FILE *out)
 	        "report.svg plots, per rank, device memory over one iteration and each stream's\n"
 	        "busy share (from the timeline; device-timed work only), and the peak by class.\n"
 	        "After a recompute run, each rank's summary.<rank>.json gives a row: the plan,\n"
-	        "and peak and step in warm-up, planned and achieved.\n"
+	        "and peak and step in warm-up, planned and achieved. report.html holds these\n"
+	        "tables and the plot on one page that fetches nothing.\n"
 	        "\n"
 	        "A profile names its run (the launch that wrote it); when DIR holds profiles of\n"
 	        "several runs (each launch overwrites only its own ranks' files), the report\n"
@@ -51,8 +52,8 @@ void lynx_report_help(FILE *out)
 	        "Several DIRs (one per node, when each wrote its own: LYNX_OUT=out/%%h) are read\n"
 	        "as one directory: the run is chosen among all their profiles, and each rank's\n"
 	        "trace and summary come from the DIR its profile is in. A rank of the run read\n"
-	        "with a profile in two DIRs is refused (both named); report.svg goes in the\n"
-	        "first DIR.\n");
+	        "with a profile in two DIRs is refused (both named); report.svg and report.html\n"
+	        "go in the first DIR.\n");
 }
 
 /* ---- Formatting ---------------------------------------------------------------------------- */
@@ -445,21 +446,21 @@ static uint64_t class_bytes(const struct lynx_profile *p, enum lynx_profile_memo
 	return p->memory.at_peak[c];
 }
 
-static void print_ranks(const struct report *rep)
+static void print_ranks(FILE *out, const struct report *rep)
 {
 	char a[40], b[40], c[40], st[32];
 
-	printf("\n%-5s  %-9s  %6s  %4s  %-14s  %-11s  %-13s  %7s  %s\n", "rank", "stage", "layers",
-	       "mb", "iteration", "peak", "saved at peak", "windows", "timeline");
+	fprintf(out, "\n%-5s  %-9s  %6s  %4s  %-14s  %-11s  %-13s  %7s  %s\n", "rank", "stage",
+	        "layers", "mb", "iteration", "peak", "saved at peak", "windows", "timeline");
 	for (size_t i = 0; i < rep->count; i++) {
 		const struct rank *r = &rep->ranks[i];
 		stage_name(rep, r->stage, st, sizeof(st));
-		printf("%-5d  %-9s  %6zu  %4u  %-14s  %-11s  %-13s  %7zu  %s\n", r->rank, st,
-		       r->p.layer_count, r->p.microbatches,
-		       fmt_time(&r->p.iteration.time, a, sizeof(a)),
-		       fmt_bytes(r->p.memory.peak_bytes, b, sizeof(b)),
-		       fmt_bytes(class_bytes(&r->p, LYNX_PROFILE_MEMORY_SAVED), c, sizeof(c)),
-		       r->p.window_count, r->have_trace ? "yes" : "missing");
+		fprintf(out, "%-5d  %-9s  %6zu  %4u  %-14s  %-11s  %-13s  %7zu  %s\n", r->rank, st,
+		        r->p.layer_count, r->p.microbatches,
+		        fmt_time(&r->p.iteration.time, a, sizeof(a)),
+		        fmt_bytes(r->p.memory.peak_bytes, b, sizeof(b)),
+		        fmt_bytes(class_bytes(&r->p, LYNX_PROFILE_MEMORY_SAVED), c, sizeof(c)),
+		        r->p.window_count, r->have_trace ? "yes" : "missing");
 	}
 }
 
@@ -482,14 +483,14 @@ static struct lynx_profile_time slowest(const struct report *rep, size_t s, size
 	return best;
 }
 
-static void print_layers(const struct report *rep, size_t s)
+static void print_layers(FILE *out, const struct report *rep, size_t s)
 {
 	const struct lynx_profile *p = &rep->ranks[rep->stages[s].first].p;
 	char a[40], b[40], c[40];
 	uint64_t per_mb = 0;
 
-	printf("  %-5s  %-12s  %-12s  %-12s  %s\n", "layer", "forward", "backward", "saved",
-	       "time source");
+	fprintf(out, "  %-5s  %-12s  %-12s  %-12s  %s\n", "layer", "forward", "backward", "saved",
+	        "time source");
 	for (size_t k = 0; k < p->layer_count; k++) {
 		struct lynx_profile_time f = slowest(rep, s, k, true),
 		                         bw = slowest(rep, s, k, false);
@@ -499,17 +500,19 @@ static void print_layers(const struct report *rep, size_t s)
 			    rep->ranks[i].p.layers[k].saved_bytes > saved)
 				saved = rep->ranks[i].p.layers[k].saved_bytes;
 		per_mb += saved;
-		printf("  %-5zu  %-12s  %-12s  %-12s  %s%s%s\n", k, fmt_time(&f, a, sizeof(a)),
-		       fmt_time(&bw, b, sizeof(b)), fmt_bytes(saved, c, sizeof(c)),
-		       lynx_profile_source_name(f.source), f.source != bw.source ? "/" : "",
-		       f.source != bw.source ? lynx_profile_source_name(bw.source) : "");
+		fprintf(out, "  %-5zu  %-12s  %-12s  %-12s  %s%s%s\n", k,
+		        fmt_time(&f, a, sizeof(a)), fmt_time(&bw, b, sizeof(b)),
+		        fmt_bytes(saved, c, sizeof(c)), lynx_profile_source_name(f.source),
+		        f.source != bw.source ? "/" : "",
+		        f.source != bw.source ? lynx_profile_source_name(bw.source) : "");
 	}
-	printf("  activation memory: %s saved per micro-batch (sum over layers; the largest "
-	       "rank's)\n",
-	       fmt_bytes(per_mb, a, sizeof(a)));
+	fprintf(out,
+	        "  activation memory: %s saved per micro-batch (sum over layers; the largest "
+	        "rank's)\n",
+	        fmt_bytes(per_mb, a, sizeof(a)));
 }
 
-static void print_memory(const struct report *rep, size_t s)
+static void print_memory(FILE *out, const struct report *rep, size_t s)
 {
 	char a[40], b[40];
 
@@ -517,19 +520,21 @@ static void print_memory(const struct report *rep, size_t s)
 		const struct rank *r = &rep->ranks[i];
 		if (r->stage != s)
 			continue;
-		printf("  rank %d peak %s (%s, %" PRIu64 " allocations), at the peak:", r->rank,
-		       fmt_bytes(r->p.memory.peak_bytes, a, sizeof(a)),
-		       lynx_profile_source_name(r->p.memory.source), r->p.memory.buffers);
+		fprintf(out,
+		        "  rank %d peak %s (%s, %" PRIu64 " allocations), at the peak:", r->rank,
+		        fmt_bytes(r->p.memory.peak_bytes, a, sizeof(a)),
+		        lynx_profile_source_name(r->p.memory.source), r->p.memory.buffers);
 		for (int c = 0; c < LYNX_PROFILE_MEMORY_CLASS_COUNT; c++) {
 			uint64_t bytes = r->p.memory.at_peak[c];
 			double share =
 			        r->p.memory.peak_bytes
 			                ? 100.0 * (double)bytes / (double)r->p.memory.peak_bytes
 			                : 0;
-			printf("%s %s %s (%.1f%%)", c ? "," : "", lynx_profile_memory_class_name(c),
-			       fmt_bytes(bytes, b, sizeof(b)), share);
+			fprintf(out, "%s %s %s (%.1f%%)", c ? "," : "",
+			        lynx_profile_memory_class_name(c), fmt_bytes(bytes, b, sizeof(b)),
+			        share);
 		}
-		printf("\n");
+		fprintf(out, "\n");
 	}
 }
 
@@ -563,18 +568,18 @@ static struct kind_total kind_total(const struct lynx_profile *p, int kind)
 	return t;
 }
 
-static void print_windows(const struct report *rep, size_t s)
+static void print_windows(FILE *out, const struct report *rep, size_t s)
 {
 	const struct lynx_profile *p0 = &rep->ranks[rep->stages[s].first].p;
 	char a[40], b[40], c[40], share[24];
 
 	if (!p0->window_count) {
-		printf("  windows: none (no NCCL call in the iteration)\n");
+		fprintf(out, "  windows: none (no NCCL call in the iteration)\n");
 		return;
 	}
-	printf("  windows per iteration (the stage's slowest rank for times):\n");
-	printf("  %-12s  %5s  %-12s  %-16s  %-16s  %s\n", "kind", "count", "bytes", "duration",
-	       "idle", "share of iteration");
+	fprintf(out, "  windows per iteration (the stage's slowest rank for times):\n");
+	fprintf(out, "  %-12s  %5s  %-12s  %-16s  %-16s  %s\n", "kind", "count", "bytes",
+	        "duration", "idle", "share of iteration");
 	for (int k = 0; k < LYNX_PROFILE_WINDOW_KIND_COUNT; k++) {
 		struct kind_total worst = kind_total(p0, k);
 		const struct lynx_profile *wp = p0;
@@ -608,12 +613,13 @@ static void print_windows(const struct report *rep, size_t s)
 			         100.0 * (double)worst.duration_ns / (double)wp->iteration.time.ns);
 		else
 			snprintf(share, sizeof(share), "-");
-		printf("  %-12s  %5zu  %-12s  %-16s  %-16s  %s\n", lynx_profile_window_kind_name(k),
-		       worst.count, fmt_bytes(worst.bytes, c, sizeof(c)), a, b, share);
+		fprintf(out, "  %-12s  %5zu  %-12s  %-16s  %-16s  %s\n",
+		        lynx_profile_window_kind_name(k), worst.count,
+		        fmt_bytes(worst.bytes, c, sizeof(c)), a, b, share);
 	}
 }
 
-static void print_tables(const struct report *rep)
+static void print_tables(FILE *out, const struct report *rep)
 {
 	char st[32], a[40];
 	int world = -1;
@@ -622,45 +628,45 @@ static void print_tables(const struct report *rep)
 		if (rep->ranks[i].p.world > world)
 			world = rep->ranks[i].p.world;
 	/* The run, when the profiles name one: which launch these tables are of. */
-	printf("%s", rep->where);
+	fprintf(out, "%s", rep->where);
 	if (rep->run.known && rep->run.id[0])
-		printf(", run %s (%s, started %s)", rep->run.id,
-		       lynx_profile_run_source_name(rep->run.source),
-		       lynx_run_local_time((int64_t)rep->run.started, a, sizeof(a)));
+		fprintf(out, ", run %s (%s, started %s)", rep->run.id,
+		        lynx_profile_run_source_name(rep->run.source),
+		        lynx_run_local_time((int64_t)rep->run.started, a, sizeof(a)));
 	else if (rep->run.known)
-		printf(", a run without an id (started %s)",
-		       lynx_run_local_time((int64_t)rep->run.started, a, sizeof(a)));
-	printf(": %zu rank%s", rep->count, rep->count == 1 ? "" : "s");
+		fprintf(out, ", a run without an id (started %s)",
+		        lynx_run_local_time((int64_t)rep->run.started, a, sizeof(a)));
+	fprintf(out, ": %zu rank%s", rep->count, rep->count == 1 ? "" : "s");
 	if (world >= 0)
-		printf(" of %d", world);
-	printf(", %zu stage%s\n", rep->stage_count, rep->stage_count == 1 ? "" : "s");
+		fprintf(out, " of %d", world);
+	fprintf(out, ", %zu stage%s\n", rep->stage_count, rep->stage_count == 1 ? "" : "s");
 	if (world > 0 && (size_t)world > rep->count) {
-		printf("missing ranks:");
+		fprintf(out, "missing ranks:");
 		for (int r = 0, i = 0; r < world; r++) {
 			while ((size_t)i < rep->count && rep->ranks[i].rank < r)
 				i++;
 			if ((size_t)i == rep->count || rep->ranks[i].rank != r)
-				printf(" %d", r);
+				fprintf(out, " %d", r);
 		}
-		printf("\n");
+		fprintf(out, "\n");
 	}
-	print_ranks(rep);
+	print_ranks(out, rep);
 	for (size_t s = 0; s < rep->stage_count; s++) {
 		const struct lynx_profile *p = &rep->ranks[rep->stages[s].first].p;
 		stage_name(rep, s, st, sizeof(st));
 		size_t members = 0;
 		for (size_t i = 0; i < rep->count; i++)
 			members += rep->ranks[i].stage == s;
-		printf("\n%s (rank%s", st, members == 1 ? "" : "s");
+		fprintf(out, "\n%s (rank%s", st, members == 1 ? "" : "s");
 		for (size_t i = 0, n = 0; i < rep->count; i++)
 			if (rep->ranks[i].stage == s)
-				printf("%s%d", n++ ? ", " : " ", rep->ranks[i].rank);
-		printf("): %zu layers, %u micro-batches, iteration %s%s\n", p->layer_count,
-		       p->microbatches, fmt_time(&p->iteration.time, a, sizeof(a)),
-		       p->rerun ? ", each backward reruns its forward" : "");
-		print_layers(rep, s);
-		print_memory(rep, s);
-		print_windows(rep, s);
+				fprintf(out, "%s%d", n++ ? ", " : " ", rep->ranks[i].rank);
+		fprintf(out, "): %zu layers, %u micro-batches, iteration %s%s\n", p->layer_count,
+		        p->microbatches, fmt_time(&p->iteration.time, a, sizeof(a)),
+		        p->rerun ? ", each backward reruns its forward" : "");
+		print_layers(out, rep, s);
+		print_memory(out, rep, s);
+		print_windows(out, rep, s);
 	}
 }
 
@@ -874,7 +880,7 @@ static const char *change(double now, double before, char *buf, size_t len)
  * warm-up's, with evictions and refused replays. Nothing when no rank wrote one; a file
  * that cannot be read is named on stderr and left out.
  */
-static void print_recompute(const struct report *rep)
+static void print_recompute(FILE *out, const struct report *rep)
 {
 	char path[4200], why[256], a[40], b[40], c[40], d[40], e[40], f[40];
 	bool header = false;
@@ -900,10 +906,11 @@ static void print_recompute(const struct report *rep)
 			continue;
 		}
 		if (!header) {
-			printf("\nrecompute mode (summary.<rank>.json): warm-up without a plan, "
-			       "planned, achieved\n");
-			printf("  %-4s  %-9s  %-10s  %-38s  %-30s  %s\n", "rank", "planner",
-			       "budget", "peak", "step", "evicted (offload/replay)");
+			fprintf(out,
+			        "\nrecompute mode (summary.<rank>.json): warm-up without a plan, "
+			        "planned, achieved\n");
+			fprintf(out, "  %-4s  %-9s  %-10s  %-38s  %-30s  %s\n", "rank", "planner",
+			        "budget", "peak", "step", "evicted (offload/replay)");
 			header = true;
 		}
 		char peak[96], step[96], refused[160] = "";
@@ -928,19 +935,20 @@ static void print_recompute(const struct report *rep)
 		snprintf(f, sizeof(f), "%s%s%s", s.budget_bytes ? "" : "-",
 		         s.budget_bytes ? fmt_bytes(s.budget_bytes, a, sizeof(a)) : "",
 		         s.max_slowdown[0] ? "*" : "");
-		printf("  %-4d  %-9s  %-10s  %-38s  %-30s  %llu/%llu%s\n", s.rank, s.planner, f,
-		       peak, step, (unsigned long long)s.offloaded, (unsigned long long)s.replayed,
-		       refused);
+		fprintf(out, "  %-4d  %-9s  %-10s  %-38s  %-30s  %llu/%llu%s\n", s.rank, s.planner,
+		        f, peak, step, (unsigned long long)s.offloaded,
+		        (unsigned long long)s.replayed, refused);
 		if (s.max_slowdown[0])
-			printf("        (*: the smallest budget predicted within "
-			       "LYNX_MAX_SLOWDOWN=%s)\n",
-			       s.max_slowdown);
+			fprintf(out,
+			        "        (*: the smallest budget predicted within "
+			        "LYNX_MAX_SLOWDOWN=%s)\n",
+			        s.max_slowdown);
 	}
 }
 
 /* What Lynx's HEU would save and cost on this job (policy/whatif.h); profiles that do not
  * make a planning problem (a stage missing, full recompute on) say why instead. */
-static void print_whatif(const struct report *rep)
+static void print_whatif(FILE *out, const struct report *rep)
 {
 	const struct lynx_profile **ranks = calloc(rep->count + 1, sizeof(*ranks));
 	struct lynx_whatif w;
@@ -950,11 +958,11 @@ static void print_whatif(const struct report *rep)
 		return;
 	for (size_t i = 0; i < rep->count; i++)
 		ranks[i] = &rep->ranks[i].p;
-	printf("\n");
+	fprintf(out, "\n");
 	if (lynx_whatif_from_profiles(ranks, rep->count, 0, &w, why, sizeof(why)))
-		printf("what-if: no plan: %s\n", why);
+		fprintf(out, "what-if: no plan: %s\n", why);
 	else
-		lynx_whatif_print(stdout, "lynx report", &w);
+		lynx_whatif_print(out, "lynx report", &w);
 	free(ranks);
 }
 
@@ -979,7 +987,9 @@ int lynx_report_main(int argc, char **argv)
 {
 	struct report rep = {0};
 	const char **dirs = calloc(argc > 0 ? (size_t)argc : 1, sizeof(*dirs));
-	char path[4200];
+	char path[4200], *text = NULL;
+	size_t text_len = 0;
+	FILE *text_stream;
 	int status = LYNX_EXIT_OK, err;
 
 	if (!dirs) {
@@ -1035,19 +1045,38 @@ int lynx_report_main(int argc, char **argv)
 		status = LYNX_EXIT_FAIL;
 		goto out;
 	}
-	print_tables(&rep);
-	print_whatif(&rep);
-	print_recompute(&rep);
+	/* The tables once, into text: the terminal and report.html show the same. */
+	text_stream = open_memstream(&text, &text_len);
+	if (!text_stream) {
+		fprintf(stderr, "lynx report: out of memory\n");
+		status = LYNX_EXIT_FAIL;
+		goto out;
+	}
+	print_tables(text_stream, &rep);
+	print_whatif(text_stream, &rep);
+	print_recompute(text_stream, &rep);
+	if (fclose(text_stream) || !text) {
+		fprintf(stderr, "lynx report: out of memory\n");
+		status = LYNX_EXIT_FAIL;
+		goto out;
+	}
+	fputs(text, stdout);
 	snprintf(path, sizeof(path), "%s/report.svg", rep.dirs[0]);
 	err = lynx_report_write_svg(&rep, path);
+	if (!err) {
+		printf("\n%s: %zu panel%s\n", path, rep.count, rep.count == 1 ? "" : "s");
+		snprintf(path, sizeof(path), "%s/report.html", rep.dirs[0]);
+		err = lynx_report_write_html(&rep, text, path);
+	}
 	if (err) {
 		fprintf(stderr, "lynx report: cannot write %s: %s\n", path, strerror(-err));
 		status = LYNX_EXIT_FAIL;
 		goto out;
 	}
-	printf("\n%s: %zu panel%s\n", path, rep.count, rep.count == 1 ? "" : "s");
+	printf("%s: the tables and the plot, one self-contained page\n", path);
 out:
 	report_free(&rep);
 	free(dirs);
+	free(text);
 	return status;
 }

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "../profiler/profile.h" /* not tools/profile.h, which a plain include finds first */
 
@@ -67,8 +68,14 @@ const char *fmt_time(const struct lynx_profile_time *t, char *buf, size_t len);
 /* "stage 2", or what is known of an unpipelined stage. */
 void stage_name(const struct report *rep, size_t s, char *buf, size_t len);
 
-/* Writes report.svg: per rank, memory over the last iteration, streams' busy share and the
- * peak by class (report_svg.c). Returns 0 or -errno. */
+/* The plot: per rank, memory over the last iteration, streams' busy share and the peak by
+ * class, as one <svg> element on f (report_svg.c). */
+void lynx_report_svg(FILE *f, const struct report *rep);
+/* Writes the plot to report.svg. Returns 0 or -errno. */
 int lynx_report_write_svg(const struct report *rep, const char *path);
+/* Writes report.html: one self-contained page (no file or network fetched) with the tables
+ * as the terminal shows them (text) and the plot inline (report_html.c). Returns 0 or
+ * -errno. */
+int lynx_report_write_html(const struct report *rep, const char *text, const char *path);
 
 #endif /* LYNX_TOOLS_REPORT_MODEL_H */

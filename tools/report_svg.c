@@ -181,14 +181,8 @@ static void svg_panel(FILE *f, const struct report *rep, const struct rank *r, d
 	        y0 + PANEL_H - 2, SVG_W, y0 + PANEL_H - 2);
 }
 
-int lynx_report_write_svg(const struct report *rep, const char *path)
+void lynx_report_svg(FILE *f, const struct report *rep)
 {
-	struct lynx_atomic_file file;
-	int err = lynx_atomic_file_open(&file, path);
-	FILE *f = file.f;
-
-	if (err)
-		return err;
 	fprintf(f,
 	        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%zu\" "
 	        "viewBox=\"0 0 %d %zu\" font-family=\"sans-serif\">\n",
@@ -197,5 +191,15 @@ int lynx_report_write_svg(const struct report *rep, const char *path)
 	for (size_t i = 0; i < rep->count; i++)
 		svg_panel(f, rep, &rep->ranks[i], (double)PANEL_H * (double)i);
 	fputs("</svg>\n", f);
+}
+
+int lynx_report_write_svg(const struct report *rep, const char *path)
+{
+	struct lynx_atomic_file file;
+	int err = lynx_atomic_file_open(&file, path);
+
+	if (err)
+		return err;
+	lynx_report_svg(file.f, rep);
 	return lynx_atomic_file_commit(&file);
 }

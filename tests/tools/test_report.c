@@ -6,6 +6,7 @@
  * and stream use from the timelines, or what is missing without them), the busy share of a
  * stream from device-timed slices, and the exit status and message of every bad input:
  * truncated or corrupted profiles and timelines, a misnamed profile, no profiles, bad usage;
+ * report.html (one self-contained page, rendered by headless Chromium);
  * a directory that holds two runs' profiles (one run read, which one said, --run for another);
  * one run's ranks split over per-node directories (the same report as one shared directory, a
  * rank in two of them refused, --run across them).
@@ -371,6 +372,102 @@ static void test_report_shows_each_ranks_recompute_summary(void **state)
 	release(&o);
 }
 
+/* The size of file path in bytes, or -1. */
+static long file_size(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	long n = -1;
+
+	if (f && !fseek(f, 0, SEEK_END))
+		n = ftell(f);
+	if (f)
+		fclose(f);
+	return n;
+}
+
+/* Headless Chromium's screenshot of page (an absolute path) into png; its log (console
+ * messages among it) into log. Returns the exit status. */
+static int screenshot(const char *page, const char *png, const char *log)
+{
+	char cmd[6000];
+
+	snprintf(cmd, sizeof(cmd),
+	         "timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars "
+	         "--no-first-run --user-data-dir='%s/chromium-profile' --enable-logging=stderr "
+	         "--v=0 --window-size=1200,1600 --screenshot='%s' 'file://%s' >/dev/null 2>'%s'",
+	         scratch, png, page, log);
+	return system(cmd);
+}
+
+/*
+ * report.html: the tables the terminal shows and the plot, on one page that needs nothing
+ * else (no script, style sheet, image or font to fetch), and that a real browser renders:
+ * headless Chromium (make deps installs it) takes its screenshot, which must hold far more
+ * than the same browser's picture of an empty page, with nothing said on the console.
+ */
+static void test_report_html_is_one_page_a_browser_renders(void **state)
+{
+	static const char *const fetches[] = {"<script", "<link", "<img",   "<iframe",
+	                                      " src=",   "url(",  "@import"};
+	char dir[1300], path[1400], png[1400], log[1400], blank[1400];
+
+	(void)state;
+	if (access("/usr/bin/chromium", X_OK))
+		fail_msg("/usr/bin/chromium is missing: `make deps` installs it (Debian's "
+		         "chromium)");
+	copy_dir(full, "html", "*", dir, sizeof(dir));
+	snprintf(path, sizeof(path), "%s/summary.0.json", dir);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fprintf(f, SUMMARY(0));
+	fclose(f);
+	struct output o = report(dir);
+	if (o.exit_code)
+		fail_msg("exit %d: %s", o.exit_code, o.err);
+	snprintf(path, sizeof(path), "%s/report.html", dir);
+	char want[1500];
+	snprintf(want, sizeof(want), "%s: the tables and the plot, one self-contained page\n",
+	         path);
+	assert_non_null(strstr(o.out, want));
+	char *html = slurp(path);
+	assert_non_null(html);
+	assert_int_equal(strncmp(html, "<!DOCTYPE html>", 15), 0);
+	assert_non_null(strstr(html, "</html>"));
+	/* The terminal's text, escaped; the plot inline, once. */
+	assert_non_null(strstr(html, "stage 0 (rank 0): 2 layers, 2 micro-batches"));
+	assert_non_null(strstr(html, "recompute mode (summary.&lt;rank&gt;.json)"));
+	assert_non_null(strstr(html, "448/224; replays refused: DIFFERS 28"));
+	assert_int_equal(count(html, "<svg "), 1);
+	assert_int_equal(count(html, "</svg>"), 1);
+	for (size_t i = 0; i < sizeof(fetches) / sizeof(fetches[0]); i++)
+		if (strstr(html, fetches[i]))
+			fail_msg("report.html fetches something: '%s'", fetches[i]);
+	free(html);
+	release(&o);
+
+	snprintf(png, sizeof(png), "%s/report.png", dir);
+	snprintf(log, sizeof(log), "%s/chromium.log", dir);
+	if (screenshot(path, png, log))
+		fail_msg("chromium failed on %s (its log: %s)", path, log);
+	char *said = slurp(log);
+	assert_non_null(said);
+	if (strstr(said, ":CONSOLE"))
+		fail_msg("the page said something on the console:\n%s", said);
+	free(said);
+	snprintf(blank, sizeof(blank), "%s/blank.html", dir);
+	f = fopen(blank, "w");
+	assert_non_null(f);
+	fputs("<!DOCTYPE html><html><body></body></html>\n", f);
+	fclose(f);
+	snprintf(path, sizeof(path), "%s/blank.png", dir);
+	if (screenshot(blank, path, log))
+		fail_msg("chromium failed on an empty page (its log: %s)", log);
+	long shown = file_size(png), empty = file_size(path);
+	if (empty <= 0 || shown < 5 * empty)
+		fail_msg("the screenshot of report.html is %ld bytes, an empty page's %ld", shown,
+		         empty);
+}
+
 static void test_report_usage_errors(void **state)
 {
 	char cmd[sizeof(lynx) + 64];
@@ -718,6 +815,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_report_usage_errors),
 	        cmocka_unit_test(test_report_reads_one_run_of_two_in_a_directory),
 	        cmocka_unit_test(test_report_shows_each_ranks_recompute_summary),
+	        cmocka_unit_test(test_report_html_is_one_page_a_browser_renders),
 	        cmocka_unit_test(test_report_merges_per_node_directories_like_one_shared),
 	        cmocka_unit_test(test_report_per_node_directories_duplicate_rank_and_run),
 	};
