@@ -14,6 +14,7 @@
 #include "sim.h"
 
 static int help_main(int argc, char **argv);
+static int version_main(int argc, char **argv);
 
 /* A subcommand. main gets argv from the command's name on; it returns the exit status. */
 struct lynx_command {
@@ -44,8 +45,8 @@ static const struct lynx_command commands[] = {
          "EVENTS.jsonl [-o FILE] [--trace FILE] [--rank R] [--world W] | --read FILE",
          "build one rank's profile from a LYNX_EVENTS dump, or check a profile", lynx_profile_help},
         {"report", lynx_report_main, "[--run ID] DIR [DIR...]",
-         "tables and report.svg from the profile.<rank>.json (and trace.<rank>.json) in DIR, "
-         "or in one DIR per node",
+         "tables, report.svg and report.html from the profile.<rank>.json (and "
+         "trace.<rank>.json) in DIR, or in one DIR per node",
          lynx_report_help},
         {"plan", lynx_plan_main,
          "PROFILE... [--run ID] [--budget BYTES|--budget-percent N] [--planner P] "
@@ -53,6 +54,7 @@ static const struct lynx_command commands[] = {
          "[--tp T] [--pp P] [--budget BYTES] [--planner P] [--out FILE] [--partition]",
          "plan a job, from its profiles or a model description, and write the plan",
          lynx_plan_help},
+        {"version", version_main, "", "print lynx's version (as --version)", NULL},
         {"help", help_main, "[COMMAND]", "show this help, or a command's", NULL},
 };
 
@@ -119,6 +121,15 @@ static int help_main(int argc, char **argv)
 	return lynx_command_help(argv[1]);
 }
 
+static int version_main(int argc, char **argv)
+{
+	(void)argv;
+	if (argc > 1)
+		return lynx_usage_error("version", "takes no arguments");
+	printf("lynx %s\n", LYNX_VERSION);
+	return LYNX_EXIT_OK;
+}
+
 int main(int argc, char **argv)
 {
 	const struct lynx_command *c;
@@ -131,10 +142,8 @@ int main(int argc, char **argv)
 		print_usage(stdout);
 		return LYNX_EXIT_OK;
 	}
-	if (!strcmp(argv[1], "--version")) {
-		printf("lynx %s\n", LYNX_VERSION);
-		return LYNX_EXIT_OK;
-	}
+	if (!strcmp(argv[1], "--version"))
+		return version_main(1, argv + 1);
 	c = find_command(argv[1]);
 	if (!c) {
 		fprintf(stderr, "lynx: unknown command '%s'\n\n", argv[1]);

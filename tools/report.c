@@ -788,9 +788,10 @@ static int read_dir(struct report *rep, size_t k)
 	closedir(d);
 	if (rep->count == before) {
 		fprintf(stderr,
-		        "lynx report: %s: no profile.<rank>.json here (write them with `lynx "
-		        "profile EVENTS -o %s/profile.R.json --rank R`)\n",
-		        dir, dir);
+		        "lynx report: %s: no profile.<rank>.json here (profile mode writes them: "
+		        "`lynx run --mode profile --out %s -- COMMAND`; or, from a LYNX_EVENTS "
+		        "dump, `lynx profile EVENTS -o %s/profile.R.json --rank R`)\n",
+		        dir, dir, dir);
 		return LYNX_EXIT_USAGE;
 	}
 	return 0;

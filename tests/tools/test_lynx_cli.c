@@ -177,6 +177,11 @@ static void test_help_and_version_exit_zero(void **state)
 	assert_int_equal(r.status, 0);
 	assert_string_equal(r.text, "lynx " LYNX_VERSION "\n");
 	free(r.text);
+
+	r = run_lynx(OUT, "", "version");
+	assert_int_equal(r.status, 0);
+	assert_string_equal(r.text, "lynx " LYNX_VERSION "\n");
+	free(r.text);
 }
 
 static void test_unknown_command_exits_2_with_usage_on_stderr(void **state)
@@ -353,16 +358,35 @@ static void test_run_without_library_exits_2(void **state)
 	free(r.text);
 }
 
+/* A LYNX_LIB that ld.so would skip (leaving the job to run without Lynx, exit 0) is refused:
+ * a text file, and a program (position-independent, so ET_DYN like a library). */
+static void test_run_refuses_a_lynx_lib_that_is_no_shared_object(void **state)
+{
+	char vars[PATH_MAX + 32];
+	struct result r = run_lynx(ERR, "LYNX_LIB=/etc/passwd", "run -- env");
+
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.text, "LYNX_LIB=/etc/passwd (not an ELF shared object)"));
+	free(r.text);
+	snprintf(vars, sizeof(vars), "LYNX_LIB=%s/bin/lynx", build);
+	r = run_lynx(ERR, vars, "run -- env");
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.text, "(not an ELF shared object)"));
+	free(r.text);
+}
+
 static void test_run_uses_lynx_lib_and_passes_exit_status(void **state)
 {
-	char vars[PATH_MAX + 32], want[PATH_MAX + 32];
+	char vars[PATH_MAX + 32], want[PATH_MAX + 32], libm[PATH_MAX];
 	struct result r;
 
-	/* Any readable file will do as the library: env only prints it. */
-	snprintf(vars, sizeof(vars), "LYNX_LIB=%s/bin/lynx", build);
+	/* Any shared object will do as the library (the C library's libm here): env only
+	 * prints it. */
+	assert_non_null(realpath("/lib/x86_64-linux-gnu/libm.so.6", libm));
+	snprintf(vars, sizeof(vars), "LYNX_LIB=%s", libm);
 	r = run_lynx(OUT, vars, "run -- env");
 	assert_int_equal(r.status, 0);
-	snprintf(want, sizeof(want), "\nLD_PRELOAD=%s/bin/lynx\n", build);
+	snprintf(want, sizeof(want), "\nLD_PRELOAD=%s\n", libm);
 	assert_non_null(strstr(r.text, want));
 	free(r.text);
 
@@ -538,6 +562,7 @@ int main(void)
 	        cmocka_unit_test(test_run_keeps_user_allocator_setting),
 	        cmocka_unit_test(test_run_prepends_to_user_preload_after_sanitizers),
 	        cmocka_unit_test(test_run_without_library_exits_2),
+	        cmocka_unit_test(test_run_refuses_a_lynx_lib_that_is_no_shared_object),
 	        cmocka_unit_test(test_run_uses_lynx_lib_and_passes_exit_status),
 	        cmocka_unit_test(test_env_lists_every_option_with_its_default),
 	        cmocka_unit_test(test_env_bad_value_warns_and_shows_default),
