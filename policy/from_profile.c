@@ -939,13 +939,6 @@ static void fill_part(const struct lynx_profile_layer *l, struct lynx_problem_pa
 	part->act_bytes = l->saved_bytes;
 }
 
-static const char *gib(uint64_t bytes, char *buf, size_t len)
-{
-	snprintf(buf, len, "%.2f GiB (%llu bytes)", bytes / 1073741824.0,
-	         (unsigned long long)bytes);
-	return buf;
-}
-
 static int fill_stage(const struct ctx *c, const struct layer_src *ls, const struct stage_src *src,
                       struct lynx_problem *p, uint32_t s)
 {
@@ -977,13 +970,14 @@ static int fill_stage(const struct ctx *c, const struct layer_src *ls, const str
 	if (pr->memory.non_saved_peak_bytes > st->static_bytes)
 		st->static_bytes = pr->memory.non_saved_peak_bytes;
 	if (st->static_bytes > lynx_problem_stage_budget(p, s))
-		return lynx_policy_refuse(c->why, c->len,
-		                          "the memory budget %s is below stage %u's static memory "
-		                          "%s (the most %s had live at once besides saved "
-		                          "activations)",
-		                          gib(lynx_problem_stage_budget(p, s), a, sizeof(a)), s,
-		                          gib(st->static_bytes, b, sizeof(b)),
-		                          name_of(c, src->profile, &nb));
+		return lynx_policy_refuse(
+		        c->why, c->len,
+		        "the memory budget %s is below stage %u's static memory "
+		        "%s (the most %s had live at once besides saved "
+		        "activations)",
+		        lynx_policy_bytes(lynx_problem_stage_budget(p, s), a, sizeof(a)), s,
+		        lynx_policy_bytes(st->static_bytes, b, sizeof(b)),
+		        name_of(c, src->profile, &nb));
 	if (recv_fwd)
 		st->recv_fwd_s = least_idle(pr, LYNX_PROFILE_WINDOW_PP_RECV_FWD);
 	if (recv_bwd)

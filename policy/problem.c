@@ -260,13 +260,6 @@ static uint32_t list_windows(const struct lynx_problem_layer *l,
 	return n;
 }
 
-static const char *gib(uint64_t bytes, char *buf, size_t len)
-{
-	snprintf(buf, len, "%.2f GiB (%llu bytes)", bytes / 1073741824.0,
-	         (unsigned long long)bytes);
-	return buf;
-}
-
 int lynx_problem_from_model(const struct lynx_model_desc *m, const struct lynx_cluster *c,
                             const struct lynx_problem_options *opt, struct lynx_problem *p,
                             char *why, size_t len)
@@ -319,8 +312,8 @@ int lynx_problem_from_model(const struct lynx_model_desc *m, const struct lynx_c
 			        why, len,
 			        "the memory budget %s is below stage %u's static memory %s "
 			        "(weights, gradients and optimizer states of %llu parameters)",
-			        gib(p->budget_bytes, a, sizeof(a)), s,
-			        gib(st->static_bytes, b, sizeof(b)),
+			        lynx_policy_bytes(p->budget_bytes, a, sizeof(a)), s,
+			        lynx_policy_bytes(st->static_bytes, b, sizeof(b)),
 			        (unsigned long long)st->params);
 			goto out_free;
 		}

@@ -25,6 +25,19 @@ if [ "$words" -gt "$max_words" ]; then
 	echo "README.md has $words words, over $max_words: move detail to docs/"
 	status=1
 fi
+# The demo's numbers the README quotes are what `make demo` printed last (its headline's
+# first sentence, kept in $BUILD/demo-headline.txt); without a demo run they are not checked.
+quote="${BUILD:-build}/demo-headline.txt"
+demo="README's demo numbers not checked (no $quote: run make demo)"
+if [ -s "$quote" ]; then
+	said=$(tr -s ' \n' ' ' <"$quote" | sed 's/ $//')
+	if tr -s ' \n' ' ' <README.md | grep -qF "$said"; then
+		demo="README.md quotes make demo's headline ($quote)"
+	else
+		echo "README.md does not quote what make demo printed last: \"$said\" ($quote)"
+		status=1
+	fi
+fi
 [ $status -eq 0 ] && echo "check_docs: settings tables match options.def (simgpu and Lynx);" \
-	"README.md has $words words (at most $max_words)"
+	"README.md has $words words (at most $max_words); $demo"
 exit $status

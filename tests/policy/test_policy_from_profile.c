@@ -823,7 +823,7 @@ static void test_refuses_bad_input_with_a_reason(void **state)
 	refused((const struct lynx_profile *[]){good}, 1, &opt, "a stage split cannot be imposed");
 	opt = (struct lynx_problem_options){.budget_bytes = 1 << 20};
 	refused((const struct lynx_profile *[]){good}, 1, &opt,
-	        "is below stage 0's static memory 0.00 GiB (1146880 bytes)");
+	        "is below stage 0's static memory 1.09 MiB");
 	good->layers[1].forward.source = LYNX_PROFILE_SOURCE_UNKNOWN;
 	refused((const struct lynx_profile *[]){good}, 1, NULL, "layer 1 has no forward time");
 	drop(good);
