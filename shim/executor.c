@@ -573,14 +573,37 @@ static void keep_budget(void)
 
 /* ---- Measuring what is achieved ---------------------------------------------------------- */
 
-/* Device memory in use now (on a GPU: the whole device's, this rank's in practice). */
+/* Device memory in use now (on a GPU: the whole device's, this rank's in practice), kept
+ * for the peak and, while an iteration is followed, for its memory curve. */
 static void sample_memory(void)
 {
 	size_t free_bytes = 0, total = 0;
 
-	if (ex.drv.mem_get_info(&free_bytes, &total) == CUDA_SUCCESS && total >= free_bytes &&
-	    total - free_bytes > ex.stats.peak_used_bytes)
+	if (ex.drv.mem_get_info(&free_bytes, &total) != CUDA_SUCCESS || total < free_bytes)
+		return;
+	if (total - free_bytes > ex.stats.peak_used_bytes)
 		ex.stats.peak_used_bytes = total - free_bytes;
+	struct exec_curve *c = &ex.curves[ex.curve_now];
+	if (ex.tracking && c->n < MAX_CURVE) {
+		c->t_ns[c->n] = exec_now_ns();
+		c->bytes[c->n++] = total - free_bytes;
+	}
+}
+
+/* At the end of a followed iteration: its curve becomes the last one, unless an examination
+ * ran in it (not the steady state). The next iteration's starts empty. */
+static void curve_iteration_ended(bool examined)
+{
+	struct exec_curve *c = &ex.curves[ex.curve_now];
+
+	if (!examined && c->n >= 2) {
+		c->end_ns = exec_now_ns();
+		ex.curve_now ^= 1;
+		ex.curve_done = true;
+	}
+	c = &ex.curves[ex.curve_now];
+	c->n = 0;
+	c->start_ns = exec_now_ns();
 }
 
 /*
@@ -713,6 +736,8 @@ void lynx_exec_after(const struct lynx_event *ev)
 		ex.tracking = true;
 		ex.pos = 0;
 		reset_cursors();
+		ex.curves[ex.curve_now].n = 0;
+		ex.curves[ex.curve_now].start_ns = exec_now_ns();
 		ex.started = 0; /* a lost stretch is not an iteration's time */
 	} else if (sig != ex.script.sig[ex.pos]) {
 		ex.tracking = false;
@@ -733,6 +758,7 @@ void lynx_exec_after(const struct lynx_event *ev)
 		ex.pos = 0;
 		ex.stats.iterations++;
 		reset_cursors();
+		curve_iteration_ended(ex.started && ex.examined_in[(ex.started - 1) % 3]);
 		keep_budget();
 	}
 out:
@@ -1349,6 +1375,39 @@ int lynx_exec_write_trace(const char *path, int rank)
 	return lynx_atomic_file_commit(&file); /* a write error shows in its ferror */
 }
 
+/*
+ * "curve": the last whole followed iteration's device memory in use (null when none was
+ * followed to its end without an examination): its length and at most SUMMARY_CURVE points
+ * [ns from its start, bytes], the largest sample of each stretch, so that the peak stays.
+ */
+#define SUMMARY_CURVE 512
+static void add_curve(cJSON *memory)
+{
+	const struct exec_curve *c = &ex.curves[ex.curve_now ^ 1];
+	cJSON *curve, *points;
+
+	pthread_mutex_lock(&ex.lock);
+	if (!ex.curve_done || !(curve = cJSON_AddObjectToObject(memory, "curve"))) {
+		if (!ex.curve_done)
+			cJSON_AddNullToObject(memory, "curve");
+		pthread_mutex_unlock(&ex.lock);
+		return;
+	}
+	cJSON_AddNumberToObject(curve, "iteration_ns", (double)(c->end_ns - c->start_ns));
+	points = cJSON_AddArrayToObject(curve, "points");
+	uint32_t stretches = c->n < SUMMARY_CURVE ? c->n : SUMMARY_CURVE;
+	for (uint32_t k = 0; points && k < stretches; k++) {
+		uint32_t from = (uint32_t)((uint64_t)k * c->n / stretches);
+		uint32_t to = (uint32_t)((uint64_t)(k + 1) * c->n / stretches), best = from;
+		for (uint32_t i = from; i < to; i++)
+			best = c->bytes[i] > c->bytes[best] ? i : best;
+		const double pair[2] = {(double)(c->t_ns[best] - c->start_ns),
+		                        (double)c->bytes[best]};
+		cJSON_AddItemToArray(points, cJSON_CreateDoubleArray(pair, 2));
+	}
+	pthread_mutex_unlock(&ex.lock);
+}
+
 int lynx_exec_write_summary(const char *path, int rank)
 {
 	const struct lynx_exec_expectation *e = &ex.expect;
@@ -1384,6 +1443,7 @@ int lynx_exec_write_summary(const char *path, int rank)
 		cJSON_AddNumberToObject(o, "measured_peak_bytes", (double)e->measured_peak_bytes);
 		cJSON_AddNumberToObject(o, "predicted_peak_bytes", (double)e->predicted_peak_bytes);
 		cJSON_AddNumberToObject(o, "achieved_peak_bytes", (double)s.peak_used_bytes);
+		add_curve(o);
 	}
 	if ((o = cJSON_AddObjectToObject(root, "step"))) {
 		cJSON_AddNumberToObject(o, "measured_ns", (double)e->measured_iteration_ns);

@@ -46,6 +46,8 @@
 #define MAX_REPLAY_DEPTH 32
 /* Trainer streams a replay is ordered against. */
 #define MAX_STREAMS 8
+/* Memory samples kept per iteration for its curve in the summary. */
+#define MAX_CURVE 4096
 /* Calls of an iteration where the device went over the budget that keep_budget() acts on:
  * the worst ones (a pipeline's micro-batches each peak once). */
 #define OVER_POINTS 32
@@ -175,6 +177,14 @@ enum trace_kind {
 };
 
 /* The executor's state: one object, lynx_exec_state, defined in executor.c. */
+/* Device memory in use (cuMemGetInfo) at the executor's samples over one followed iteration,
+ * host time. */
+struct exec_curve {
+	uint64_t start_ns, end_ns;
+	uint64_t t_ns[MAX_CURVE], bytes[MAX_CURVE];
+	uint32_t n;
+};
+
 struct exec_state {
 	pthread_mutex_t lock;
 	bool ever_armed;
@@ -214,6 +224,11 @@ struct exec_state {
 		uint64_t bytes;
 	} over[OVER_POINTS];
 	size_t n_over;
+	/* The iteration being followed's curve (curves[curve_now]) and the last whole one
+	 * without an examination (the other, once curve_done). */
+	struct exec_curve curves[2];
+	int curve_now;
+	bool curve_done;
 	uint32_t planned[LYNX_EXEC_ACTION_COUNT];
 	uint32_t too_small;           /* evictions planned for activations below a granule: kept */
 	bool serves[LYNX_HOOK_COUNT]; /* device allocations the arena may serve */

@@ -676,6 +676,7 @@ static void report_free(struct report *rep)
 {
 	for (size_t i = 0; i < rep->count; i++) {
 		lynx_profile_free(&rep->ranks[i].p);
+		free(rep->ranks[i].summary);
 		free(rep->ranks[i].tl.mem);
 		free(rep->ranks[i].tl.streams);
 	}
@@ -876,36 +877,50 @@ static const char *change(double now, double before, char *buf, size_t len)
 }
 
 /*
- * Recompute mode's outcome, per rank, from summary.<rank>.json (written at exit by ranks
- * whose executor was armed): the plan, and peak and step planned and achieved beside
- * warm-up's, with evictions and refused replays. Nothing when no rank wrote one; a file
- * that cannot be read is named on stderr and left out.
+ * Reads rank r's summary.<rank>.json (written at exit by ranks whose executor was armed),
+ * if there is one, into r->summary: a file that cannot be read is named on stderr and left
+ * out. Returns 0 or -ENOMEM.
+ */
+static int read_summary(const struct report *rep, struct rank *r)
+{
+	char path[4200], why[256];
+	char *text;
+	size_t len;
+
+	snprintf(path, sizeof(path), "%s/summary.%d.json", rep->dirs[r->dir], r->rank);
+	if (access(path, F_OK))
+		return 0;
+	if (!(r->summary = malloc(sizeof(*r->summary))))
+		return -ENOMEM;
+	int err = lynx_regular_file_read(path, SUMMARY_MAX_BYTES, &text, &len, why, sizeof(why));
+	if (!err) {
+		err = lynx_summary_parse(text, len, r->summary, why, sizeof(why));
+		free(text);
+	}
+	if (err) {
+		free(r->summary);
+		r->summary = NULL;
+		if (err == -ENOMEM)
+			return err;
+		fprintf(stderr, "lynx report: %s: %s; left out\n", path, why);
+	}
+	return 0;
+}
+
+/*
+ * Recompute mode's outcome, per rank, from its summary: the plan, and peak and step planned
+ * and achieved beside warm-up's, with evictions and refused replays. Nothing when no rank
+ * wrote one.
  */
 static void print_recompute(FILE *out, const struct report *rep)
 {
-	char path[4200], why[256], a[40], b[40], c[40], d[40], e[40], f[40];
+	char a[40], b[40], c[40], d[40], e[40], f[40];
 	bool header = false;
 
 	for (size_t i = 0; i < rep->count; i++) {
-		struct lynx_summary s;
-		char *text;
-		size_t len;
-
-		snprintf(path, sizeof(path), "%s/summary.%d.json", rep->dirs[rep->ranks[i].dir],
-		         rep->ranks[i].rank);
-		if (access(path, F_OK))
+		if (!rep->ranks[i].summary)
 			continue;
-		int err = lynx_regular_file_read(path, SUMMARY_MAX_BYTES, &text, &len, why,
-		                                 sizeof(why));
-		if (!err) {
-			err = lynx_summary_parse(text, len, &s, why, sizeof(why));
-			free(text);
-		}
-		if (err) {
-			fprintf(stderr, "lynx report: %s: %s; left out\n", path,
-			        err == -ENOMEM ? "out of memory" : why);
-			continue;
-		}
+		const struct lynx_summary s = *rep->ranks[i].summary;
 		if (!header) {
 			fprintf(out,
 			        "\nrecompute mode (summary.<rank>.json): warm-up without a plan, "
@@ -1034,6 +1049,8 @@ int lynx_report_main(int argc, char **argv)
 		goto out;
 	for (size_t i = 0; i < rep.count; i++) {
 		err = read_timeline(rep.dirs[rep.ranks[i].dir], &rep.ranks[i]);
+		if (!err && read_summary(&rep, &rep.ranks[i]))
+			err = -ENOMEM;
 		if (err) {
 			if (err != -EINVAL)
 				fprintf(stderr, "lynx report: out of memory\n");

@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "../profiler/profile.h" /* not tools/profile.h, which a plain include finds first */
+#include "report_summary.h"
 
 struct stream_use {
 	char name[96];
@@ -41,6 +42,7 @@ struct rank {
 	bool have_trace;
 	struct timeline tl;
 	size_t stage;
+	struct lynx_summary *summary; /* after a recompute run, its summary.<rank>.json; or NULL */
 };
 
 struct stage {

@@ -60,6 +60,47 @@ static const cJSON *section_of(const cJSON *root, const char *key, char *why, si
 	return cJSON_IsObject(s) ? s : NULL;
 }
 
+/* memory.curve: absent or null, or {"iteration_ns": N, "points": [[t, bytes], ...]} with t
+ * from 0 to N in order. */
+static int parse_curve(const cJSON *mem, struct lynx_summary *out, char *why, size_t len)
+{
+	const cJSON *curve = member(mem, "curve"), *n, *points, *p;
+	double last = 0;
+
+	out->n_curve = 0;
+	if (!curve || cJSON_IsNull(curve))
+		return 0;
+	if (!cJSON_IsObject(curve))
+		return refuse(why, len, "memory.curve is neither null nor an object");
+	n = member(curve, "iteration_ns");
+	if (!cJSON_IsNumber(n) || !(n->valuedouble > 0) || !isfinite(n->valuedouble))
+		return refuse(why, len, "memory.curve.iteration_ns is not a positive number");
+	out->curve_ns = n->valuedouble;
+	points = member(curve, "points");
+	if (!cJSON_IsArray(points))
+		return refuse(why, len, "no \"memory.curve.points\" array");
+	cJSON_ArrayForEach(p, points)
+	{
+		const cJSON *t = cJSON_GetArrayItem(p, 0), *b = cJSON_GetArrayItem(p, 1);
+		if (out->n_curve == LYNX_SUMMARY_MAX_CURVE)
+			return refuse(why, len, "memory.curve has more than %d points",
+			              LYNX_SUMMARY_MAX_CURVE);
+		if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) != 2 || !cJSON_IsNumber(t) ||
+		    !cJSON_IsNumber(b) || !(t->valuedouble >= last) ||
+		    !(t->valuedouble <= out->curve_ns) || !(b->valuedouble >= 0) ||
+		    !isfinite(b->valuedouble))
+			return refuse(
+			        why, len,
+			        "memory.curve.points[%zu] is not [ns within the iteration, in "
+			        "order; bytes]",
+			        out->n_curve);
+		last = t->valuedouble;
+		out->curve_t[out->n_curve] = t->valuedouble;
+		out->curve_bytes[out->n_curve++] = b->valuedouble;
+	}
+	return 0;
+}
+
 static int parse(const cJSON *root, struct lynx_summary *out, char *why, size_t len)
 {
 	const cJSON *v, *plan, *mem, *step, *ev, *replay, *d;
@@ -103,7 +144,8 @@ static int parse(const cJSON *root, struct lynx_summary *out, char *why, size_t 
 	    count_at(mem, "memory", "achieved_peak_bytes", &out->achieved_peak_bytes, why, len) ||
 	    count_at(step, "step", "measured_ns", &out->measured_ns, why, len) ||
 	    count_at(ev, "evictions", "offloaded", &out->offloaded, why, len) ||
-	    count_at(ev, "evictions", "replayed", &out->replayed, why, len))
+	    count_at(ev, "evictions", "replayed", &out->replayed, why, len) ||
+	    parse_curve(mem, out, why, len))
 		return -EINVAL;
 	v = member(step, "predicted_slowdown");
 	if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || !isfinite(v->valuedouble))

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #define LYNX_SUMMARY_MAX_REFUSALS 8
+#define LYNX_SUMMARY_MAX_CURVE 512
 
 struct lynx_summary {
 	int rank;
@@ -30,6 +31,11 @@ struct lynx_summary {
 		uint64_t count;
 	} refused[LYNX_SUMMARY_MAX_REFUSALS];
 	size_t n_refused;
+	/* Device memory in use over the last followed iteration (memory.curve; n_curve 0 when
+	 * the file has none): points [ns from its start, bytes], in time order. */
+	double curve_ns;
+	double curve_t[LYNX_SUMMARY_MAX_CURVE], curve_bytes[LYNX_SUMMARY_MAX_CURVE];
+	size_t n_curve;
 };
 
 /*

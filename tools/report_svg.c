@@ -42,6 +42,31 @@ static void svg_text(FILE *f, double x, double y, const char *attrs, const char 
 	fputs("</text>\n", f);
 }
 
+/*
+ * After a recompute run: device memory in use over its last followed iteration (the
+ * executor's samples, summary.<rank>.json), over the same width as warm-up's iteration and
+ * on the same scale, with its peak. The executor samples cuMemGetInfo, which on a GPU also
+ * counts the CUDA context, so the two curves differ by that much there.
+ */
+static void svg_after(FILE *f, const struct lynx_summary *s, double y0, double top)
+{
+	double peak = 0;
+	char a[40], line[160];
+
+	fputs("<polyline fill=\"none\" stroke=\"#f28e2b\" stroke-width=\"1.5\" points=\"", f);
+	for (size_t i = 0; i < s->n_curve; i++) {
+		double x = PLOT_X + PLOT_W * s->curve_t[i] / s->curve_ns;
+		double y = y0 + PLOT_Y + PLOT_H - PLOT_H * s->curve_bytes[i] / top;
+		fprintf(f, "%.1f,%.1f ", x, y);
+		peak = s->curve_bytes[i] > peak ? s->curve_bytes[i] : peak;
+	}
+	fputs("\"/>\n", f);
+	snprintf(line, sizeof(line), "after (recompute, %s): in use (cuMemGetInfo), peak %s",
+	         s->planner, fmt_bytes((uint64_t)peak, a, sizeof(a)));
+	svg_text(f, PLOT_X + 6, y0 + PLOT_Y + PLOT_H - 6, "font-size=\"10\" fill=\"#c0640f\"",
+	         line);
+}
+
 static void svg_memory(FILE *f, const struct rank *r, double y0)
 {
 	const struct timeline *tl = &r->tl;
@@ -57,8 +82,12 @@ static void svg_memory(FILE *f, const struct rank *r, double y0)
 		         "the timeline has no device memory counter");
 		return;
 	}
+	const struct lynx_summary *after =
+	        r->summary && r->summary->n_curve >= 2 ? r->summary : NULL;
 	for (size_t i = 0; i < tl->mem_count; i++)
 		top = tl->mem[i].bytes > top ? tl->mem[i].bytes : top;
+	for (size_t i = 0; after && i < after->n_curve; i++)
+		top = after->curve_bytes[i] > top ? after->curve_bytes[i] : top;
 	if (top <= 0)
 		top = 1;
 	if (span <= 0)
@@ -76,6 +105,8 @@ static void svg_memory(FILE *f, const struct rank *r, double y0)
 	}
 	fprintf(f, "%.1f,%.1f\"/>\n", (double)(PLOT_X + PLOT_W),
 	        y0 + PLOT_Y + PLOT_H - PLOT_H * tl->mem[tl->mem_count - 1].bytes / top);
+	if (after)
+		svg_after(f, after, y0, top);
 	double peak_y = y0 + PLOT_Y + PLOT_H - PLOT_H * (double)r->p.memory.peak_bytes / top;
 	fprintf(f,
 	        "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#e15759\" "
@@ -91,7 +122,8 @@ static void svg_memory(FILE *f, const struct rank *r, double y0)
 	snprintf(line, sizeof(line), "%.3f ms", span / 1e3);
 	svg_text(f, PLOT_X + PLOT_W, y0 + PLOT_Y + PLOT_H + 14,
 	         "font-size=\"10\" text-anchor=\"end\"", line);
-	snprintf(line, sizeof(line), "live device memory over %s (host clock)", tl->label);
+	snprintf(line, sizeof(line), "live device memory over %s (host clock)%s", tl->label,
+	         after ? "; after, in orange" : "");
 	svg_text(f, PLOT_X, y0 + PLOT_Y - 6, "font-size=\"12\"", line);
 }
 
@@ -117,11 +149,14 @@ static void svg_streams(FILE *f, const struct rank *r, double y0)
 			        "fill=\"#59a14f\"/>\n",
 			        USE_X, y + 12, USE_W * (share > 1 ? 1 : share));
 			snprintf(line, sizeof(line), "%.1f%%", 100 * share);
+			svg_text(f, USE_X + USE_W + 6, y + 20, "font-size=\"10\"", line);
 		} else {
+			/* On the empty bar, which is wide enough: beside it the words would run
+			 * past the picture's right edge. */
 			snprintf(line, sizeof(line), "not timed on the device (%zu items)",
 			         u->items);
+			svg_text(f, USE_X + 4, y + 19, "font-size=\"8\" fill=\"#666\"", line);
 		}
-		svg_text(f, USE_X + USE_W + 6, y + 20, "font-size=\"10\"", line);
 	}
 }
 

@@ -114,6 +114,13 @@ static void test_recompute_mode_is_bit_identical_and_saves_memory(void **state)
 	}
 	assert_null(strstr(rep.err, "left out"));
 	release(&rep);
+	/* Its plot: each rank's memory over its last followed iteration beside warm-up's. */
+	char svg_path[1300];
+	snprintf(svg_path, sizeof(svg_path), "%s/pp2tp2/report.svg", scratch);
+	char *svg = slurp(svg_path);
+	assert_non_null(svg);
+	assert_int_equal(count_of(svg, "after (recompute, heu): in use (cuMemGetInfo), peak "), 4);
+	free(svg);
 	/* The last step, steady state: the first stage (ranks 0 and 1) holds less, and every
 	 * rank's step takes at most 5% longer. */
 	for (size_t i = n - 4; i < n; i++) {

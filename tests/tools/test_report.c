@@ -333,6 +333,53 @@ static void test_profile_trace_is_written_without_a_profile(void **state)
 	"\"peak_bytes\": 675840}, \"replay\": {\"reproduces\": 80, \"refused\": "                \
 	"[{\"verdict\": \"DIFFERS\", \"count\": 28, \"first\": \"layer 3\"}]}, \"stats\": {}}"
 
+/* SUMMARY(r) with the memory curve of its last followed iteration. */
+#define SUMMARY_WITH_CURVE(r, points)                                                       \
+	"{\"format\": \"lynx-summary\", \"version\": 1, \"rank\": " #r ", \"plan\": "       \
+	"{\"planner\": \"heu\", \"budget_bytes\": 2201600, \"max_slowdown\": null, "        \
+	"\"decisions\": {\"keep\": 136, \"offload\": 0, \"recompute\": 168}}, \"memory\": " \
+	"{\"measured_peak_bytes\": 2818048, \"predicted_peak_bytes\": 2200064, "            \
+	"\"achieved_peak_bytes\": 2195456, \"curve\": {\"iteration_ns\": 1000, "            \
+	"\"points\": " points "}}, \"step\": {\"measured_ns\": 257609573, "                 \
+	"\"predicted_slowdown\": 1.1656, \"achieved_ns\": null}, \"evictions\": "           \
+	"{\"offloaded\": 448, \"replayed\": 224}, \"replay\": {\"refused\": []}}"
+
+/*
+ * report.svg after a recompute run: each rank's device memory over its last followed
+ * iteration (its summary's curve) beside warm-up's, on one scale, with its peak. A curve
+ * out of order or out of its iteration leaves that summary out, with the reason.
+ */
+static void test_report_plots_memory_after_the_plan(void **state)
+{
+	char dir[1300], path[1400];
+
+	(void)state;
+	copy_dir(full, "after", "*", dir, sizeof(dir));
+	snprintf(path, sizeof(path), "%s/summary.0.json", dir);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(SUMMARY_WITH_CURVE(0, "[[0, 1048576], [500, 2195456], [1000, 1572864]]"), f);
+	fclose(f);
+	snprintf(path, sizeof(path), "%s/summary.1.json", dir);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(SUMMARY_WITH_CURVE(1, "[[0, 1048576], [900, 2195456], [800, 1572864]]"), f);
+	fclose(f);
+	struct output o = report(dir);
+	if (o.exit_code)
+		fail_msg("exit %d: %s", o.exit_code, o.err);
+	char *svg = svg_of(dir);
+	assert_non_null(svg);
+	assert_true(balanced_svg(svg));
+	assert_int_equal(count(svg, "after (recompute, heu): in use (cuMemGetInfo), peak 2.09 MiB"),
+	                 1);
+	assert_int_equal(count(svg, "stroke=\"#f28e2b\""), 1);
+	assert_non_null(strstr(o.err, "summary.1.json: memory.curve.points[2] is not [ns within "
+	                              "the iteration, in order; bytes]; left out"));
+	free(svg);
+	release(&o);
+}
+
 /*
  * Recompute mode's outcome per rank, from summary.<rank>.json: planned and achieved peak
  * and step beside warm-up's, evictions and refused replays. A corrupt summary is named on
@@ -816,6 +863,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_report_reads_one_run_of_two_in_a_directory),
 	        cmocka_unit_test(test_report_shows_each_ranks_recompute_summary),
 	        cmocka_unit_test(test_report_html_is_one_page_a_browser_renders),
+	        cmocka_unit_test(test_report_plots_memory_after_the_plan),
 	        cmocka_unit_test(test_report_merges_per_node_directories_like_one_shared),
 	        cmocka_unit_test(test_report_per_node_directories_duplicate_rank_and_run),
 	};
