@@ -133,6 +133,26 @@ static void fill(const struct lynx_prof_tokens *tok, const struct lynx_prof_iter
 	}
 }
 
+/*
+ * Whether forward stacks a then b (b the next to start) could be two micro-batches: a
+ * backward stack starts between them (1F1B, or one micro-batch at a time), or a pipeline
+ * send or receive lies between them (GPipe and interleaved schedules send each forward's
+ * output on). Stacks that follow each other with neither are an inner loop of the layer
+ * (one launch sequence per expert, head or chunk) taken for the layers.
+ */
+static bool apart(const struct lynx_prof_trace *trace, const struct lynx_prof_tokens *tok,
+                  const struct lynx_prof_run *a, const struct lynx_prof_run *b,
+                  const struct lynx_prof_run *bwd, size_t nb)
+{
+	for (size_t i = 0; i < nb; i++)
+		if (bwd[i].start >= a->end && bwd[i].start < b->start)
+			return true;
+	for (size_t t = a->start; t < b->start; t++)
+		if (trace->events[tok->event[t]].kind == LYNX_PROF_P2P)
+			return true;
+	return false;
+}
+
 static int classify(const struct lynx_prof_trace *trace, const struct lynx_prof_tokens *tok,
                     const struct lynx_prof_iteration *it, struct lynx_prof_run *acc, size_t nacc,
                     struct lynx_prof_layers *out, char *why, size_t why_len)
@@ -203,6 +223,16 @@ static int classify(const struct lynx_prof_trace *trace, const struct lynx_prof_
 		else if (keys[i] == bwd->key)
 			br[nb++] = acc[i];
 	}
+	for (size_t i = 0; i + 1 < nf && !err; i++)
+		if (!apart(trace, tok, &fr[i], &fr[i + 1], br, nb)) {
+			snprintf(why, why_len,
+			         "forward stacks at tokens %zu and %zu follow each other with no "
+			         "backward and no pipeline send or receive between them: a loop "
+			         "inside "
+			         "the layer (%zu launches a turn), not the layers",
+			         fr[i].start, fr[i + 1].start, fr[i].period);
+			err = -EINVAL;
+		}
 	size_t layers = (fr[0].end - fr[0].start) / fr[0].period;
 	for (size_t i = 0; i < nf + nb && !err; i++) {
 		const struct lynx_prof_run *r = i < nf ? &fr[i] : &br[i - nf];
@@ -331,14 +361,48 @@ static int without_collectives(const struct lynx_prof_trace *trace,
 	return 0;
 }
 
+/* The longest inner loop turn (launches per turn) that without_inner_loops() collapses: an
+ * expert's, a head's or a chunk's few kernels, shorter than any layer. */
+#define INNER_LOOP_MAX_PERIOD 8
+
 /*
- * tok with every stretch of one token repeated back to back made one token: a kernel that
- * the trainer launches once per sequence, chunk or expert in turn (tinytrain's attention
- * dropout, one launch per sequence of the micro-batch). Such an inner loop is a run of a
- * shorter period inside each layer, and once it is half of the layer's launches the layer's
- * own run no longer looks atomic: the loop is taken for the layer. The collapsed token keeps
- * its stretch's last event, so that a segment ending with it takes the whole stretch and
- * the next one starts after it.
+ * Collapses, in place, every stretch of tokens [0, n) made of one block of p tokens repeated
+ * back to back into that block once; each of its tokens keeps the event of the stretch's
+ * last turn, so that a segment ending with the block takes the whole stretch and the next
+ * one starts after it. Returns the new count.
+ */
+static size_t collapse_turns(uint64_t *sig, uint32_t *event, size_t n, size_t p)
+{
+	size_t kept = 0, i = 0;
+
+	while (i < n) {
+		size_t turns = 1;
+		while (i + (turns + 1) * p <= n &&
+		       !memcmp(sig + i + turns * p, sig + i, p * sizeof(*sig)))
+			turns++;
+		if (turns < 2) {
+			sig[kept] = sig[i];
+			event[kept++] = event[i++];
+			continue;
+		}
+		for (size_t j = 0; j < p; j++) {
+			sig[kept + j] = sig[i + j];
+			event[kept + j] = event[i + (turns - 1) * p + j];
+		}
+		kept += p;
+		i += turns * p;
+	}
+	return kept;
+}
+
+/*
+ * tok with every inner loop made one turn: a block of at most INNER_LOOP_MAX_PERIOD
+ * launches that the trainer repeats back to back, once per sequence, chunk, head or expert
+ * (tinytrain's attention dropout, one launch per sequence; a mixture of experts run one
+ * expert after another, a few kernels each). Such a loop is a run of a shorter period inside
+ * each layer, and once it is half of the layer's launches the layer's own run no longer looks
+ * atomic: the loop is taken for the layer. Shorter turns are collapsed first, so that a loop
+ * of one kernel inside a longer turn does not hide the longer one.
  */
 static int without_inner_loops(const struct lynx_prof_trace *trace,
                                const struct lynx_prof_tokens *tok, struct lynx_prof_tokens *out)
@@ -346,14 +410,11 @@ static int without_inner_loops(const struct lynx_prof_trace *trace,
 	(void)trace;
 	if (!empty_like(tok, out))
 		return -ENOMEM;
-	for (size_t i = 0; i < tok->count; i++) {
-		if (out->count && out->sig[out->count - 1] == tok->sig[i]) {
-			out->event[out->count - 1] = tok->event[i];
-			continue;
-		}
-		out->sig[out->count] = tok->sig[i];
-		out->event[out->count++] = tok->event[i];
-	}
+	memcpy(out->sig, tok->sig, tok->count * sizeof(*out->sig));
+	memcpy(out->event, tok->event, tok->count * sizeof(*out->event));
+	out->count = tok->count;
+	for (size_t p = 1; p <= INNER_LOOP_MAX_PERIOD; p++)
+		out->count = collapse_turns(out->sig, out->event, out->count, p);
 	return 0;
 }
 
@@ -362,15 +423,15 @@ static int without_inner_loops(const struct lynx_prof_trace *trace,
  * LYNX_SEGMENT_LOOK(name, from, leave_out, text): look `from`'s tokens with leave_out
  * applied (the first look is the tokens as recorded, from nothing).
  */
-#define LYNX_SEGMENT_LOOKS                                                                      \
-	LYNX_SEGMENT_LOOK(AS_RECORDED, AS_RECORDED, NULL, "")                                   \
-	LYNX_SEGMENT_LOOK(WITHOUT_COLLECTIVES, AS_RECORDED, without_collectives,                \
-	                  "without its collectives and copies")                                 \
-	LYNX_SEGMENT_LOOK(WITHOUT_INNER_LOOPS, AS_RECORDED, without_inner_loops,                \
-	                  "with each kernel launched back to back as one")                      \
-	LYNX_SEGMENT_LOOK(WITHOUT_BOTH, WITHOUT_COLLECTIVES, without_inner_loops,               \
-	                  "without collectives and copies, and with each kernel launched back " \
-	                  "to back as one")
+#define LYNX_SEGMENT_LOOKS                                                                   \
+	LYNX_SEGMENT_LOOK(AS_RECORDED, AS_RECORDED, NULL, "")                                \
+	LYNX_SEGMENT_LOOK(WITHOUT_COLLECTIVES, AS_RECORDED, without_collectives,             \
+	                  "without its collectives and copies")                              \
+	LYNX_SEGMENT_LOOK(WITHOUT_INNER_LOOPS, AS_RECORDED, without_inner_loops,             \
+	                  "with each inner loop as one turn")                                \
+	LYNX_SEGMENT_LOOK(WITHOUT_BOTH, WITHOUT_COLLECTIVES, without_inner_loops,            \
+	                  "without collectives and copies, and with each inner loop as one " \
+	                  "turn")
 
 enum segment_look {
 #define LYNX_SEGMENT_LOOK(name, from, leave_out, text) LOOK_##name,

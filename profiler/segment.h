@@ -15,11 +15,13 @@
  * calls are tokens, so TP all-reduces belong to the motif and PP sends and receives
  * separate micro-batches; when that finds no layers, the collectives are left out and it
  * looks again (data parallelism all-reduces gradient buckets during the backward, at
- * places that follow the buckets, not the layers). Then a kernel launched back to back
- * (once per sequence, chunk or expert: an inner loop, which can be most of a layer's
- * launches and would be taken for the layer) counts as one launch, with the collectives
- * and without them. The thread is not part of a token, so
- * a backward on another thread is found the same way.
+ * places that follow the buckets, not the layers). Then each inner loop (a block of up to
+ * 8 launches repeated back to back, once per sequence, chunk, head or expert, which can be
+ * most of a layer's launches and would be taken for the layer) counts as one turn, with
+ * the collectives and without them. Forward stacks that follow each other with no backward
+ * stack and no pipeline send or receive between them are such a loop, not micro-batches,
+ * and that look is refused. The thread is not part of a token, so a backward on another
+ * thread is found the same way.
  *
  * Full recompute runs each layer's forward again just before its backward: the backward
  * motif then holds the forward motif, rerun is set, and each backward segment includes

@@ -95,7 +95,7 @@ static void check(const struct config *c)
 /* ---- What PyTorch's DDP does (seen on an H100, torch 2.11, eager) ------------------------ */
 
 struct builder {
-	struct lynx_prof_event ev[2048];
+	struct lynx_prof_event ev[4096];
 	size_t n;
 };
 
@@ -103,7 +103,7 @@ static void add(struct builder *b, enum lynx_prof_kind kind, uint64_t what, uint
 {
 	struct lynx_prof_event *e = &b->ev[b->n];
 
-	assert_true(b->n < 2048);
+	assert_true(b->n < 4096);
 	memset(e, 0, sizeof(*e));
 	e->t_ns = 1000 * (b->n + 1);
 	e->tid = tid;
@@ -171,6 +171,65 @@ static void test_segment_finds_layers_under_ddp_with_a_loop_over_parameters(void
 		assert_int_equal(t.events[l.fwd[k].first].tid, 1);
 		assert_int_equal(t.events[l.bwd[k].end - 1].tid, 2);
 		assert_true(l.fwd[k].end <= l.bwd[0].first);
+	}
+	lynx_prof_layers_free(&l);
+	lynx_prof_iterations_free(&it);
+	free(b);
+}
+
+/*
+ * One step of a mixture-of-experts model whose experts run one after another (Megatron's
+ * SequentialMLP, a Hugging Face MoE block's loop over experts): each of 8 layers launches
+ * its attention (5 kernels), the router, then 3 kernels per expert for 16 experts (48 of the
+ * forward's 55 launches), then the combine; the backward the same in reverse, the
+ * optimizer over the parameters, and the host synchronisation. The expert loop is most of
+ * each layer, with a period of three launches.
+ */
+static void moe_step(struct builder *b)
+{
+	for (int l = 0; l < 8; l++) {
+		for (uint64_t k = 0; k < 6; k++)
+			add(b, LYNX_PROF_LAUNCH, 0x100 + k, 1);
+		for (int e = 0; e < 16; e++)
+			for (uint64_t k = 0; k < 3; k++)
+				add(b, LYNX_PROF_LAUNCH, 0x200 + k, 1);
+		add(b, LYNX_PROF_LAUNCH, 0x1ff, 1);
+	}
+	add(b, LYNX_PROF_LAUNCH, 0x1055, 1);
+	for (int l = 0; l < 8; l++) {
+		add(b, LYNX_PROF_LAUNCH, 0x3ff, 1);
+		for (int e = 0; e < 16; e++)
+			for (uint64_t k = 0; k < 3; k++)
+				add(b, LYNX_PROF_LAUNCH, 0x400 + k, 1);
+		for (uint64_t k = 0; k < 7; k++)
+			add(b, LYNX_PROF_LAUNCH, 0x300 + k, 1);
+	}
+	for (uint64_t k = 0; k < 4; k++)
+		add(b, LYNX_PROF_LAUNCH, 0x4a0 + k, 1);
+	add(b, LYNX_PROF_SYNC, 0, 1);
+}
+
+static void test_segment_finds_layers_around_a_loop_of_several_kernels(void **state)
+{
+	struct builder *b = calloc(1, sizeof(*b));
+	struct lynx_prof_iterations it;
+	struct lynx_prof_layers l;
+	char why[1024];
+
+	(void)state;
+	for (int s = 0; s < 4; s++)
+		moe_step(b);
+	struct lynx_prof_trace t = {1, b->ev, b->n, NULL};
+	assert_int_equal(lynx_prof_find_iterations(&t, &it, why, sizeof(why)), 0);
+	int err = lynx_prof_segment_layers(&t, &it.iter[it.count - 1], &l, why, sizeof(why));
+	if (err)
+		fail_msg("%s", why);
+	assert_int_equal(l.layers, 8);
+	assert_int_equal(l.microbatches, 1);
+	/* Each forward segment holds its layer's 55 launches, each backward its 56. */
+	for (size_t k = 0; k < 8; k++) {
+		assert_int_equal(l.fwd[k].end - l.fwd[k].first, 55);
+		assert_int_equal(l.bwd[k].end - l.bwd[k].first, 56);
 	}
 	lynx_prof_layers_free(&l);
 	lynx_prof_iterations_free(&it);
@@ -320,6 +379,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_segment_refuses_a_stage_of_one_layer),
 	        cmocka_unit_test(test_segment_finds_layers_around_a_kernel_launched_per_sequence),
 	        cmocka_unit_test(test_segment_finds_layers_under_ddp_with_a_loop_over_parameters),
+	        cmocka_unit_test(test_segment_finds_layers_around_a_loop_of_several_kernels),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
