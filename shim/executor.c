@@ -17,6 +17,7 @@
 #include "arena.h"
 #include "atomic_file.h"
 #include "executor.h"
+#include "fnv.h"
 #include "log.h"
 #include "period.h"
 #include "profiling.h"
@@ -1085,6 +1086,29 @@ static CUresult make_cuda_objects(void)
 	return CUDA_SUCCESS;
 }
 
+/* The plan this rank follows, as one number: FNV-1a over each scripted activation's place
+ * (layer, micro-batch, index), size, action and window, in script order. Ranks of one stage
+ * (TP and DP peers) that follow the same plan have the same; `lynx report` compares them. */
+static uint64_t plan_hash(const struct lynx_prof_script *script,
+                          const struct lynx_exec_decision *decisions)
+{
+	uint64_t h = LYNX_FNV1A_BASIS;
+
+	for (size_t i = 0; i < script->n_buffers; i++) {
+		const struct lynx_prof_script_buffer *sb = &script->buffers[i];
+		const uint64_t words[] = {sb->layer,
+		                          sb->microbatch,
+		                          sb->index,
+		                          sb->bytes,
+		                          (uint64_t)decisions[i].action,
+		                          decisions[i].window_token};
+		for (size_t w = 0; w < sizeof(words) / sizeof(words[0]); w++)
+			for (int b = 0; b < 8; b++)
+				h = lynx_fnv1a_byte(h, (unsigned char)(words[w] >> (8 * b)));
+	}
+	return h;
+}
+
 int lynx_exec_arm(const struct lynx_prof_script *script, const struct lynx_exec_decision *decisions,
                   const struct lynx_exec_expectation *expect, enum lynx_exec_fault fault)
 {
@@ -1168,6 +1192,7 @@ int lynx_exec_arm(const struct lynx_prof_script *script, const struct lynx_exec_
 		if (b->window_token != LYNX_EXEC_NO_WINDOW)
 			ex.window_order[ex.n_windowed++] = (uint32_t)i;
 	}
+	ex.plan_hash = plan_hash(script, decisions);
 	err = -EINVAL;
 	if (!evict_bytes)
 		goto fail;
@@ -1427,6 +1452,9 @@ int lynx_exec_write_summary(const char *path, int rank)
 	if (o) {
 		cJSON_AddStringToObject(o, "planner", e->planner);
 		cJSON_AddNumberToObject(o, "budget_bytes", (double)e->budget_bytes);
+		char hash[20];
+		snprintf(hash, sizeof(hash), "%016" PRIx64, ex.plan_hash);
+		cJSON_AddStringToObject(o, "hash", hash);
 		if (e->max_slowdown > 0)
 			cJSON_AddStringToObject(o, "max_slowdown", e->max_slowdown_text);
 		else

@@ -230,6 +230,7 @@ struct exec_state {
 	int curve_now;
 	bool curve_done;
 	uint32_t planned[LYNX_EXEC_ACTION_COUNT];
+	uint64_t plan_hash;           /* the decisions armed (executor.c's plan_hash()) */
 	uint32_t too_small;           /* evictions planned for activations below a granule: kept */
 	bool serves[LYNX_HOOK_COUNT]; /* device allocations the arena may serve */
 	bool frees[LYNX_HOOK_COUNT];  /* frees of such allocations; async_free: stream-ordered */

@@ -908,6 +908,48 @@ static int read_summary(const struct report *rep, struct rank *r)
 }
 
 /*
+ * Whether the ranks of each stage (its TP and DP peers) follow the same plan, by the plans'
+ * hashes in their summaries: ranks that plan alone (LYNX_OUT per node) decide from their own
+ * profiles, and peers that evict different activations wait on each other's rebuilds. A
+ * line per stage with two or more ranks that name their plan.
+ */
+static void print_plan_agreement(FILE *out, const struct report *rep)
+{
+	char st[32];
+
+	for (size_t s = 0; s < rep->stage_count; s++) {
+		const struct rank *first = NULL;
+		size_t named = 0, differ = 0;
+		for (size_t i = 0; i < rep->count; i++) {
+			const struct rank *r = &rep->ranks[i];
+			if (r->stage != s || !r->summary || !r->summary->plan_hash[0])
+				continue;
+			named++;
+			if (!first)
+				first = r;
+			else if (strcmp(r->summary->plan_hash, first->summary->plan_hash))
+				differ++;
+		}
+		if (named < 2)
+			continue;
+		stage_name(rep, s, st, sizeof(st));
+		if (!differ) {
+			fprintf(out, "  %s: its %zu ranks follow one plan (%s)\n", st, named,
+			        first->summary->plan_hash);
+			continue;
+		}
+		fprintf(out, "  %s: its ranks follow different plans:", st);
+		for (size_t i = 0; i < rep->count; i++) {
+			const struct rank *r = &rep->ranks[i];
+			if (r->stage == s && r->summary && r->summary->plan_hash[0])
+				fprintf(out, " rank %d %s", r->rank, r->summary->plan_hash);
+		}
+		fprintf(out, " (peers that evict different activations wait on each other; "
+		             "plan together through a shared LYNX_OUT, or give LYNX_PLAN)\n");
+	}
+}
+
+/*
  * Recompute mode's outcome, per rank, from its summary: the plan, and peak and step planned
  * and achieved beside warm-up's, with evictions and refused replays. Nothing when no rank
  * wrote one.
@@ -960,6 +1002,8 @@ static void print_recompute(FILE *out, const struct report *rep)
 			        "LYNX_MAX_SLOWDOWN=%s)\n",
 			        s.max_slowdown);
 	}
+	if (header)
+		print_plan_agreement(out, rep);
 }
 
 /* What Lynx's HEU would save and cost on this job (policy/whatif.h); profiles that do not

@@ -128,6 +128,11 @@ static int parse(const cJSON *root, struct lynx_summary *out, char *why, size_t 
 	if (text_at(plan, "plan", "planner", out->planner, sizeof(out->planner), why, len) ||
 	    count_at(plan, "plan", "budget_bytes", &out->budget_bytes, why, len))
 		return -EINVAL;
+	v = member(plan, "hash");
+	if (!v)
+		out->plan_hash[0] = 0;
+	else if (text_at(plan, "plan", "hash", out->plan_hash, sizeof(out->plan_hash), why, len))
+		return -EINVAL;
 	v = member(plan, "max_slowdown");
 	if (cJSON_IsNull(v))
 		out->max_slowdown[0] = 0;

@@ -19,6 +19,7 @@ struct lynx_summary {
 	char planner[32];
 	uint64_t budget_bytes;
 	char max_slowdown[16];             /* "" when none was asked for */
+	char plan_hash[20];                /* the plan followed (plan.hash); "" when not given */
 	uint64_t keep, offload, recompute; /* the plan's decisions */
 	uint64_t measured_peak_bytes, predicted_peak_bytes, achieved_peak_bytes;
 	uint64_t measured_ns;

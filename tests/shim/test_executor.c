@@ -113,6 +113,21 @@ static void test_recompute_mode_is_bit_identical_and_saves_memory(void **state)
 		assert_non_null(strstr(rep.out, row));
 	}
 	assert_null(strstr(rep.err, "left out"));
+	/* Planned together, the ranks of each stage follow one plan; a rank whose plan differs
+	 * is named with its plan's hash. */
+	assert_non_null(strstr(rep.out, "  stage 0: its 2 ranks follow one plan ("));
+	assert_non_null(strstr(rep.out, "  stage 1: its 2 ranks follow one plan ("));
+	release(&rep);
+	char edit[2800];
+	snprintf(edit, sizeof(edit),
+	         "sed -i 's/\"hash\":[[:space:]]*\"[0-9a-f]*\"/\"hash\": \"00000000000000ff\"/' "
+	         "%s/pp2tp2/summary.1.json",
+	         scratch);
+	assert_int_equal(system(edit), 0);
+	rep = run("", cmd);
+	assert_int_equal(rep.exit_code, 0);
+	assert_non_null(strstr(rep.out, "  stage 0: its ranks follow different plans: rank 0 "));
+	assert_non_null(strstr(rep.out, " rank 1 00000000000000ff (peers that evict different"));
 	release(&rep);
 	/* Its plot: each rank's memory over its last followed iteration beside warm-up's. */
 	char svg_path[1300];
