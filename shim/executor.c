@@ -1375,12 +1375,18 @@ int lynx_exec_write_trace(const char *path, int rank)
 	f = file.f;
 	pthread_mutex_lock(&ex.lock);
 	origin = ex.n_traced ? ex.traced[0].start_ns : 0;
+	/* The run id as a JSON string (escaped: an id is the launcher's, any printable text). */
+	cJSON *id = cJSON_CreateString(ex.expect.run.known ? ex.expect.run.id : "");
+	char *id_json = id ? cJSON_PrintUnformatted(id) : NULL;
+	cJSON_Delete(id);
 	fprintf(f,
 	        "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"what\": \"Lynx executor, host "
-	        "time\", \"actions_left_out\": %" PRIu64 "},\n\"traceEvents\": [\n"
+	        "time\", \"run\": %s, \"world\": %d, \"actions_left_out\": %" PRIu64
+	        "},\n\"traceEvents\": [\n"
 	        "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %d, \"tid\": 0, "
 	        "\"args\": {\"name\": \"rank %d executor\"}}",
-	        ex.untraced, rank, rank);
+	        id_json ? id_json : "null", ex.expect.world, ex.untraced, rank, rank);
+	cJSON_free(id_json);
 	for (uint32_t i = 0; i < ex.n_traced; i++) {
 		const struct traced *t = &ex.traced[i];
 		const struct lynx_prof_script_buffer *sb = ex.bufs[t->buf].sb;
@@ -1433,6 +1439,24 @@ static void add_curve(cJSON *memory)
 	pthread_mutex_unlock(&ex.lock);
 }
 
+/* "run": the job's identity, as its profile names it (profile.h's run), and its world
+ * size: readers keep one run's files apart from another's in a reused directory. */
+static void add_run(cJSON *root, const struct lynx_exec_expectation *e)
+{
+	cJSON *run = cJSON_AddObjectToObject(root, "run");
+
+	if (!run)
+		return;
+	if (e->run.known && e->run.id[0])
+		cJSON_AddStringToObject(run, "id", e->run.id);
+	else
+		cJSON_AddNullToObject(run, "id");
+	cJSON_AddStringToObject(
+	        run, "source", e->run.known ? lynx_profile_run_source_name(e->run.source) : "none");
+	cJSON_AddNumberToObject(run, "started", (double)e->run.started);
+	cJSON_AddNumberToObject(run, "world", e->world);
+}
+
 int lynx_exec_write_summary(const char *path, int rank)
 {
 	const struct lynx_exec_expectation *e = &ex.expect;
@@ -1448,6 +1472,7 @@ int lynx_exec_write_summary(const char *path, int rank)
 	cJSON_AddStringToObject(root, "format", "lynx-summary");
 	cJSON_AddNumberToObject(root, "version", 1);
 	cJSON_AddNumberToObject(root, "rank", rank);
+	add_run(root, e);
 	o = cJSON_AddObjectToObject(root, "plan");
 	if (o) {
 		cJSON_AddStringToObject(o, "planner", e->planner);

@@ -79,6 +79,7 @@
 #include <stdio.h>
 
 #include "hooks.h"
+#include "profile.h"
 #include "recorder.h"
 #include "script.h"
 
@@ -177,6 +178,10 @@ struct lynx_exec_expectation {
 	double max_slowdown;
 	char max_slowdown_text[16];
 	char planner[32]; /* the plan's planner, or "LYNX_PLAN" */
+	/* The job these files are of, as the profile names it (the run its ranks share) and
+	 * its world size (-1: unknown), written into the summary and the trace. */
+	struct lynx_profile_run run;
+	int world;
 };
 
 /* What to do with one scripted activation and, for RECOMPUTE, where: the token of the

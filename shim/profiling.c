@@ -1027,6 +1027,8 @@ static void arm_executor(const struct lynx_whatif_plan *wp, const struct lynx_wh
 	        .replay_scratch_bytes = prof.profile.memory.at_peak[LYNX_PROFILE_MEMORY_WORKSPACE],
 	        .budget_asked = prof.budget || prof.budget_percent,
 	        .max_slowdown = prof.max_slowdown_bp ? 1.0 + prof.max_slowdown_bp / 10000.0 : 0.0,
+	        .run = prof.profile.run,
+	        .world = prof.profile.world,
 	};
 	snprintf(expect.max_slowdown_text, sizeof(expect.max_slowdown_text), "%s",
 	         prof.max_slowdown);

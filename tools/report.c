@@ -883,7 +883,7 @@ static const char *change(double now, double before, char *buf, size_t len)
  */
 static int read_summary(const struct report *rep, struct rank *r)
 {
-	char path[4200], why[256];
+	char path[4200], why[512];
 	char *text;
 	size_t len;
 
@@ -896,6 +896,13 @@ static int read_summary(const struct report *rep, struct rank *r)
 	if (!err) {
 		err = lynx_summary_parse(text, len, r->summary, why, sizeof(why));
 		free(text);
+	}
+	/* A summary left by another launch into a reused directory is not this run's. */
+	if (!err && r->summary->run_id[0] && rep->run.known && rep->run.id[0] &&
+	    strcmp(r->summary->run_id, rep->run.id)) {
+		snprintf(why, sizeof(why), "of run %s, not of the run read (%s)",
+		         r->summary->run_id, rep->run.id);
+		err = -EINVAL;
 	}
 	if (err) {
 		free(r->summary);

@@ -119,6 +119,13 @@ static int parse(const cJSON *root, struct lynx_summary *out, char *why, size_t 
 	if (rank > 1u << 24)
 		return refuse(why, len, "rank %llu is out of range", (unsigned long long)rank);
 	out->rank = (int)rank;
+	const cJSON *run = member(root, "run");
+	out->run_id[0] = 0;
+	if (run && !cJSON_IsObject(run))
+		return refuse(why, len, "\"run\" is not an object");
+	if (run && member(run, "id") && !cJSON_IsNull(member(run, "id")) &&
+	    text_at(run, "run", "id", out->run_id, sizeof(out->run_id), why, len))
+		return -EINVAL;
 	if (!(plan = section_of(root, "plan", why, len)) ||
 	    !(mem = section_of(root, "memory", why, len)) ||
 	    !(step = section_of(root, "step", why, len)) ||

@@ -16,6 +16,7 @@
 
 struct lynx_summary {
 	int rank;
+	char run_id[128]; /* the run it is of (run.id); "" when the file names none */
 	char planner[32];
 	uint64_t budget_bytes;
 	char max_slowdown[16];             /* "" when none was asked for */

@@ -113,6 +113,13 @@ static void test_recompute_mode_is_bit_identical_and_saves_memory(void **state)
 		assert_non_null(strstr(rep.out, row));
 	}
 	assert_null(strstr(rep.err, "left out"));
+	/* Its plot: each rank's memory over its last followed iteration beside warm-up's. */
+	char svg_path[1300];
+	snprintf(svg_path, sizeof(svg_path), "%s/pp2tp2/report.svg", scratch);
+	char *svg = slurp(svg_path);
+	assert_non_null(svg);
+	assert_int_equal(count_of(svg, "after (recompute, heu): in use (cuMemGetInfo), peak "), 4);
+	free(svg);
 	/* Planned together, the ranks of each stage follow one plan; a rank whose plan differs
 	 * is named with its plan's hash. */
 	assert_non_null(strstr(rep.out, "  stage 0: its 2 ranks follow one plan ("));
@@ -129,13 +136,19 @@ static void test_recompute_mode_is_bit_identical_and_saves_memory(void **state)
 	assert_non_null(strstr(rep.out, "  stage 0: its ranks follow different plans: rank 0 "));
 	assert_non_null(strstr(rep.out, " rank 1 00000000000000ff (peers that evict different"));
 	release(&rep);
-	/* Its plot: each rank's memory over its last followed iteration beside warm-up's. */
-	char svg_path[1300];
-	snprintf(svg_path, sizeof(svg_path), "%s/pp2tp2/report.svg", scratch);
-	char *svg = slurp(svg_path);
-	assert_non_null(svg);
-	assert_int_equal(count_of(svg, "after (recompute, heu): in use (cuMemGetInfo), peak "), 4);
-	free(svg);
+	/* Each summary names its run: one left by another launch in a reused directory is
+	 * not taken for this run's. */
+	snprintf(edit, sizeof(edit),
+	         "sed -i 's/\"id\":[[:space:]]*\"[^\"]*\"/\"id\": \"another-launch\"/' "
+	         "%s/pp2tp2/summary.1.json",
+	         scratch);
+	assert_int_equal(system(edit), 0);
+	rep = run("", cmd);
+	assert_int_equal(rep.exit_code, 0);
+	assert_non_null(strstr(rep.err, "summary.1.json: of run another-launch, not of the run "
+	                                "read ("));
+	assert_null(strstr(rep.out, "\n  1     heu"));
+	release(&rep);
 	/* The last step, steady state: the first stage (ranks 0 and 1) holds less, and every
 	 * rank's step takes at most 5% longer. */
 	for (size_t i = n - 4; i < n; i++) {
