@@ -7,6 +7,8 @@
  * each group does, its peak memory and when it ends.
  */
 #include <errno.h>
+#include <glob.h>
+#include <limits.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -75,8 +77,10 @@ void lynx_plan_help(FILE *out)
 	        "--decoder-last-pipeline-num-layers when the middle stages are even, else\n"
 	        "--pipeline-model-parallel-layout.\n"
 	        "\nlynx plan PROFILE [PROFILE...] plans from recorded profiles (lynx profile's "
-	        "files)\ninstead, one per pipeline stage (more ranks of a stage: the slowest "
-	        "counts). Only\n--budget (default: the largest measured peak), --budget-percent, "
+	        "files, or\nthe profile.<rank>.json in a directory given: LYNX_OUT, one per node "
+	        "or process\nmerged) instead, one per pipeline stage (more ranks of a stage: the "
+	        "slowest\ncounts). Only\n--budget (default: the largest measured peak), "
+	        "--budget-percent, "
 	        "--planner, --out,\n--time-limit and --run apply. The layer's ops are its kernels, "
 	        "its groups the saved\nbuffers, its windows the measured collectives "
 	        "(policy/problem.h says how). The\noffload planner needs every profile's host "
@@ -384,6 +388,66 @@ static size_t take_one_run(const struct plan_args *a, const char *const *paths,
 	return kept;
 }
 
+/*
+ * The profile files named by args[0..n): a file as it is, a directory (LYNX_OUT, one per node
+ * or process) as the profile.<rank>.json files in it. Returns the malloc'ed list (each path
+ * malloc'ed) and its length in *count, or NULL with an exit status in *rc (said on stderr).
+ */
+static char **profile_files(const char *const *args, size_t n, size_t *count, int *rc)
+{
+	char **files = NULL;
+	size_t used = 0, cap = 0;
+
+	*rc = LYNX_EXIT_FAIL;
+	for (size_t i = 0; i < n; i++) {
+		struct stat st;
+		glob_t g = {0};
+		char pattern[PATH_MAX + 32];
+		bool dir = !stat(args[i], &st) && S_ISDIR(st.st_mode);
+		size_t more = 1;
+		if (dir) {
+			snprintf(pattern, sizeof(pattern), "%s/profile.*.json", args[i]);
+			if (glob(pattern, 0, NULL, &g) || !g.gl_pathc) {
+				globfree(&g);
+				fprintf(stderr,
+				        "lynx plan: %s: no profile.<rank>.json in this directory\n",
+				        args[i]);
+				*rc = LYNX_EXIT_USAGE;
+				goto fail;
+			}
+			more = g.gl_pathc;
+		}
+		if (used + more > cap) {
+			cap = (used + more) * 2;
+			char **grown = realloc(files, cap * sizeof(*files));
+			if (!grown) {
+				globfree(&g);
+				goto oom;
+			}
+			files = grown;
+		}
+		for (size_t k = 0; k < more; k++) {
+			files[used] = strdup(dir ? g.gl_pathv[k] : args[i]);
+			if (!files[used]) {
+				globfree(&g);
+				goto oom;
+			}
+			used++;
+		}
+		globfree(&g);
+	}
+	*count = used;
+	*rc = LYNX_EXIT_OK;
+	return files;
+oom:
+	fprintf(stderr, "lynx plan: out of memory\n");
+fail:
+	while (used-- > 0)
+		free(files[used]);
+	free(files);
+	return NULL;
+}
+
 /* Plans from the profiles at paths[0..n): one run's. */
 static int plan_profiles(const struct plan_args *a, const char *const *paths, size_t n,
                          const struct lynx_planner *pl)
@@ -562,8 +626,15 @@ int lynx_plan_main(int argc, char **argv)
 		                      "--budget-percent, --planner, --out, --time-limit and --run "
 		                      "apply",
 		                      model_only);
-	else
-		rc = plan_profiles(&a, profiles, n_profiles, pl);
+	else {
+		size_t n_files = 0;
+		char **files = profile_files(profiles, n_profiles, &n_files, &rc);
+		if (files)
+			rc = plan_profiles(&a, (const char *const *)files, n_files, pl);
+		for (size_t i = 0; files && i < n_files; i++)
+			free(files[i]);
+		free(files);
+	}
 out:
 	free(opts);
 	free(profiles);

@@ -188,6 +188,30 @@ static void test_plan_from_a_pipeline_orders_its_stages(void **state)
 	free(r.text);
 }
 
+/* Directories, one per node (LYNX_OUT=out/%h): their profile.<rank>.json, merged; one
+ * without profiles is refused by name. */
+static void test_plan_reads_per_node_directories(void **state)
+{
+	struct result r;
+
+	write_profile("last.json", 0, "1", ", " RECV("pp_recv_fwd"), "1");
+	write_profile("first.json", 1, "1", ", " RECV("pp_recv_bwd"), "1");
+	char cmd[3 * PATH_MAX];
+	snprintf(cmd, sizeof(cmd),
+	         "cd '%s' && rm -rf node0 node1 node2 && mkdir node0 node1 node2 && "
+	         "cp first.json node0/profile.0.json && cp last.json node1/profile.1.json",
+	         scratch);
+	assert_int_equal(system(cmd), 0);
+	r = plan(OUT, "node0 node1 --planner full --out nodes.plan.json");
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.text, "2 profiles: 2 stages, 4 layers, 2 micro-batches"));
+	free(r.text);
+	r = plan(ERR, "node0 node2 --planner full --out nodes.plan.json");
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.text, "node2: no profile.<rank>.json in this directory"));
+	free(r.text);
+}
+
 /* --budget-percent: each stage gets that share of its own measured peak. */
 static void test_plan_takes_a_budget_per_stage_in_percent(void **state)
 {
@@ -320,6 +344,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_plan_from_one_profile_writes_the_plan),
 	        cmocka_unit_test(test_plan_from_a_pipeline_orders_its_stages),
+	        cmocka_unit_test(test_plan_reads_per_node_directories),
 	        cmocka_unit_test(test_plan_takes_a_budget_per_stage_in_percent),
 	        cmocka_unit_test(test_plan_refuses_bad_profiles_with_exit_2),
 	        cmocka_unit_test(test_plan_takes_one_run_of_two),
