@@ -915,6 +915,13 @@ static void write_other_data(struct writer *w)
 	fprintf(f, w->rank >= 0 ? "%d" : "null", w->rank);
 	fputs(",\"world\":", f);
 	fprintf(f, w->world >= 0 ? "%d" : "null", w->world);
+	/* The run the profile names (its ranks' shared id), so that a reused directory's
+	 * timelines are told apart; null without one. */
+	fputs(",\"run\":", f);
+	if (w->profile && w->profile->run.known && w->profile->run.id[0])
+		put_string(f, w->profile->run.id);
+	else
+		fputs("null", f);
 	fprintf(f, ",\"t0_ns\":%" PRIu64 ",\"host_clock\":", w->t0);
 	put_string(f, "CLOCK_MONOTONIC at each call's return; ts = (t - t0_ns) / 1000");
 	fprintf(f, ",\"device_timed_items\":%zu,\"device_shift_ns\":", w->timed);

@@ -136,8 +136,14 @@ static void test_recompute_mode_is_bit_identical_and_saves_memory(void **state)
 	assert_non_null(strstr(rep.out, "  stage 0: its ranks follow different plans: rank 0 "));
 	assert_non_null(strstr(rep.out, " rank 1 00000000000000ff (peers that evict different"));
 	release(&rep);
-	/* Each summary names its run: one left by another launch in a reused directory is
-	 * not taken for this run's. */
+	/* Each summary names its run, as do the warm-up timeline and the executor's trace: one
+	 * left by another launch in a reused directory is not taken for this run's. */
+	char trace_path[1300];
+	snprintf(trace_path, sizeof(trace_path), "%s/pp2tp2/trace.0.json", scratch);
+	char *trace = slurp(trace_path);
+	assert_non_null(trace);
+	assert_non_null(strstr(trace, ",\"run\":\""));
+	free(trace);
 	snprintf(edit, sizeof(edit),
 	         "sed -i 's/\"id\":[[:space:]]*\"[^\"]*\"/\"id\": \"another-launch\"/' "
 	         "%s/pp2tp2/summary.1.json",
