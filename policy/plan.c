@@ -5,7 +5,7 @@
  *   {"format": "lynx-plan", "version": 1,
  *    "planner": "selective", "fits": true, "step_time_s": 1.25, "search_time_s": 2e-06,
  *    "budget_bytes": 85899345920,
- *    "gap": 0.004, "note": "...",
+ *    "gap": 0.004, "note": "...", "run": "torchelastic-3f2a",
  *    "stages": [{"stage": 0, "layers": 10, "peak_bytes": 30064771072,
  *                "decisions": {"ln1_in": "keep", "softmax_out": "recompute_on_demand",
  *                              "q_k": {"recompute_in_window":
@@ -19,7 +19,8 @@
  * windows. Byte counts are integers below 2^53, which every JSON reader holds exactly.
  * Rebuilds that share a window occurrence run in group order (the layer's groups list their
  * dependencies first), one layer and micro-batch after another. "gap" (an exact planner's
- * optimality gap) and "note" are optional: written only when set, read when present.
+ * optimality gap), "note" and "run" (the run of the profiles planned from) are optional:
+ * written only when set, read when present.
  */
 #include <errno.h>
 #include <math.h>
@@ -274,6 +275,8 @@ char *lynx_plan_to_json(const struct lynx_plan *plan, const struct lynx_problem 
 		ok = add_double(root, "gap", plan->gap);
 	if (ok && plan->note[0])
 		ok = cJSON_AddStringToObject(root, "note", plan->note) != NULL;
+	if (ok && plan->run[0])
+		ok = cJSON_AddStringToObject(root, "run", plan->run) != NULL;
 	stages = ok ? cJSON_AddArrayToObject(root, "stages") : NULL;
 	ok = stages != NULL;
 	for (uint32_t s = 0; ok && s < plan->n_stages; s++) {
@@ -557,6 +560,13 @@ static int read_plan(const cJSON *root, const struct lynx_problem *p, struct lyn
 		return lynx_policy_refuse(why, len, "note: not a string");
 	if (it)
 		snprintf(plan->note, sizeof(plan->note), "%s", it->valuestring);
+	it = cJSON_GetObjectItemCaseSensitive(root, "run");
+	if (it && (!cJSON_IsString(it) || strlen(it->valuestring) >= sizeof(plan->run)))
+		return lynx_policy_refuse(why, len,
+		                          "run: not a string of fewer than %zu characters",
+		                          sizeof(plan->run));
+	if (it)
+		snprintf(plan->run, sizeof(plan->run), "%s", it->valuestring);
 	stages = cJSON_GetObjectItemCaseSensitive(root, "stages");
 	if (!cJSON_IsArray(stages))
 		return lynx_policy_refuse(why, len, "stages: missing or not an array");

@@ -57,6 +57,10 @@ struct lynx_plan {
 	double search_time_s; /* what the planner took */
 	double gap;     /* an exact planner's optimality gap, (obj - bound) / obj; NAN: none */
 	char note[128]; /* what the planner wants said about this plan ("" when nothing) */
+	/* The run whose profiles it was made from (profile.h's run id; "" for a model's plan or
+	 * profiles that name none), set by whoever planned from them: a plan file says which
+	 * launch it came from. */
+	char run[128];
 	uint64_t budget_bytes;
 	uint32_t n_groups;
 	uint32_t n_stages;

@@ -1253,6 +1253,8 @@ static void finish_plan(int err, const char *why, struct lynx_whatif_plan *wp,
 		return;
 	}
 	if (lynx_job_rank() <= 0 && prof.output_ok && !prof.plan_path[0]) {
+		if (prof.profile.run.known)
+			snprintf(wp->plan->run, sizeof(wp->plan->run), "%s", prof.profile.run.id);
 		char *text = lynx_plan_to_json(wp->plan, wp->problem);
 		snprintf(path, sizeof(path), "%s/plan.json", prof.out_dir);
 		if (!text || (err = lynx_atomic_file_write(path, text)))

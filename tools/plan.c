@@ -290,6 +290,8 @@ static int plan_problem(const struct lynx_problem *p, const struct lynx_planner 
 	else
 		print_profile_header(p, n_profiles, run, &plan);
 	print_summary(p, &plan, checked ? &r : NULL);
+	if (run && run->known)
+		snprintf(plan.run, sizeof(plan.run), "%s", run->id);
 	rc = write_plan(p, &plan, a->out ? a->out : "plan.json");
 	/* A plan that does not fit is written, to look at, but is no success. */
 	if (rc == LYNX_EXIT_OK && !(checked ? r.fits : plan.fits)) {

@@ -102,14 +102,17 @@ static void test_json_round_trip_keeps_every_decision(void **state)
 	char *text, *again;
 
 	mixed_plan(&plan);
+	snprintf(plan.run, sizeof(plan.run), "torchelastic-3f2a"); /* the profiles' run */
 	text = lynx_plan_to_json(&plan, &problem);
 	assert_non_null(text);
 	assert_non_null(strstr(text, "\"format\":\t\"lynx-plan\""));
+	assert_non_null(strstr(text, "\"run\":\t\"torchelastic-3f2a\""));
 	assert_non_null(strstr(text, "\"recompute_in_window\""));
 	assert_non_null(strstr(text, "\"pp_recv_bwd\""));
 	if (lynx_plan_from_json(text, &problem, &back, why, sizeof(why)))
 		fail_msg("reader refused the writer's output: %s", why);
 	assert_plans_equal(&plan, &back);
+	assert_string_equal(back.run, "torchelastic-3f2a");
 	again = lynx_plan_to_json(&back, &problem);
 	assert_string_equal(text, again);
 	free(text);
