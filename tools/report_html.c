@@ -10,23 +10,6 @@
 #include "../profiler/atomic_file.h"
 #include "report_model.h"
 
-/* text with HTML's special characters escaped. */
-static void html_text(FILE *f, const char *text)
-{
-	for (const char *c = text; *c; c++) {
-		if (*c == '<')
-			fputs("&lt;", f);
-		else if (*c == '>')
-			fputs("&gt;", f);
-		else if (*c == '&')
-			fputs("&amp;", f);
-		else if (*c == '"')
-			fputs("&quot;", f);
-		else
-			fputc(*c, f);
-	}
-}
-
 int lynx_report_write_html(const struct report *rep, const char *text, const char *path)
 {
 	struct lynx_atomic_file file;
@@ -38,7 +21,7 @@ int lynx_report_write_html(const struct report *rep, const char *text, const cha
 	fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
 	      "<title>Lynx report: ",
 	      f);
-	html_text(f, rep->where);
+	lynx_report_escaped(f, rep->where);
 	fputs("</title>\n<style>\n"
 	      "body { font-family: sans-serif; margin: 24px; color: #222; max-width: 1100px; }\n"
 	      "h1 { font-size: 22px; } h2 { font-size: 17px; margin-top: 28px; }\n"
@@ -47,14 +30,14 @@ int lynx_report_write_html(const struct report *rep, const char *text, const cha
 	      "p.note { color: #555; font-size: 13px; }\n"
 	      "</style>\n</head>\n<body>\n<h1>Lynx report</h1>\n<p>",
 	      f);
-	html_text(f, rep->where);
+	lynx_report_escaped(f, rep->where);
 	fputs("</p>\n<p class=\"note\">What each rank's profile says (layers, memory at the peak "
 	      "by class, communication windows), what Lynx's planner would save, and, after a "
 	      "recompute run, each rank's plan beside what it achieved. The same text as "
 	      "<code>lynx report</code> prints; the plot is report.svg.</p>\n"
 	      "<h2>Tables</h2>\n<pre>",
 	      f);
-	html_text(f, text);
+	lynx_report_escaped(f, text);
 	fputs("</pre>\n<h2>Device memory over one iteration, streams' busy share, and the peak "
 	      "by class, per rank</h2>\n",
 	      f);

@@ -70,6 +70,8 @@ const char *fmt_time(const struct lynx_profile_time *t, char *buf, size_t len);
 /* "stage 2", or what is known of an unpipelined stage. */
 void stage_name(const struct report *rep, size_t s, char *buf, size_t len);
 
+/* text on f with the characters that XML and HTML give a meaning (< > & ") escaped. */
+void lynx_report_escaped(FILE *f, const char *text);
 /* The plot: per rank, memory over the last iteration, streams' busy share and the peak by
  * class, as one <svg> element on f (report_svg.c). */
 void lynx_report_svg(FILE *f, const struct report *rep);

@@ -23,10 +23,8 @@
 static const char *const class_colour[LYNX_PROFILE_MEMORY_CLASS_COUNT] = {
         "#4e79a7", "#e15759", "#f28e2b", "#76b7b2", "#9c9c9c"};
 
-/* Text with XML's special characters escaped. */
-static void svg_text(FILE *f, double x, double y, const char *attrs, const char *text)
+void lynx_report_escaped(FILE *f, const char *text)
 {
-	fprintf(f, "<text x=\"%.1f\" y=\"%.1f\"%s%s>", x, y, *attrs ? " " : "", attrs);
 	for (const char *c = text; *c; c++) {
 		if (*c == '<')
 			fputs("&lt;", f);
@@ -39,6 +37,12 @@ static void svg_text(FILE *f, double x, double y, const char *attrs, const char 
 		else
 			fputc(*c, f);
 	}
+}
+
+static void svg_text(FILE *f, double x, double y, const char *attrs, const char *text)
+{
+	fprintf(f, "<text x=\"%.1f\" y=\"%.1f\"%s%s>", x, y, *attrs ? " " : "", attrs);
+	lynx_report_escaped(f, text);
 	fputs("</text>\n", f);
 }
 

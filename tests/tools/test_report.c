@@ -321,6 +321,23 @@ static void test_profile_trace_is_written_without_a_profile(void **state)
 	assert_int_equal(access(path, F_OK), -1);
 }
 
+/* Writes DIR/name from a printf format (the summaries' "%%" among it). */
+static void write_file(const char *dir, const char *name, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+static void write_file(const char *dir, const char *name, const char *fmt, ...)
+{
+	char path[1500];
+	va_list ap;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	va_start(ap, fmt);
+	vfprintf(f, fmt, ap);
+	va_end(ap);
+	assert_int_equal(fclose(f), 0);
+}
+
 /* A recompute summary as the executor writes it (shim/executor.h), for rank r. */
 #define SUMMARY(r)                                                                               \
 	"{\"format\": \"lynx-summary\", \"version\": 1, \"rank\": " #r ", \"plan\": "            \
@@ -351,20 +368,14 @@ static void test_profile_trace_is_written_without_a_profile(void **state)
  */
 static void test_report_plots_memory_after_the_plan(void **state)
 {
-	char dir[1300], path[1400];
+	char dir[1300];
 
 	(void)state;
 	copy_dir(full, "after", "*", dir, sizeof(dir));
-	snprintf(path, sizeof(path), "%s/summary.0.json", dir);
-	FILE *f = fopen(path, "w");
-	assert_non_null(f);
-	fputs(SUMMARY_WITH_CURVE(0, "[[0, 1048576], [500, 2195456], [1000, 1572864]]"), f);
-	fclose(f);
-	snprintf(path, sizeof(path), "%s/summary.1.json", dir);
-	f = fopen(path, "w");
-	assert_non_null(f);
-	fputs(SUMMARY_WITH_CURVE(1, "[[0, 1048576], [900, 2195456], [800, 1572864]]"), f);
-	fclose(f);
+	write_file(dir, "summary.0.json",
+	           SUMMARY_WITH_CURVE(0, "[[0, 1048576], [500, 2195456], [1000, 1572864]]"));
+	write_file(dir, "summary.1.json",
+	           SUMMARY_WITH_CURVE(1, "[[0, 1048576], [900, 2195456], [800, 1572864]]"));
 	struct output o = report(dir);
 	if (o.exit_code)
 		fail_msg("exit %d: %s", o.exit_code, o.err);
@@ -387,20 +398,13 @@ static void test_report_plots_memory_after_the_plan(void **state)
  */
 static void test_report_shows_each_ranks_recompute_summary(void **state)
 {
-	char dir[1300], path[1400];
+	char dir[1300];
 
 	(void)state;
 	copy_dir(full, "summaries", "profile.0.json profile.1.json", dir, sizeof(dir));
-	snprintf(path, sizeof(path), "%s/summary.0.json", dir);
-	FILE *f = fopen(path, "w");
-	assert_non_null(f);
-	fprintf(f, SUMMARY(0));
-	fclose(f);
-	snprintf(path, sizeof(path), "%s/summary.1.json", dir);
-	f = fopen(path, "w");
-	assert_non_null(f);
-	fprintf(f, "{\"format\": \"lynx-summary\", \"version\": 1, \"rank\": 1}");
-	fclose(f);
+	write_file(dir, "summary.0.json", SUMMARY(0));
+	write_file(dir, "summary.1.json",
+	           "{\"format\": \"lynx-summary\", \"version\": 1, \"rank\": 1}");
 	struct output o = report(dir);
 	if (o.exit_code)
 		fail_msg("exit %d: %s", o.exit_code, o.err);
@@ -463,11 +467,7 @@ static void test_report_html_is_one_page_a_browser_renders(void **state)
 		fail_msg("/usr/bin/chromium is missing: `make deps` installs it (Debian's "
 		         "chromium)");
 	copy_dir(full, "html", "*", dir, sizeof(dir));
-	snprintf(path, sizeof(path), "%s/summary.0.json", dir);
-	FILE *f = fopen(path, "w");
-	assert_non_null(f);
-	fprintf(f, SUMMARY(0));
-	fclose(f);
+	write_file(dir, "summary.0.json", SUMMARY(0));
 	struct output o = report(dir);
 	if (o.exit_code)
 		fail_msg("exit %d: %s", o.exit_code, o.err);
@@ -502,7 +502,7 @@ static void test_report_html_is_one_page_a_browser_renders(void **state)
 		fail_msg("the page said something on the console:\n%s", said);
 	free(said);
 	snprintf(blank, sizeof(blank), "%s/blank.html", dir);
-	f = fopen(blank, "w");
+	FILE *f = fopen(blank, "w");
 	assert_non_null(f);
 	fputs("<!DOCTYPE html><html><body></body></html>\n", f);
 	fclose(f);
@@ -668,11 +668,7 @@ static void test_report_merges_per_node_directories_like_one_shared(void **state
 		sh("cp '%s/trace.%d.json' '%s/trace.%d.json'", full, r % 2, shared, r);
 	}
 	/* Ranks 0 and 3, one on each node, wrote a summary. */
-	snprintf(path, sizeof(path), "%s/summary.0.json", shared);
-	FILE *f = fopen(path, "w");
-	assert_non_null(f);
-	fprintf(f, SUMMARY(0));
-	fclose(f);
+	write_file(shared, "summary.0.json", SUMMARY(0));
 	sh("sed 's/\"rank\": 0/\"rank\": 3/' '%s/summary.0.json' > '%s/summary.3.json'", shared,
 	   shared);
 	copy_dir(shared, "node0", "profile.[01].json trace.[01].json summary.0.json", node0,
