@@ -390,8 +390,38 @@ static void note_over_budget(uint64_t bytes)
 }
 
 /*
+ * Gives up to `over` bytes of the memory that the default pool keeps after frees back to
+ * the device: a pool that keeps everything (PyTorch's cudaMallocAsync backend) holds its
+ * high-water mark in use, which no wait for a free brings down. What it keeps beyond that it
+ * keeps, for its next allocations. True when it kept some and the trim went through
+ * (counted); the pool takes new memory again as its allocations need it.
+ */
+bool exec_trim_pool(uint64_t over)
+{
+	cuuint64_t reserved = 0, used = 0;
+
+	if (!ex.pool ||
+	    ex.drv.mem_pool_get_attribute(ex.pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+	                                  &reserved) != CUDA_SUCCESS ||
+	    ex.drv.mem_pool_get_attribute(ex.pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) !=
+	            CUDA_SUCCESS ||
+	    reserved <= used)
+		return false;
+	uint64_t give = reserved - used < over ? reserved - used : over;
+	CUresult r = ex.drv.mem_pool_trim_to(ex.pool, (size_t)(reserved - give));
+	if (r != CUDA_SUCCESS) {
+		driver_failed("a trim of the default memory pool (cuMemPoolTrimTo)", r);
+		return false;
+	}
+	ex.stats.pool_trims++;
+	ex.stats.pool_trimmed_bytes += give;
+	return true;
+}
+
+/*
  * Keeps the budget before `bytes` of new memory are taken (executor.h, lynx_exec_arm):
- * waits for the oldest evictions and frees in flight, whose memory goes back then. Memory
+ * first gives back what the default pool keeps (exec_trim_pool(); no wait), then waits for
+ * the oldest evictions and frees in flight, whose memory goes back then. Memory
  * other than a replay's scratch keeps room for the largest scratch a replay has taken: a
  * replay comes at its consumer, where the peak is and nothing may be left in flight.
  */
@@ -408,6 +438,9 @@ void reclaim_for(uint64_t bytes, bool scratch)
 		return;
 	if (!scratch && room < limit)
 		limit -= room;
+	if (ex.drv.mem_get_info(&free_bytes, &total) == CUDA_SUCCESS && total >= free_bytes &&
+	    total - free_bytes + bytes > limit)
+		exec_trim_pool(total - free_bytes + bytes - limit);
 	DL_FOREACH_SAFE (ex.polled, b, tmp) {
 		if (ex.drv.mem_get_info(&free_bytes, &total) != CUDA_SUCCESS ||
 		    total < free_bytes || total - free_bytes + bytes <= limit)
@@ -1152,7 +1185,8 @@ int lynx_exec_arm(const struct lynx_prof_script *script, const struct lynx_exec_
 	ex.kernel_name = (kernel_name_fn)lookup("cuKernelGetName", 12030, NULL);
 	ex.can_replay =
 	        !lynx_replay_driver_resolve(&ex.replay_drv, lookup, NULL) && ex.address_range;
-	if ((r = ex.drv.ctx_get_device(&device))) {
+	if ((r = ex.drv.ctx_get_device(&device)) ||
+	    (r = ex.drv.device_default_pool(&ex.pool, device))) {
 		char error[96];
 		lynx_warn("recompute mode: no current CUDA device (%s); training goes on unchanged",
 		          lynx_cuda_error_text((int)r, error, sizeof(error)));
@@ -1339,11 +1373,12 @@ void lynx_exec_print_summary(FILE *f, const char *tag)
 	        " on demand (%" PRIu64 " could not start ahead), %" PRIu64
 	        " consumer waits, %" PRIu64 " host stalls (and %" PRIu64
 	        " for the budget), %" PRIu64 " after waiting for frees; %" PRIu64
-	        " driver failures (%" PRIu64 " stream waits made by the host); arena peak "
-	        "resident %.2f MiB\n",
+	        " driver failures (%" PRIu64 " stream waits made by the host); %" PRIu64
+	        " trims of the default pool (%.2f MiB given back); arena peak resident %.2f "
+	        "MiB\n",
 	        tag, s.prefetches, s.on_demand, s.prefetch_failures, s.waits, s.stalls,
-	        s.budget_stalls, s.oom_waits, s.failures, s.host_waits,
-	        lynx_prof_mib(arena.peak_resident_bytes));
+	        s.budget_stalls, s.oom_waits, s.failures, s.host_waits, s.pool_trims,
+	        lynx_prof_mib(s.pool_trimmed_bytes), lynx_prof_mib(arena.peak_resident_bytes));
 	print_achieved(f, tag, &s);
 	/* A budget not held, said at the default level: the job ended (or lost the iteration
 	 * every time) before the executor could act. */

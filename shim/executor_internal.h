@@ -74,6 +74,9 @@
 	LYNX_EXEC_DRIVER_CALL(mem_alloc_async, cuMemAllocAsync, 11020)                       \
 	LYNX_EXEC_DRIVER_CALL(mem_free_async, cuMemFreeAsync, 11020)                         \
 	LYNX_EXEC_DRIVER_CALL(mem_get_info, cuMemGetInfo, 3020)                              \
+	LYNX_EXEC_DRIVER_CALL(device_default_pool, cuDeviceGetDefaultMemPool, 11020)         \
+	LYNX_EXEC_DRIVER_CALL(mem_pool_get_attribute, cuMemPoolGetAttribute, 11020)          \
+	LYNX_EXEC_DRIVER_CALL(mem_pool_trim_to, cuMemPoolTrimTo, 11020)                      \
 	LYNX_EXEC_DRIVER_CALL(event_elapsed, cuEventElapsedTime, 2000)
 
 /* Replay's examination asks this for memory outside the arena; optional (without it,
@@ -202,6 +205,10 @@ struct exec_state {
 	struct lynx_arena *arena;
 	struct exec_driver drv;
 	CUstream offload_stream, restore_stream;
+	/* The device's default memory pool: the trainer's stream-ordered allocations (and the
+	 * replays' scratch) come from it, and what it keeps after frees (PyTorch sets it to
+	 * keep everything) is device memory in use until trimmed (exec_trim_pool()). */
+	CUmemoryPool pool;
 	CUstream replay_stream; /* low priority: replays in windows, window checks */
 	enum lynx_exec_fault fault;
 	struct lynx_exec_expectation expect;
@@ -286,6 +293,7 @@ bool exec_sync_event(CUevent e);
 void exec_settle(struct exec_buf *b);
 void complete_frees(bool wait);
 void reclaim_for(uint64_t bytes, bool scratch);
+bool exec_trim_pool(uint64_t over);
 struct exec_buf *take_spare(size_t bytes, CUstream stream, struct exec_buf * not );
 bool make_resident(struct exec_buf *b, CUstream stream);
 

@@ -459,6 +459,10 @@ static size_t examination_room(void)
 	if (room < ex.expect.replay_scratch_bytes)
 		room = ex.expect.replay_scratch_bytes;
 	uint64_t used = total - free_bytes + room;
+	/* What the default pool keeps is no use: give it back and look again. */
+	if (used + 1 >= limit && exec_trim_pool(used + 1 - limit + MAX_EXAMINED_BYTES) &&
+	    ex.drv.mem_get_info(&free_bytes, &total) == CUDA_SUCCESS && total >= free_bytes)
+		used = total - free_bytes + room;
 	return used + 1 < limit ? (size_t)(limit - used) : 1;
 }
 

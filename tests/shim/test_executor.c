@@ -233,6 +233,32 @@ static void test_failing_stream_waits_are_made_by_the_host(void **state)
 	release(&o);
 }
 
+/*
+ * The trainer's default memory pool keeps what is freed (PyTorch's cudaMallocAsync backend
+ * sets its release threshold so): freed memory stays in use on the device, and no wait for a
+ * free brings it down. The executor gives what the pool keeps back to the device when the
+ * budget needs it: the last steps hold the budget, with the same results; before, every
+ * rank stayed over it and refused every examination.
+ */
+static void test_a_pool_that_keeps_freed_memory_is_trimmed_to_hold_the_budget(void **state)
+{
+	struct step_line a[MAX_LINES], b[MAX_LINES];
+	struct output plain = run_trainer(PP2_TP2 " --retain-pool", NULL, NULL);
+	struct output o = run_trainer(PP2_TP2 " --retain-pool", "LYNX_BUDGET=2150K", "retain");
+	size_t n = assert_identical(&plain, &o, a, b);
+
+	for (size_t i = n - 8; i < n; i++)
+		if (b[i].peak_bytes > 2150 * 1024)
+			fail_msg(
+			        "rank %zu peaks %lld bytes in step %zu, over the 2150K budget:\n%s",
+			        i % 4, b[i].peak_bytes, i / 4, o.err);
+	for (int rank = 0; rank < 2; rank++)
+		assert_true(stat_of(o.err, rank, "trims of the default pool") > 0);
+	assert_null(strstr(o.err, "the budget is not held"));
+	release(&plain);
+	release(&o);
+}
+
 static void test_restores_that_cannot_start_ahead_are_made_on_demand(void **state)
 {
 	struct step_line a[MAX_LINES], b[MAX_LINES];
@@ -384,6 +410,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_other_layouts_stay_bit_identical),
 	        cmocka_unit_test(test_dropping_the_stream_waits_breaks_training),
 	        cmocka_unit_test(test_failing_stream_waits_are_made_by_the_host),
+	        cmocka_unit_test(test_a_pool_that_keeps_freed_memory_is_trimmed_to_hold_the_budget),
 	        cmocka_unit_test(test_restores_that_cannot_start_ahead_are_made_on_demand),
 	        cmocka_unit_test(test_a_recompute_only_plan_survives_failing_replays),
 	        cmocka_unit_test(test_lost_bytes_stop_the_trainer_with_an_error),

@@ -351,6 +351,42 @@ static void test_trim_is_accepted_and_has_nothing_to_release(void **state)
 	assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
 }
 
+/*
+ * A release threshold (PyTorch's cudaMallocAsync backend sets UINT64_MAX on the default
+ * pool): what is freed stays device memory in use, reserved by the pool, and its next
+ * allocations reuse it; a trim gives it back to the device.
+ */
+static void test_a_release_threshold_keeps_freed_memory_until_a_trim(void **state)
+{
+	cudaMemPool_t def;
+	cuuint64_t keep_all = UINT64_MAX, keep_none = 0;
+	void *a, *b;
+
+	assert_int_equal(cudaDeviceGetDefaultMemPool(&def, 0), cudaSuccess);
+	assert_int_equal(cudaMemPoolSetAttribute(def, cudaMemPoolAttrReleaseThreshold, &keep_all),
+	                 cudaSuccess);
+	size_t before = current_bytes();
+	uint64_t used = attr(def, cudaMemPoolAttrUsedMemCurrent);
+	assert_int_equal(cudaMallocAsync(&a, 4 * PAGE, 0), cudaSuccess);
+	assert_int_equal(current_bytes(), before + 4 * PAGE);
+	assert_int_equal(cudaFreeAsync(a, 0), cudaSuccess);
+	assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+	/* Freed, and still in use on the device: the pool keeps it. */
+	assert_int_equal(current_bytes(), before + 4 * PAGE);
+	assert_int_equal(attr(def, cudaMemPoolAttrUsedMemCurrent), used);
+	assert_int_equal(attr(def, cudaMemPoolAttrReservedMemCurrent), used + 4 * PAGE);
+	/* Reused: no new device memory for what the pool keeps. */
+	assert_int_equal(cudaMallocAsync(&b, 2 * PAGE, 0), cudaSuccess);
+	assert_int_equal(current_bytes(), before + 4 * PAGE);
+	assert_int_equal(cudaFreeAsync(b, 0), cudaSuccess);
+	assert_int_equal(cudaMemPoolTrimTo(def, 0), cudaSuccess);
+	assert_int_equal(current_bytes(), before);
+	assert_int_equal(attr(def, cudaMemPoolAttrReservedMemCurrent), used);
+	assert_int_equal(cudaMemPoolSetAttribute(def, cudaMemPoolAttrReleaseThreshold, &keep_none),
+	                 cudaSuccess);
+	assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 static void test_destroy_refuses_default_pools_and_waits_for_outstanding_blocks(void **state)
 {
 	cudaMemPool_t def, empty = new_pool(0), busy = new_pool(0);
@@ -610,6 +646,7 @@ int main(void)
 	        cmocka_unit_test(test_allocations_from_a_created_and_the_default_pool_hold_results),
 	        cmocka_unit_test(test_a_pools_maximum_size_limits_its_allocations),
 	        cmocka_unit_test(test_trim_is_accepted_and_has_nothing_to_release),
+	        cmocka_unit_test(test_a_release_threshold_keeps_freed_memory_until_a_trim),
 	        cmocka_unit_test(
 	                test_destroy_refuses_default_pools_and_waits_for_outstanding_blocks),
 	        cmocka_unit_test(test_pool_properties_are_checked),

@@ -103,6 +103,7 @@ static void usage(FILE *f)
 	        "                 [--seed K] [--no-hazard NAME]... [--report-saved]\n"
 	        "                 [--schedule %s [--virtual-stages V]]\n"
 	        "                 [--lazy-optimizer] [--ddp-buckets KB] [--fork-worker-after N]\n"
+	        "                 [--retain-pool]\n"
 	        "                 [--launch %s]\n"
 	        "                 [--compute-stream %s]\n"
 	        "\n"
@@ -133,6 +134,9 @@ static void usage(FILE *f)
 	        "                     communication stream during the last micro-batch's\n"
 	        "                     backward, from flat buffers allocated in the first\n"
 	        "                     backward. With --dp 1 there is nothing to reduce: no-op.\n"
+	        "  --retain-pool      the default memory pool keeps what is freed (release\n"
+	        "                     threshold UINT64_MAX), as PyTorch's cudaMallocAsync\n"
+	        "                     backend sets it: freed memory stays in use on the device.\n"
 	        "  --fork-worker-after N  after N steps each rank forks a worker that exits at\n"
 	        "                     once, normally (a DataLoader worker, a compile worker);\n"
 	        "                     the rank fails if the worker does not exit 0.\n"
@@ -206,6 +210,7 @@ enum {
 	OPT_SCHEDULE,
 	OPT_VIRTUAL_STAGES,
 	OPT_LAZY_OPTIMIZER,
+	OPT_RETAIN_POOL,
 	OPT_DDP_BUCKETS,
 	OPT_FORK_WORKER_AFTER,
 	OPT_LAUNCH,
@@ -235,6 +240,7 @@ static const struct option long_options[] = {
         {"schedule", required_argument, NULL, OPT_SCHEDULE},
         {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
         {"lazy-optimizer", no_argument, NULL, OPT_LAZY_OPTIMIZER},
+        {"retain-pool", no_argument, NULL, OPT_RETAIN_POOL},
         {"ddp-buckets", required_argument, NULL, OPT_DDP_BUCKETS},
         {"fork-worker-after", required_argument, NULL, OPT_FORK_WORKER_AFTER},
         {"launch", required_argument, NULL, OPT_LAUNCH},
@@ -411,6 +417,9 @@ int tt_parse_args(int argc, char **argv, struct tt_config *cfg)
 			if (value < 0)
 				return 2;
 			cfg->launch = (enum tt_launch_mode)value;
+			continue;
+		case OPT_RETAIN_POOL:
+			cfg->retain_pool = true;
 			continue;
 		case OPT_LAZY_OPTIMIZER:
 			cfg->lazy_optimizer = true;

@@ -106,6 +106,15 @@ void tt_rank_setup(struct tt_rank *r, const struct tt_config *cfg, int rank, con
 	tt_check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
 	r->device = rank % devices;
 	tt_check_cuda(cudaSetDevice(r->device), "cudaSetDevice");
+	if (r->cfg->retain_pool) {
+		cudaMemPool_t pool;
+		uint64_t keep_all = UINT64_MAX;
+		tt_check_cuda(cudaDeviceGetDefaultMemPool(&pool, r->device),
+		              "cudaDeviceGetDefaultMemPool");
+		tt_check_cuda(
+		        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all),
+		        "cudaMemPoolSetAttribute");
+	}
 	use_launch_apis(cfg->launch);
 	connect(r, nccl_id);
 	/* PyTorch computes on the legacy default stream, or on a stream of its pool (created

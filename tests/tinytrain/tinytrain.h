@@ -95,6 +95,7 @@ struct tt_config {
 	enum tt_launch_mode launch;
 	/* Adam's state is allocated at the first optimizer step, not at start-up. */
 	bool lazy_optimizer;
+	bool retain_pool; /* the default pool keeps freed memory (PyTorch's cudaMallocAsync) */
 	/* DDP-style gradient buckets of about this many KiB; 0: one all-reduce per step. */
 	int ddp_bucket_kb;
 	/* After this many steps, fork a worker that exits at once; 0: never. */

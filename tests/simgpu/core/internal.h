@@ -216,6 +216,16 @@ bool pool_charge_locked(struct CUmemPoolHandle_st *pool, uint64_t size);
 /* A block charged to pool is gone (pool may be NULL: a block of no pool). A pool destroyed
  * while blocks were outstanding is freed with the last one. */
 void pool_uncharge_locked(struct CUmemPoolHandle_st *pool, uint64_t size);
+/* Of a new block of size bytes, the bytes the memory pool keeps cover (taken from it): the
+ * rest is new device memory. */
+uint64_t pool_reuse_locked(struct CUmemPoolHandle_st *pool, uint64_t size);
+/* bytes more kept by pool (reused bytes handed back when an allocation fails). */
+void pool_keep_locked(struct CUmemPoolHandle_st *pool, uint64_t bytes);
+/* Of a block of size bytes freed back to pool (NULL: none), the bytes the pool keeps, up to
+ * its release threshold: they stay device memory in use. */
+uint64_t pool_retain_locked(struct CUmemPoolHandle_st *pool, uint64_t size);
+/* Device memory a pool gave back (memory.c). */
+void memory_give_back_locked(uint64_t bytes);
 
 /* Trace (trace.c). */
 void trace_slice_locked(const char *name, uint32_t track, enum simgpu_resource res, uint64_t start,

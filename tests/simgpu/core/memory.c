@@ -299,7 +299,7 @@ static void block_release_locked(size_t index)
 	madvise((void *)(uintptr_t)b.start, b.size, MADV_DONTNEED);
 	array_remove(mem.blocks.items, &mem.blocks.count, sizeof(b), index);
 	va_give_back(half_of(b.start), b.start, b.size);
-	mem.current -= b.size;
+	mem.current -= b.size - pool_retain_locked(b.pool, b.size);
 	pool_uncharge_locked(b.pool, b.size);
 }
 
@@ -391,7 +391,10 @@ SIMGPU_EXPORT CUresult simgpu_mem_alloc_async(CUdeviceptr *out, size_t bytes, CU
 	status = CUDA_ERROR_OUT_OF_MEMORY;
 	if (!pool_charge_locked(pool, size))
 		goto out_unlock;
-	if (!charge(size)) {
+	/* What the pool keeps is device memory already: only the rest is new. */
+	uint64_t reused = pool_reuse_locked(pool, size);
+	if (!charge(size - reused)) {
+		pool_keep_locked(pool, reused);
 		pool_uncharge_locked(pool, size);
 		goto out_unlock;
 	}
@@ -399,7 +402,8 @@ SIMGPU_EXPORT CUresult simgpu_mem_alloc_async(CUdeviceptr *out, size_t bytes, CU
 	if (!start || !block_add(start, size, BLOCK_POOL, pool)) {
 		if (start)
 			va_give_back(1, start, size);
-		mem.current -= size;
+		mem.current -= size - reused;
+		pool_keep_locked(pool, reused);
 		pool_uncharge_locked(pool, size);
 		goto out_unlock;
 	}
@@ -430,7 +434,7 @@ SIMGPU_EXPORT CUresult simgpu_mem_free_async(CUdeviceptr ptr, struct CUstream_st
 		        (struct pending_free){{b.start, b.size}, stream, stream->tail};
 	array_remove(mem.blocks.items, &mem.blocks.count, sizeof(b), (size_t)i);
 	va_give_back(1, b.start, b.size);
-	mem.current -= b.size;
+	mem.current -= b.size - pool_retain_locked(b.pool, b.size);
 	pool_uncharge_locked(b.pool, b.size);
 	status = CUDA_SUCCESS;
 out_unlock:
@@ -497,6 +501,11 @@ SIMGPU_EXPORT bool simgpu_mem_is_pinned_host(const void *p, size_t bytes)
 	}
 	simgpu_core_unlock();
 	return found;
+}
+
+void memory_give_back_locked(uint64_t bytes)
+{
+	mem.current -= bytes;
 }
 
 SIMGPU_EXPORT void simgpu_mem_info(size_t *free_bytes, size_t *total_bytes)

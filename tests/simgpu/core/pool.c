@@ -2,9 +2,13 @@
 /*
  * Memory pools: handles over the one stream-ordered allocator of memory.c, each with its
  * attributes and the accounting of the blocks allocated through it (core.h says what is
- * modelled). A pool holds no memory of its own, so what CUDA calls reserved is what it
- * calls used. Default pools are static, one per possible device; created pools are few,
- * so a list searched linearly.
+ * modelled). A pool keeps memory freed back to it up to its release threshold
+ * (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD; 0 by default, as in CUDA: nothing kept), as bytes,
+ * without placement: what it keeps stays device memory in use, is reused by its next
+ * allocations, and goes back to the device on cuMemPoolTrimTo. What CUDA calls reserved is
+ * what is used plus what is kept. PyTorch's cudaMallocAsync backend sets the threshold to
+ * UINT64_MAX. Default pools are static, one per possible device; created pools are few, so
+ * a list searched linearly.
  */
 #include <stdlib.h>
 
@@ -18,6 +22,7 @@ struct CUmemPoolHandle_st {
 	uint64_t release_threshold;
 	uint64_t max_size; /* 0: no limit but the capacity */
 	uint64_t used, used_high, reserved_high;
+	uint64_t kept; /* freed back to the pool and kept: device memory, reused first */
 	size_t blocks; /* outstanding allocations */
 	struct CUmemPoolHandle_st *next;
 };
@@ -48,9 +53,33 @@ bool pool_charge_locked(struct CUmemPoolHandle_st *pool, uint64_t size)
 	pool->blocks++;
 	if (pool->used > pool->used_high)
 		pool->used_high = pool->used;
-	if (pool->used > pool->reserved_high)
-		pool->reserved_high = pool->used;
+	if (pool->used + pool->kept > pool->reserved_high)
+		pool->reserved_high = pool->used + pool->kept;
 	return true;
+}
+
+uint64_t pool_reuse_locked(struct CUmemPoolHandle_st *pool, uint64_t size)
+{
+	uint64_t reused = pool->kept < size ? pool->kept : size;
+
+	pool->kept -= reused;
+	return reused;
+}
+
+void pool_keep_locked(struct CUmemPoolHandle_st *pool, uint64_t bytes)
+{
+	pool->kept += bytes;
+	if (pool->used + pool->kept > pool->reserved_high)
+		pool->reserved_high = pool->used + pool->kept;
+}
+
+uint64_t pool_retain_locked(struct CUmemPoolHandle_st *pool, uint64_t size)
+{
+	if (!pool || pool->destroyed || pool->kept >= pool->release_threshold)
+		return 0;
+	uint64_t room = pool->release_threshold - pool->kept, keep = room < size ? room : size;
+	pool_keep_locked(pool, keep);
+	return keep;
 }
 
 void pool_uncharge_locked(struct CUmemPoolHandle_st *pool, uint64_t size)
@@ -123,6 +152,8 @@ SIMGPU_EXPORT CUresult simgpu_pool_destroy(CUmemoryPool handle)
 			}
 		}
 		pool->destroyed = true;
+		memory_give_back_locked(pool->kept); /* what it kept goes back */
+		pool->kept = 0;
 		if (!pool->blocks)
 			free(pool);
 		status = CUDA_SUCCESS;
@@ -197,6 +228,8 @@ SIMGPU_EXPORT CUresult simgpu_pool_get_attribute(CUmemoryPool handle, CUmemPool_
 		*(cuuint64_t *)value = pool->release_threshold;
 		break;
 	case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+		*(cuuint64_t *)value = pool->used + pool->kept;
+		break;
 	case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
 		*(cuuint64_t *)value = pool->used;
 		break;
@@ -215,10 +248,18 @@ out_unlock:
 	return status;
 }
 
+/* Gives what the pool keeps back to the device until it reserves min_bytes_to_keep (what
+ * is used stays). */
 SIMGPU_EXPORT CUresult simgpu_pool_trim(CUmemoryPool handle, size_t min_bytes_to_keep)
 {
 	simgpu_core_lock();
-	bool live = pool_find_locked(handle) != NULL;
+	struct CUmemPoolHandle_st *pool = pool_find_locked(handle);
+	if (pool && pool->used + pool->kept > min_bytes_to_keep) {
+		uint64_t over = pool->used + pool->kept - min_bytes_to_keep;
+		uint64_t given = over < pool->kept ? over : pool->kept;
+		pool->kept -= given;
+		memory_give_back_locked(given);
+	}
 	simgpu_core_unlock();
-	return live ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	return pool ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
