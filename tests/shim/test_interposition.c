@@ -455,8 +455,8 @@ static void test_memory_pool_calls_are_counted_exactly(void **state)
 	        {"cuMemAllocFromPoolAsync", 1},
 	        {"cudaFreeAsync", 6},
 	        {"cuMemFreeAsync", 6},
-	        {"cudaMemPoolGetAttribute", 4},
-	        {"cuMemPoolGetAttribute", 4},
+	        {"cudaMemPoolGetAttribute", 5},
+	        {"cuMemPoolGetAttribute", 5},
 	        {"cudaMemPoolTrimTo", 1},
 	        {"cuMemPoolTrimTo", 1},
 	};

@@ -66,11 +66,11 @@ uint64_t pool_reuse_locked(struct CUmemPoolHandle_st *pool, uint64_t size)
 	return reused;
 }
 
+/* Reserved bytes do not grow here: what is kept was used (a free) or kept (a failed
+ * allocation's reuse handed back) a moment before. */
 void pool_keep_locked(struct CUmemPoolHandle_st *pool, uint64_t bytes)
 {
 	pool->kept += bytes;
-	if (pool->used + pool->kept > pool->reserved_high)
-		pool->reserved_high = pool->used + pool->kept;
 }
 
 uint64_t pool_retain_locked(struct CUmemPoolHandle_st *pool, uint64_t size)
