@@ -125,12 +125,23 @@ static void put_u64(struct text *t, uint64_t v)
 	put(t, digits + i);
 }
 
+/* s as a JSON string's characters: the quote and the backslash escaped (a run id has no
+ * control characters). */
+static void put_escaped(struct text *t, const char *s)
+{
+	for (; *s; s++) {
+		char c[3] = {'\\', *s, 0};
+		put(t, *s == '"' || *s == '\\' ? c : c + 1);
+	}
+}
+
 /*
  * Writes LYNX_OUT/calls.<pid>.json: the calls each hook received, and the recorder's
- * totals (events recorded, dropped, and recorded while a graph capture was open). With
+ * totals (events recorded, dropped, and recorded while a graph capture was open), with the
+ * job's run and world size when named (at exit; the signal handler leaves them out). With
  * open/write and no stdio, so that the SIGTERM/SIGINT handler can call it.
  */
-static void write_call_counts(void)
+static void write_call_counts(bool name_the_run)
 {
 	struct text path = {.len = 0}, tmp, json = {.len = 0};
 	struct lynx_recorder_stats stats;
@@ -146,6 +157,23 @@ static void write_call_counts(void)
 	lynx_recorder_stats(&stats);
 	put(&json, "{\"format\":\"lynx-calls\",\"version\":1,\"pid\":");
 	put_u64(&json, (uint64_t)getpid());
+	if (name_the_run) {
+		struct lynx_profile_run run;
+		lynx_job_run(&run);
+		put(&json, ",\"run\":");
+		if (run.known && run.id[0]) {
+			put(&json, "\"");
+			put_escaped(&json, run.id);
+			put(&json, "\"");
+		} else {
+			put(&json, "null");
+		}
+		put(&json, ",\"world\":");
+		if (lynx_job_world() > 0)
+			put_u64(&json, (uint64_t)lynx_job_world());
+		else
+			put(&json, "null");
+	}
 	put(&json, ",\"recorder\":{\"recorded\":");
 	put_u64(&json, stats.recorded);
 	put(&json, ",\"dropped\":");
@@ -219,7 +247,7 @@ static void at_exit(void)
 	atomic_store(&lynx_intercepting, false);
 	lynx_dump_close();
 	if (output_ok)
-		write_call_counts();
+		write_call_counts(true);
 }
 
 /*
@@ -238,7 +266,7 @@ static void on_terminating_signal(int sig)
 		atomic_store(&lynx_intercepting, false);
 		lynx_dump_flush_from_signal();
 		if (output_ok)
-			write_call_counts();
+			write_call_counts(false);
 	}
 	/* A file some thread was writing (a profile, a plan) would outlive us half-written. */
 	lynx_atomic_file_unlink_pending();

@@ -145,6 +145,11 @@ static void test_recompute_mode_is_bit_identical_and_saves_memory(void **state)
 	assert_non_null(strstr(trace, ",\"run\":\""));
 	free(trace);
 	snprintf(edit, sizeof(edit),
+	         "test $(grep -l '\"run\":\"[^\"]*\",\"world\":4,' %s/pp2tp2/calls.*.json | "
+	         "wc -l) -eq 4",
+	         scratch);
+	assert_int_equal(system(edit), 0); /* each rank's call counts name the run */
+	snprintf(edit, sizeof(edit),
 	         "sed -i 's/\"id\":[[:space:]]*\"[^\"]*\"/\"id\": \"another-launch\"/' "
 	         "%s/pp2tp2/summary.1.json",
 	         scratch);
