@@ -358,20 +358,29 @@ void complete_frees(bool wait)
 	}
 }
 
+bool exec_device_in_use(uint64_t *bytes)
+{
+	size_t free_bytes, total;
+
+	if (ex.drv.mem_get_info(&free_bytes, &total) != CUDA_SUCCESS || total < free_bytes)
+		return false;
+	*bytes = total - free_bytes;
+	return true;
+}
+
 /*
  * Where the device goes over the budget in this iteration, if it does: each call of the
- * iteration where it would be over once `bytes` more are taken, with the most it would be
- * over there (the worst OVER_POINTS calls). Measured before an allocation, as reclaim_for()
- * does; only while the iteration is followed, since the call is what keep_budget() acts on.
+ * iteration where it would be over with `after` bytes in use, with the most it would be
+ * over there (the worst OVER_POINTS calls). Noted before an allocation, by reclaim_for();
+ * only while the iteration is followed, since the call is what keep_budget() acts on.
  */
-static void note_over_budget(uint64_t bytes)
+static void note_over_budget(uint64_t after)
 {
-	size_t free_bytes, total, least = 0;
+	size_t least = 0;
 
-	if (!ex.tracking || ex.drv.mem_get_info(&free_bytes, &total) != CUDA_SUCCESS ||
-	    total < free_bytes || total - free_bytes + bytes <= ex.expect.budget_bytes)
+	if (!ex.tracking || after <= ex.expect.budget_bytes)
 		return;
-	uint64_t over = total - free_bytes + bytes - ex.expect.budget_bytes;
+	uint64_t over = after - ex.expect.budget_bytes;
 	for (size_t i = 0; i < ex.n_over; i++) {
 		if (ex.over[i].token == ex.pos) {
 			if (over > ex.over[i].bytes)
@@ -424,26 +433,29 @@ bool exec_trim_pool(uint64_t over)
  * the oldest evictions and frees in flight, whose memory goes back then. Memory
  * other than a replay's scratch keeps room for the largest scratch a replay has taken: a
  * replay comes at its consumer, where the peak is and nothing may be left in flight.
+ * Where it still goes over, the call is noted for keep_budget(), when the budget is the
+ * user's (one the planner chose within LYNX_MAX_SLOWDOWN is not worth more time). A call
+ * on the allocation path: with nothing in flight, an allocation below a granule is not
+ * looked at (they are many; the look is a driver call, and no trim or eviction is needed
+ * for so little).
  */
 void reclaim_for(uint64_t bytes, bool scratch)
 {
-	uint64_t limit = ex.expect.budget_bytes, room = ex.stats.replay_scratch_bytes;
+	uint64_t limit = ex.expect.budget_bytes, room = ex.stats.replay_scratch_bytes, in_use;
+	struct exec_buf *b, *tmp;
 
 	if (room < ex.expect.replay_scratch_bytes)
 		room = ex.expect.replay_scratch_bytes;
-	size_t free_bytes, total;
-	struct exec_buf *b, *tmp;
-
-	if (!limit)
+	if (!limit || (!ex.polled && bytes < lynx_arena_granularity(ex.arena)) ||
+	    !exec_device_in_use(&in_use))
 		return;
 	if (!scratch && room < limit)
 		limit -= room;
-	if (ex.drv.mem_get_info(&free_bytes, &total) == CUDA_SUCCESS && total >= free_bytes &&
-	    total - free_bytes + bytes > limit)
-		exec_trim_pool(total - free_bytes + bytes - limit);
+	if (in_use + bytes > limit && exec_trim_pool(in_use + bytes - limit) &&
+	    !exec_device_in_use(&in_use))
+		return;
 	DL_FOREACH_SAFE (ex.polled, b, tmp) {
-		if (ex.drv.mem_get_info(&free_bytes, &total) != CUDA_SUCCESS ||
-		    total < free_bytes || total - free_bytes + bytes <= limit)
+		if (in_use + bytes <= limit)
 			return;
 		uint64_t start = exec_now_ns();
 		/* A wait that fails leaves b as it is, and the budget to the next action. */
@@ -460,14 +472,14 @@ void reclaim_for(uint64_t bytes, bool scratch)
 				return;
 			exec_trace(TRACE_BUDGET_STALL, b, start);
 			finish_free(b);
+		} else {
+			continue; /* nothing of b's to wait for: in use is as it was */
 		}
+		if (!exec_device_in_use(&in_use))
+			return;
 	}
-	/* Nothing left to wait for: the device may go over the budget, which keep_budget()
-	 * corrects from the next iteration, when the budget is the user's (one the planner
-	 * chose within LYNX_MAX_SLOWDOWN is not worth more time). Allocations below a granule
-	 * are not looked at: they are many, and the look is a driver call. */
 	if (ex.expect.budget_asked && bytes >= lynx_arena_granularity(ex.arena))
-		note_over_budget(bytes);
+		note_over_budget(in_use + bytes);
 }
 
 /*
@@ -510,23 +522,28 @@ static CUresult make_buf_events(struct exec_buf *b)
 	return CUDA_SUCCESS;
 }
 
-/* Whether kept activation b could be out of device memory at call t of the iteration: its
+/* Whether activation sb, evicted, is out of device memory at call t of the iteration: its
  * forward is done with it, its backward has not begun to bring it back. */
+static bool out_at(const struct lynx_prof_script_buffer *sb, uint32_t t)
+{
+	return sb->last_forward_token < t && sb->restore_token > t;
+}
+
+/* Whether kept activation b could be evicted and out of device memory at call t. */
 static bool evictable_at(const struct exec_buf *b, uint32_t t)
 {
 	return b->action == LYNX_EXEC_KEEP && b->sb->bytes >= lynx_arena_granularity(ex.arena) &&
-	       b->sb->last_forward_token < t && b->sb->restore_token > t;
+	       out_at(b->sb, t);
 }
 
-/* The bytes of the activations that keep_budget() offloads from now on and that are out of
- * device memory at call t (promoted: the first of them in ex.bufs order, n of them). */
+/* The bytes of the activations that keep_budget() offloads from now on (promoted, n of
+ * them) that are out of device memory at call t. */
 static uint64_t promoted_out_at(struct exec_buf *const *promoted, size_t n, uint32_t t)
 {
 	uint64_t bytes = 0;
 
 	for (size_t i = 0; i < n; i++)
-		if (promoted[i]->sb->last_forward_token < t && promoted[i]->sb->restore_token > t)
-			bytes += promoted[i]->sb->bytes;
+		bytes += out_at(promoted[i]->sb, t) ? promoted[i]->sb->bytes : 0;
 	return bytes;
 }
 
@@ -539,13 +556,12 @@ static uint64_t promoted_out_at(struct exec_buf *const *promoted, size_t n, uint
  * it, else the largest, in turn). Said once at the default level; the summary counts them.
  * Where none can be, the budget is not held, and that is said once.
  */
-static void keep_budget(void)
+static void keep_budget(bool examined)
 {
 	struct exec_buf *promoted[OVER_POINTS * 4];
 	size_t n_promoted = 0, n_over = ex.n_over;
 	uint64_t worst = 0, moved = 0, short_by = 0;
 	uint32_t worst_at = 0, short_at = 0;
-	bool examined = ex.started && ex.examined_in[(ex.started - 1) % 3];
 
 	ex.n_over = 0;
 	if (!n_over || examined)
@@ -611,16 +627,16 @@ static void keep_budget(void)
  * for the peak and, while an iteration is followed, for its memory curve. */
 static void sample_memory(void)
 {
-	size_t free_bytes = 0, total = 0;
+	uint64_t in_use;
 
-	if (ex.drv.mem_get_info(&free_bytes, &total) != CUDA_SUCCESS || total < free_bytes)
+	if (!exec_device_in_use(&in_use))
 		return;
-	if (total - free_bytes > ex.stats.peak_used_bytes)
-		ex.stats.peak_used_bytes = total - free_bytes;
+	if (in_use > ex.stats.peak_used_bytes)
+		ex.stats.peak_used_bytes = in_use;
 	struct exec_curve *c = &ex.curves[ex.curve_now];
 	if (ex.tracking && c->n < MAX_CURVE) {
 		c->t_ns[c->n] = exec_now_ns();
-		c->bytes[c->n++] = total - free_bytes;
+		c->bytes[c->n++] = in_use;
 	}
 }
 
@@ -792,8 +808,11 @@ void lynx_exec_after(const struct lynx_event *ev)
 		ex.pos = 0;
 		ex.stats.iterations++;
 		reset_cursors();
-		curve_iteration_ended(ex.started && ex.examined_in[(ex.started - 1) % 3]);
-		keep_budget();
+		/* One with an examination (it takes memory and time once) is not the steady
+		 * state: neither its curve nor its excess over the budget counts. */
+		bool examined = ex.started && ex.examined_in[(ex.started - 1) % 3];
+		curve_iteration_ended(examined);
+		keep_budget(examined);
 	}
 out:
 	pthread_mutex_unlock(&ex.lock);

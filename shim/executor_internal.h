@@ -294,6 +294,9 @@ void exec_settle(struct exec_buf *b);
 void complete_frees(bool wait);
 void reclaim_for(uint64_t bytes, bool scratch);
 bool exec_trim_pool(uint64_t over);
+/* Device memory in use now (cuMemGetInfo: on a GPU the whole device's, this rank's in
+ * practice, the CUDA context included); false when it cannot be told. */
+bool exec_device_in_use(uint64_t *bytes);
 struct exec_buf *take_spare(size_t bytes, CUstream stream, struct exec_buf * not );
 bool make_resident(struct exec_buf *b, CUstream stream);
 

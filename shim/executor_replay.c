@@ -450,19 +450,18 @@ static int sibling_redirects(const struct exec_buf *b, struct lynx_replay_redire
  */
 static size_t examination_room(void)
 {
-	uint64_t limit = ex.expect.budget_bytes, room = ex.stats.replay_scratch_bytes;
-	size_t free_bytes, total;
+	uint64_t limit = ex.expect.budget_bytes, room = ex.stats.replay_scratch_bytes, in_use;
 
-	if (!limit || !ex.expect.budget_asked ||
-	    ex.drv.mem_get_info(&free_bytes, &total) != CUDA_SUCCESS || total < free_bytes)
+	if (!limit || !ex.expect.budget_asked || !exec_device_in_use(&in_use))
 		return 0;
 	if (room < ex.expect.replay_scratch_bytes)
 		room = ex.expect.replay_scratch_bytes;
-	uint64_t used = total - free_bytes + room;
-	/* What the default pool keeps is no use: give it back and look again. */
-	if (used + 1 >= limit && exec_trim_pool(used + 1 - limit + MAX_EXAMINED_BYTES) &&
-	    ex.drv.mem_get_info(&free_bytes, &total) == CUDA_SUCCESS && total >= free_bytes)
-		used = total - free_bytes + room;
+	/* What the default pool keeps is no use to an examination: give it back, look again. */
+	if (in_use + room + 1 >= limit &&
+	    exec_trim_pool(in_use + room + 1 - limit + MAX_EXAMINED_BYTES) &&
+	    !exec_device_in_use(&in_use))
+		return 1;
+	uint64_t used = in_use + room;
 	return used + 1 < limit ? (size_t)(limit - used) : 1;
 }
 

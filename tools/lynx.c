@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The lynx command: one table of subcommands, and its help, usage errors and version. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "doctor.h"
@@ -90,6 +92,20 @@ int lynx_command_help(const char *name)
 		c->details(stdout);
 	}
 	return LYNX_EXIT_OK;
+}
+
+int lynx_profile_file_rank(const char *name)
+{
+	char *end;
+	long r;
+
+	if (strncmp(name, "profile.", 8) || name[8] < '0' || name[8] > '9')
+		return -1;
+	errno = 0;
+	r = strtol(name + 8, &end, 10);
+	if (errno || strcmp(end, ".json") || r < 0 || r >= LYNX_MAX_RANKS)
+		return -1;
+	return (int)r;
 }
 
 int lynx_usage_error(const char *name, const char *fmt, ...)

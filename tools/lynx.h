@@ -15,6 +15,13 @@ enum lynx_exit {
 	LYNX_EXIT_USAGE = 2, /* bad command line, or nothing to run (no liblynx.so) */
 };
 
+/* The ranks a profile file's name may carry. */
+#define LYNX_MAX_RANKS 4096
+
+/* "profile.<rank>.json" -> rank; -1 for any other name. How `lynx report` and `lynx plan`
+ * find the profiles in a directory (LYNX_OUT). */
+int lynx_profile_file_rank(const char *name);
+
 /* Prints the help of command `name` (synopsis, summary, details) on stdout; returns 0. */
 int lynx_command_help(const char *name);
 

@@ -7,7 +7,7 @@
  * each group does, its peak memory and when it ends.
  */
 #include <errno.h>
-#include <glob.h>
+#include <dirent.h>
 #include <limits.h>
 #include <math.h>
 #include <stdbool.h>
@@ -390,59 +390,70 @@ static size_t take_one_run(const struct plan_args *a, const char *const *paths,
 	return kept;
 }
 
+/* Appends path (copied) to *files; false when out of memory. */
+static bool add_file(char ***files, size_t *used, size_t *cap, const char *path)
+{
+	if (*used == *cap) {
+		size_t grown_cap = *cap ? 2 * *cap : 8;
+		char **grown = realloc(*files, grown_cap * sizeof(*grown));
+		if (!grown)
+			return false;
+		*files = grown;
+		*cap = grown_cap;
+	}
+	if (!((*files)[*used] = strdup(path)))
+		return false;
+	++*used;
+	return true;
+}
+
+static int by_path(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 /*
  * The profile files named by args[0..n): a file as it is, a directory (LYNX_OUT, one per node
- * or process) as the profile.<rank>.json files in it. Returns the malloc'ed list (each path
- * malloc'ed) and its length in *count, or NULL with an exit status in *rc (said on stderr).
+ * or process) as the profile.<rank>.json files in it (lynx_profile_file_rank(), as `lynx
+ * report` reads them). Returns the malloc'ed list (each path malloc'ed) and its length in
+ * *count, or NULL with an exit status in *rc (said on stderr).
  */
 static char **profile_files(const char *const *args, size_t n, size_t *count, int *rc)
 {
-	char **files = NULL;
+	char **files = NULL, path[PATH_MAX + 300];
 	size_t used = 0, cap = 0;
+	bool ok = true;
 
-	*rc = LYNX_EXIT_FAIL;
-	for (size_t i = 0; i < n; i++) {
+	*rc = LYNX_EXIT_USAGE;
+	for (size_t i = 0; i < n && ok; i++) {
 		struct stat st;
-		glob_t g = {0};
-		char pattern[PATH_MAX + 32];
-		bool dir = !stat(args[i], &st) && S_ISDIR(st.st_mode);
-		size_t more = 1;
-		if (dir) {
-			snprintf(pattern, sizeof(pattern), "%s/profile.*.json", args[i]);
-			if (glob(pattern, 0, NULL, &g) || !g.gl_pathc) {
-				globfree(&g);
-				fprintf(stderr,
-				        "lynx plan: %s: no profile.<rank>.json in this directory\n",
-				        args[i]);
-				*rc = LYNX_EXIT_USAGE;
-				goto fail;
-			}
-			more = g.gl_pathc;
+		DIR *d = !stat(args[i], &st) && S_ISDIR(st.st_mode) ? opendir(args[i]) : NULL;
+		if (!d) {
+			ok = add_file(&files, &used, &cap, args[i]);
+			continue;
 		}
-		if (used + more > cap) {
-			cap = (used + more) * 2;
-			char **grown = realloc(files, cap * sizeof(*files));
-			if (!grown) {
-				globfree(&g);
-				goto oom;
-			}
-			files = grown;
+		size_t first = used;
+		for (struct dirent *e; ok && (e = readdir(d));) {
+			if (lynx_profile_file_rank(e->d_name) < 0)
+				continue;
+			snprintf(path, sizeof(path), "%s/%s", args[i], e->d_name);
+			ok = add_file(&files, &used, &cap, path);
 		}
-		for (size_t k = 0; k < more; k++) {
-			files[used] = strdup(dir ? g.gl_pathv[k] : args[i]);
-			if (!files[used]) {
-				globfree(&g);
-				goto oom;
-			}
-			used++;
+		closedir(d);
+		if (ok && used == first) {
+			fprintf(stderr, "lynx plan: %s: no profile.<rank>.json in this directory\n",
+			        args[i]);
+			goto fail;
 		}
-		globfree(&g);
+		qsort(files + first, used - first, sizeof(*files), by_path);
 	}
-	*count = used;
-	*rc = LYNX_EXIT_OK;
-	return files;
-oom:
+	if (ok) {
+		*count = used;
+		*rc = LYNX_EXIT_OK;
+		return files;
+	}
 	fprintf(stderr, "lynx plan: out of memory\n");
+	*rc = LYNX_EXIT_FAIL;
 fail:
 	while (used-- > 0)
 		free(files[used]);

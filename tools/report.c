@@ -27,7 +27,6 @@
 #include "../profiler/run.h" /* not tools/run.h, `lynx run` */
 #include "whatif.h"
 
-#define MAX_RANKS 4096
 #define SUMMARY_MAX_BYTES (1 << 20) /* a summary is a few KiB */
 
 void lynx_report_help(FILE *out)
@@ -95,21 +94,6 @@ static int by_rank(const void *a, const void *b)
 	if (x->rank != y->rank)
 		return (x->rank > y->rank) - (x->rank < y->rank);
 	return (x->dir > y->dir) - (x->dir < y->dir);
-}
-
-/* "profile.<rank>.json" -> rank, or -1. */
-static int profile_rank(const char *name)
-{
-	char *end;
-	long r;
-
-	if (strncmp(name, "profile.", 8) || name[8] < '0' || name[8] > '9')
-		return -1;
-	errno = 0;
-	r = strtol(name + 8, &end, 10);
-	if (errno || strcmp(end, ".json") || r < 0 || r >= MAX_RANKS)
-		return -1;
-	return (int)r;
 }
 
 /* ---- Timelines ----------------------------------------------------------------------------- */
@@ -758,7 +742,7 @@ static int read_dir(struct report *rep, size_t k)
 		return LYNX_EXIT_USAGE;
 	}
 	while ((e = readdir(d))) {
-		int rank = profile_rank(e->d_name);
+		int rank = lynx_profile_file_rank(e->d_name);
 		if (rank < 0)
 			continue;
 		struct rank *grown = realloc(rep->ranks, (rep->count + 1) * sizeof(*grown));
