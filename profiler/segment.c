@@ -228,8 +228,7 @@ static int classify(const struct lynx_prof_trace *trace, const struct lynx_prof_
 			snprintf(why, why_len,
 			         "forward stacks at tokens %zu and %zu follow each other with no "
 			         "backward and no pipeline send or receive between them: a loop "
-			         "inside "
-			         "the layer (%zu launches a turn), not the layers",
+			         "inside the layer (%zu launches a turn), not the layers",
 			         fr[i].start, fr[i + 1].start, fr[i].period);
 			err = -EINVAL;
 		}

@@ -1464,6 +1464,7 @@ int lynx_exec_write_trace(const char *path, int rank)
  * "curve": the last whole followed iteration's device memory in use (null when none was
  * followed to its end without an examination): its length and at most SUMMARY_CURVE points
  * [ns from its start, bytes], the largest sample of each stretch, so that the peak stays.
+ * `lynx report` reads as many (tools/report_summary.h's LYNX_SUMMARY_MAX_CURVE).
  */
 #define SUMMARY_CURVE 512
 static void add_curve(cJSON *memory)
