@@ -33,7 +33,7 @@ Q := @
 say = @printf '  %-7s %s\n' $(1) $(2)
 endif
 
-.PHONY: all test demo install clean format format-check deps test-deps simgpu lynx examples tests bench bench-recompute \
+.PHONY: all test demo install clean format format-check deps build-deps simgpu lynx examples tests bench bench-recompute \
 	bench-policy fuzz gpu-bundle gpu-test gpu-dry shapes fault-sweep
 all: simgpu lynx examples tests gpu-bundle
 
@@ -405,19 +405,19 @@ gpu-bundle: $(GPU_BUNDLE)/.stamp
 # GPU_TEST_ARGS: more arguments for run.sh, e.g. --deadline 300 when little device time is left.
 gpu-test:
 	$(Q)tests/gpu/run.sh --bundle $(GPU_BUNDLE) $(GPU_TEST_ARGS)
-gpu-dry: deps all
+gpu-dry: build-deps all
 	$(Q)tests/gpu/run.sh --simgpu --bundle $(GPU_BUNDLE) --out $(BUILD)/gpu-dry
 
 # Lynx over tinytrain's 32 shapes (schedules, lazy state, DDP buckets, launch APIs, streams,
 # layouts), three runs each, with the profile repeated three times on the first cells: the
 # table of docs/measurements.md. make test runs its --quick cells.
-shapes: deps all
+shapes: build-deps all
 	$(Q)tests/shapes/matrix.py --build $(BUILD) --repeat 3 --json $(BUILD)/shapes.json
 
 # Lynx under injected CUDA/NCCL faults: every call the pp2/tp2 job makes under Lynx, failed at
 # a spread of its call numbers; each run must train identically or fail as the trainer does
 # without Lynx (no crash, hang or wrong result). --quick, 11 points, is the form for make test.
-fault-sweep: deps all
+fault-sweep: build-deps all
 	$(Q)tests/faults/sweep.py --build $(BUILD) --json $(BUILD)/fault-sweep.json
 
 TESTS := $(SIMGPU_TESTS) $(TT_TESTS) $(SHIM_TESTS) $(TOOLS_TESTS) $(POLICY_TESTS) \
@@ -436,11 +436,11 @@ $(BUILD)/tests/test_%: $(BUILD)/obj/tests/simgpu/test_%.o | simgpu
 # one thread; the plain and AddressSanitizer passes run their tests, and test_recompute_targets
 # (what plans save and cost) too: its threads are test_executor's.
 TESTS_thread := $(SIMGPU_TESTS) $(filter-out %/test_recompute_targets,$(SHIM_TESTS))
-test: test-deps all
+test: deps all
 	$(Q)BUILD=$(BUILD) SAN=$(SAN) tests/run_tests.sh \
 		$(if $(filter thread,$(SAN)),$(TESTS_thread),$(TESTS))
 
-demo: deps all
+demo: build-deps all
 	$(Q)BUILD=$(BUILD) tests/demo.sh
 
 install: all
@@ -466,10 +466,12 @@ define install_missing
 		|| { echo "error: could not install $$missing" >&2; exit 1; }; \
 	fi
 endef
+# deps: everything the build and the tests need; build-deps: the build's alone (make demo
+# and the benchmarks need no browser).
 deps:
-	$(call install_missing,$(DEB_PACKAGES))
-test-deps:
 	$(call install_missing,$(DEB_PACKAGES) $(TEST_DEB_PACKAGES))
+build-deps:
+	$(call install_missing,$(DEB_PACKAGES))
 
 FORMAT_SRC = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
 format:
