@@ -1204,12 +1204,19 @@ int lynx_exec_arm(const struct lynx_prof_script *script, const struct lynx_exec_
 	ex.kernel_name = (kernel_name_fn)lookup("cuKernelGetName", 12030, NULL);
 	ex.can_replay =
 	        !lynx_replay_driver_resolve(&ex.replay_drv, lookup, NULL) && ex.address_range;
-	if ((r = ex.drv.ctx_get_device(&device)) ||
-	    (r = ex.drv.device_default_pool(&ex.pool, device))) {
+	if ((r = ex.drv.ctx_get_device(&device))) {
 		char error[96];
 		lynx_warn("recompute mode: no current CUDA device (%s); training goes on unchanged",
 		          lynx_cuda_error_text((int)r, error, sizeof(error)));
 		goto fail;
+	}
+	/* Without it, what the trainer's pool keeps is never given back (exec_trim_pool()). */
+	if ((r = ex.drv.device_default_pool(&ex.pool, device))) {
+		char error[96];
+		ex.pool = NULL;
+		lynx_warn("recompute mode: the device's default memory pool cannot be had (%s): "
+		          "memory it keeps after frees counts against the budget",
+		          lynx_cuda_error_text((int)r, error, sizeof(error)));
 	}
 	for (size_t i = 0; i < script->n_buffers; i++)
 		evict_bytes += decisions[i].action != LYNX_EXEC_KEEP ? script->buffers[i].bytes : 0;
