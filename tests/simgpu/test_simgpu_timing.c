@@ -10,6 +10,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "core.h"
@@ -219,6 +221,73 @@ static void test_waiting_on_an_event_orders_streams(void **state)
 	cudaFree(y);
 }
 
+#define JITTERED 64
+
+/*
+ * In a child with SIMGPU_JITTER_PCT=10 (settings are read once per process): the device
+ * times of JITTERED 10 us kernels on device `device`, written to times.
+ */
+static void jittered_times(int device, uint64_t times[JITTERED])
+{
+	int pipefd[2], status;
+	pid_t pid;
+
+	assert_int_equal(pipe(pipefd), 0);
+	pid = fork();
+	if (pid == 0) {
+		cudaEvent_t e0, e1;
+		float *x;
+		float ms = 0;
+
+		setenv("SIMGPU_JITTER_PCT", "10", 1);
+		setenv("SIMGPU_API_COST_NS", "0", 1); /* the events then time the kernel alone */
+		if (cudaSetDevice(device) || cudaMalloc((void **)&x, 4 * sizeof(float)) ||
+		    cudaEventCreate(&e0) || cudaEventCreate(&e1))
+			_exit(2);
+		for (int i = 0; i < JITTERED; i++) {
+			uint64_t ns;
+
+			cudaEventRecord(e0, 0);
+			launch_fill(0, 10000, x, 1, 4);
+			cudaEventRecord(e1, 0);
+			if (cudaEventSynchronize(e1) || cudaEventElapsedTime(&ms, e0, e1))
+				_exit(3);
+			ns = (uint64_t)(ms * 1e6 + 0.5);
+			if (write(pipefd[1], &ns, sizeof(ns)) != (ssize_t)sizeof(ns))
+				_exit(4);
+		}
+		_exit(0);
+	}
+	close(pipefd[1]);
+	for (int i = 0; i < JITTERED; i++)
+		assert_int_equal(read(pipefd[0], &times[i], sizeof(times[i])), sizeof(times[i]));
+	close(pipefd[0]);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* Jitter is noise: within its bound, different per device, the same from run to run. */
+static void test_jitter_varies_kernels_per_device_and_repeats(void **state)
+{
+	uint64_t a[JITTERED], again[JITTERED], b[JITTERED];
+	uint64_t lo = UINT64_MAX, hi = 0;
+	size_t same_as_other_device = 0;
+
+	jittered_times(0, a);
+	jittered_times(0, again);
+	jittered_times(1, b);
+	assert_memory_equal(a, again, sizeof(a));
+	for (int i = 0; i < JITTERED; i++) {
+		/* An event pair around one kernel reads its duration, up to float rounding. */
+		assert_in_range(a[i], 9000 - 1, 11000 + 1);
+		lo = a[i] < lo ? a[i] : lo;
+		hi = a[i] > hi ? a[i] : hi;
+		same_as_other_device += a[i] == b[i];
+	}
+	assert_true(hi - lo > 1000); /* 64 draws spread over the band, not one value */
+	assert_true(same_as_other_device < JITTERED / 4);
+}
+
 int main(void)
 {
 	setenv("SIMGPU_API_COST_NS", "500", 1);
@@ -228,7 +297,10 @@ int main(void)
 	setenv("SIMGPU_OVERLAP_SLOWDOWN_PCT", "125", 1);
 	test_kernels_register();
 
+	/* First: its children read their own settings only while this process has made no
+	 * CUDA call (simgpu reads them once, and a child inherits them). */
 	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_jitter_varies_kernels_per_device_and_repeats),
 	        cmocka_unit_test(test_single_stream_schedule_matches_hand_computed_times),
 	        cmocka_unit_test(test_kernels_on_two_streams_share_compute),
 	        cmocka_unit_test(test_kernel_overlapping_communication_is_slowed),

@@ -73,6 +73,8 @@ static const char *option_range_problem(const struct simgpu_config *c, const cha
 	if (!strcmp(name, "SIMGPU_OVERLAP_SLOWDOWN_PCT") &&
 	    (c->overlap_slowdown_pct < 100 || c->overlap_slowdown_pct > 1000))
 		return "must be between 100 and 1000";
+	if (!strcmp(name, "SIMGPU_JITTER_PCT") && c->jitter_pct > 50)
+		return "must be at most 50";
 	if (!strcmp(name, "SIMGPU_CONCURRENT_SHARE_PCT") && c->concurrent_share_pct > 100)
 		return "must be at most 100";
 	if ((!strcmp(name, "SIMGPU_H2D_BW") && !c->h2d_bytes_per_s) ||

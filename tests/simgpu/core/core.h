@@ -255,10 +255,12 @@ CUresult simgpu_kernel_param_info(const struct simgpu_kernel *kernel, size_t ind
  * Queues a launch. Parameters come either as kernelParams (one pointer per parameter)
  * or as an `extra` array {CU_LAUNCH_PARAM_BUFFER_POINTER, buf,
  * CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END} laid out by
- * simgpu_kernel_param_info; the bytes are copied now.
+ * simgpu_kernel_param_info; the bytes are copied now. `device` is the ordinal current on
+ * the calling thread: it seeds SIMGPU_JITTER_PCT, so that ranks on different devices see
+ * different noise.
  */
 CUresult simgpu_launch(struct simgpu_kernel *kernel, const struct simgpu_launch_dims *dims,
-                       struct CUstream_st *stream, void **params, void **extra);
+                       struct CUstream_st *stream, void **params, void **extra, int device);
 CUresult simgpu_launch_host_func(struct CUstream_st *stream, CUhostFn fn, void *user_data);
 
 /*

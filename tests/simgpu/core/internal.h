@@ -111,6 +111,7 @@ struct simgpu_core {
 	atomic_bool initialized;
 	_Atomic uint64_t host_now;
 	uint64_t next_seq;
+	uint64_t launches; /* kernels launched: SIMGPU_JITTER_PCT's sequence */
 
 	struct CUstream_st legacy_stream;
 	struct CUstream_st *streams; /* every live stream, legacy included */

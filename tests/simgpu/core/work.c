@@ -138,9 +138,34 @@ static const void *extra_buffer(void **extra, size_t *size)
 	return sized ? buffer : NULL;
 }
 
+/* splitmix64's finaliser: a well-mixed 64-bit hash of x. */
+static uint64_t mix64(uint64_t x)
+{
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+/*
+ * cost_ns with SIMGPU_JITTER_PCT's noise: a factor within 1 +- pct/100, drawn from the
+ * device and the process's launch count, so a run repeats exactly while the ranks, each
+ * on its own device, time the same kernels differently, as real GPUs do.
+ */
+static uint64_t jittered_locked(uint64_t cost_ns, int device)
+{
+	uint64_t pct = simgpu.config.jitter_pct;
+	uint64_t draw; /* 0 .. 2000: -1.000 .. +1.000 */
+
+	if (!pct)
+		return cost_ns;
+	draw = mix64(((uint64_t)(unsigned)device << 40) ^ ++simgpu.launches) % 2001;
+	return (uint64_t)((unsigned __int128)cost_ns * (100000 + pct * draw - pct * 1000) / 100000);
+}
+
 SIMGPU_EXPORT CUresult simgpu_launch(struct simgpu_kernel *kernel,
                                      const struct simgpu_launch_dims *dims,
-                                     struct CUstream_st *stream, void **params, void **extra)
+                                     struct CUstream_st *stream, void **params, void **extra,
+                                     int device)
 {
 	const struct simgpu_kernel_desc *d = &kernel->desc;
 	struct launch_effect *l;
@@ -184,6 +209,7 @@ SIMGPU_EXPORT CUresult simgpu_launch(struct simgpu_kernel *kernel,
 	        .relocate = relocate_launch,
 	};
 	simgpu_core_lock();
+	op.work_ns = jittered_locked(op.work_ns, device);
 	status = work_issue_locked(stream, &op, NULL);
 	simgpu_core_unlock();
 	return status;

@@ -14,7 +14,8 @@ static CUresult launch(const void *f, const struct simgpu_launch_dims *dims, CUs
 
 	if (!kernel || !stream)
 		return CUDA_ERROR_INVALID_HANDLE;
-	return simgpu_launch(kernel, dims, stream, kernelParams, extra);
+	return simgpu_launch(kernel, dims, stream, kernelParams, extra,
+	                     simgpu_driver_current_device());
 }
 
 static CUresult launch_kernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
