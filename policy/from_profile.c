@@ -47,6 +47,23 @@ static double seconds(uint64_t ns)
 	return (double)ns * 1e-9;
 }
 
+/*
+ * Grid points per doubling to which a rank that plans alone rounds the problem's times. A
+ * stage's TP and DP peers measure the same kernels and windows with different noise, and
+ * each plans from its own figures; rounded, the figures, and so the plans, agree more
+ * often (measured: docs/measurements.md, "Ranks that plan alone"). Shared profiles need
+ * none: every rank reads the same files.
+ */
+#define SOLO_STEPS_PER_OCTAVE 4
+
+/* t as the problem holds it: solo, rounded to the nearest 2^(i / SOLO_STEPS_PER_OCTAVE). */
+static double planned_s(const struct ctx *c, double t)
+{
+	if (!c->opt->solo || !(t > 0) || !isfinite(t))
+		return t;
+	return exp2(round(log2(t) * SOLO_STEPS_PER_OCTAVE) / SOLO_STEPS_PER_OCTAVE);
+}
+
 static bool known(const struct lynx_profile_time *t)
 {
 	return t->source != LYNX_PROFILE_SOURCE_UNKNOWN;
@@ -571,20 +588,23 @@ static int cut_ops(struct layer_src *ls)
 	return err;
 }
 
-/* The mean measured idle of the profile's collectives of kind and ordinal; 0 unmeasured. */
-static double mean_idle(const struct lynx_profile *pr, enum lynx_profile_window_kind kind,
-                        int32_t ordinal)
+/*
+ * The least measured idle of the profile's calls of kind and ordinal (-1 for all but TP
+ * windows); 0 unmeasured. The least is the steady state, and the capacity that holds when
+ * this rank is the last to arrive: its peers wait for it then, and it waits only for the
+ * transfer itself. So it is also what every peer of a collective measures alike, where
+ * their means differ by which of them tends to arrive first.
+ */
+static double least_idle(const struct lynx_profile *pr, enum lynx_profile_window_kind kind,
+                         int32_t ordinal)
 {
-	double sum = 0;
-	size_t n = 0;
+	double least = INFINITY;
 
 	for (size_t w = 0; w < pr->window_count; w++)
 		if (pr->windows[w].kind == kind && pr->windows[w].ordinal == ordinal &&
-		    known(&pr->windows[w].idle)) {
-			sum += seconds(pr->windows[w].idle.ns);
-			n++;
-		}
-	return n ? sum / (double)n : 0;
+		    known(&pr->windows[w].idle))
+			least = fmin(least, seconds(pr->windows[w].idle.ns));
+	return isfinite(least) ? least : 0;
 }
 
 /* Records that the layer's collective win (its ordinal in its segment) is op's window. */
@@ -603,7 +623,7 @@ static void map_collective(struct lynx_problem_layer *L, const struct lynx_profi
 
 /*
  * The TP waits of the layer's ops: the collectives of the chosen layer on its first
- * micro-batch that has any, each with its kind's and ordinal's mean idle; and the map from
+ * micro-batch that has any, each with its kind's and ordinal's least idle; and the map from
  * those collectives to their ops.
  */
 static void place_collectives(struct layer_src *ls, struct lynx_problem_layer *L)
@@ -625,7 +645,7 @@ static void place_collectives(struct layer_src *ls, struct lynx_problem_layer *L
 
 		if (!is_tp(win->kind) || win->layer != (int32_t)ls->index || win->microbatch != mb)
 			continue;
-		idle = mean_idle(pr, win->kind, win->ordinal);
+		idle = least_idle(pr, win->kind, win->ordinal);
 		if (win->kind == LYNX_PROFILE_WINDOW_TP_FWD) {
 			op = op_of(ls, k < ls->K ? k : ls->K - 1);
 			ls->tp_fwd[op] = true;
@@ -640,9 +660,66 @@ static void place_collectives(struct layer_src *ls, struct lynx_problem_layer *L
 	}
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+static bool same_kernels(const struct lynx_profile_kernels *a, const struct lynx_profile_kernels *b)
+{
+	if (a->count != b->count || !b->ns)
+		return false;
+	for (size_t i = 0; i < a->count; i++)
+		if ((a->name[i] || b->name[i]) &&
+		    (!a->name[i] || !b->name[i] || strcmp(a->name[i], b->name[i])))
+			return false;
+	return true;
+}
+
 /*
- * Per-kernel times of one direction into the ops: the device times, else the layer's time
- * less its measured waits, spread evenly. Returns -EINVAL when there is neither.
+ * Device times of one direction's kernels, each the median over the profile's layers that
+ * run the same kernels as the chosen one, into out[0..count). One sampled iteration times
+ * each kernel once, so one layer's figure is one sample with its noise; a layer's kernels
+ * repeat in every layer, and their median is steadier. Ranks that plan alone, from their
+ * own samples, then decide alike more often. Returns -ENOMEM.
+ */
+static int median_kernel_ns(const struct layer_src *ls, bool fwd, uint64_t *out)
+{
+	const struct lynx_profile *pr = ls->pr;
+	const struct lynx_profile_kernels *k = fwd ? &ls->l->fwd_kernels : &ls->l->bwd_kernels;
+	uint64_t *samples = malloc(pr->layer_count * sizeof(*samples));
+	size_t *like = malloc(pr->layer_count * sizeof(*like));
+	size_t n = 0;
+
+	if (!samples || !like) {
+		free(samples);
+		free(like);
+		return -ENOMEM;
+	}
+	for (size_t l = 0; l < pr->layer_count; l++)
+		if (same_kernels(k, fwd ? &pr->layers[l].fwd_kernels : &pr->layers[l].bwd_kernels))
+			like[n++] = l;
+	for (size_t i = 0; i < k->count; i++) {
+		for (size_t j = 0; j < n; j++) {
+			const struct lynx_profile_layer *l = &pr->layers[like[j]];
+
+			samples[j] = (fwd ? l->fwd_kernels.ns : l->bwd_kernels.ns)[i];
+		}
+		qsort(samples, n, sizeof(*samples), cmp_u64);
+		/* The lower median of an even count: a sample, not a mean of two. */
+		out[i] = samples[(n - 1) / 2];
+	}
+	free(samples);
+	free(like);
+	return 0;
+}
+
+/*
+ * Per-kernel times of one direction into the ops: the device times (median_kernel_ns), else
+ * the layer's time less its measured waits, spread evenly. Returns -EINVAL when there is
+ * neither, or -ENOMEM.
  */
 static int kernel_times(const struct ctx *c, const struct layer_src *ls, bool fwd,
                         struct lynx_problem_layer *L)
@@ -667,14 +744,21 @@ static int kernel_times(const struct ctx *c, const struct layer_src *ls, bool fw
 			waits += fwd ? L->ops[op].wait_fwd_s : L->ops[op].wait_bwd_s;
 		spread = fmax(0, seconds(t->ns) - waits) / (double)k->count;
 	}
+	uint64_t *median = NULL;
+	if (k->ns &&
+	    (!(median = malloc(k->count * sizeof(*median))) || median_kernel_ns(ls, fwd, median))) {
+		free(median);
+		return -ENOMEM;
+	}
 	for (uint32_t i = 0; i < k->count; i++) {
-		double s = k->ns ? seconds(k->ns[i]) : spread;
+		double s = k->ns ? seconds(median[i]) : spread;
 
 		if (fwd)
 			L->ops[op_of(ls, i)].fwd_s += s;
 		else
 			L->ops[bwd_op_of(ls, i)].bwd_s += s;
 	}
+	free(median);
 	return 0;
 }
 
@@ -920,22 +1004,12 @@ static uint32_t list_windows(const struct layer_src *ls, const struct lynx_probl
 	return n;
 }
 
-/* The least measured idle of the profile's calls of kind (the steady state); 0 unmeasured. */
-static double least_idle(const struct lynx_profile *pr, enum lynx_profile_window_kind kind)
-{
-	double least = INFINITY;
-
-	for (size_t w = 0; w < pr->window_count; w++)
-		if (pr->windows[w].kind == kind && known(&pr->windows[w].idle))
-			least = fmin(least, seconds(pr->windows[w].idle.ns));
-	return isfinite(least) ? least : 0;
-}
-
-static void fill_part(const struct lynx_profile_layer *l, struct lynx_problem_part *part)
+static void fill_part(const struct ctx *c, const struct lynx_profile_layer *l,
+                      struct lynx_problem_part *part)
 {
 	part->present = true;
-	part->fwd_s = known(&l->forward) ? seconds(l->forward.ns) : 0;
-	part->bwd_s = known(&l->backward) ? seconds(l->backward.ns) : 0;
+	part->fwd_s = known(&l->forward) ? planned_s(c, seconds(l->forward.ns)) : 0;
+	part->bwd_s = known(&l->backward) ? planned_s(c, seconds(l->backward.ns)) : 0;
 	part->act_bytes = l->saved_bytes;
 }
 
@@ -958,9 +1032,9 @@ static int fill_stage(const struct ctx *c, const struct layer_src *ls, const str
 	st->inflight = pr->warmup_forwards + 1 < p->micro_batches ? pr->warmup_forwards + 1
 	                                                          : p->micro_batches;
 	if (src->embedding)
-		fill_part(&pr->layers[0], &st->embedding);
+		fill_part(c, &pr->layers[0], &st->embedding);
 	if (src->head)
-		fill_part(&pr->layers[pr->layer_count - 1], &st->head);
+		fill_part(c, &pr->layers[pr->layer_count - 1], &st->head);
 	/* What no plan evicts: the most the profile ever had live besides saved activations.
 	 * Taken at the no-plan peak alone, it would miss a backward's gradients, which are
 	 * the peak's company once activations are evicted. */
@@ -979,13 +1053,16 @@ static int fill_stage(const struct ctx *c, const struct layer_src *ls, const str
 		        lynx_policy_bytes(st->static_bytes, b, sizeof(b)),
 		        name_of(c, src->profile, &nb));
 	if (recv_fwd)
-		st->recv_fwd_s = least_idle(pr, LYNX_PROFILE_WINDOW_PP_RECV_FWD);
+		st->recv_fwd_s = least_idle(pr, LYNX_PROFILE_WINDOW_PP_RECV_FWD, -1);
 	if (recv_bwd)
-		st->recv_bwd_s = least_idle(pr, LYNX_PROFILE_WINDOW_PP_RECV_BWD);
+		st->recv_bwd_s = least_idle(pr, LYNX_PROFILE_WINDOW_PP_RECV_BWD, -1);
 	for (size_t w = 0; w < pr->window_count; w++)
 		if (pr->windows[w].kind == LYNX_PROFILE_WINDOW_DP_GRAD &&
 		    known(&pr->windows[w].idle))
 			st->grad_reduce_s += seconds(pr->windows[w].idle.ns);
+	st->recv_fwd_s = planned_s(c, st->recv_fwd_s);
+	st->recv_bwd_s = planned_s(c, st->recv_bwd_s);
+	st->grad_reduce_s = planned_s(c, st->grad_reduce_s);
 	st->n_windows = list_windows(ls, &p->layer, st, recv_fwd, recv_bwd, dp, NULL);
 	st->windows = calloc(st->n_windows ? st->n_windows : 1, sizeof(*st->windows));
 	if (!st->windows)
@@ -1013,6 +1090,9 @@ static void fill_host_link(const struct ctx *c, struct lynx_problem *p)
 		h2d.busbw = fmin(h2d.busbw, h->h2d_bytes_per_s);
 		d2h.latency_s = h2d.latency_s = fmax(d2h.latency_s, h->latency_s);
 	}
+	d2h.busbw = planned_s(c, d2h.busbw); /* a rate on the same grid */
+	h2d.busbw = planned_s(c, h2d.busbw);
+	d2h.latency_s = h2d.latency_s = planned_s(c, d2h.latency_s);
 	p->d2h = d2h;
 	p->h2d = h2d;
 }
@@ -1031,6 +1111,11 @@ static int fill_layer(const struct ctx *c, struct layer_src *ls, struct lynx_pro
 		return err;
 	for (uint32_t op = 0; op < L->n_ops; op++) {
 		struct lynx_problem_op *o = &L->ops[op];
+
+		o->fwd_s = planned_s(c, o->fwd_s);
+		o->bwd_s = planned_s(c, o->bwd_s);
+		o->wait_fwd_s = planned_s(c, o->wait_fwd_s);
+		o->wait_bwd_s = planned_s(c, o->wait_bwd_s);
 
 		/* A replay reruns kernels, never a collective: what the collective gave is in a
 		 * buffer the replay reads, or the executor's examination refuses the replay. */

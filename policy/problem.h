@@ -264,7 +264,8 @@ int lynx_problem_from_model(const struct lynx_model_desc *m, const struct lynx_c
  *   kernels is cut into runs of consecutive kernels: first at the tensor-parallel collectives
  *   (a tp_fwd window's `kernel`), then after the kernels that produce a group, then the longest
  *   runs are halved until there are LYNX_PROBLEM_MAX_OPS. An op's forward time is the sum of
- *   its kernels' device times when the profile has them (launch gaps not counted), else the
+ *   its kernels' device times when the profile has them (launch gaps not counted; each
+ *   kernel's the median over the profile's layers that run the same kernels), else the
  *   layer's forward time less its measured tp_fwd idle, spread evenly over the kernels. The
  *   backward's kernels map onto the forward's in reverse order, proportionally (the first
  *   backward kernel to the last forward kernel, the last to the first); an op's backward time
@@ -280,8 +281,9 @@ int lynx_problem_from_model(const struct lynx_model_desc *m, const struct lynx_c
  *   groups with the same producer and consumer ops merge, then all with the same producer (freed
  *   after the later consumer), then the two adjacent producers with the fewest bytes. The
  *   layer's buffer_group says which group each buffer ended up in.
- * - Windows. A collective's idle time is the mean of its measured `idle` (any source but
- *   "unknown") over the layers and micro-batches of that profile; unmeasured, 0. TP_FWD
+ * - Windows. A collective's idle time is the least of its measured `idle` (any source but
+ *   "unknown") over the layers and micro-batches of that profile, the transfer itself, which
+ *   every peer measures alike; unmeasured, 0. TP_FWD
  *   windows are before the op of the tp_fwd window's kernel (a collective after the last
  *   kernel: before the last op); TP_BWD windows follow the op of the backward kernel before
  *   the collective (before the first one: the op it maps to). The layer's tp_fwd_op and
@@ -301,6 +303,9 @@ int lynx_problem_from_model(const struct lynx_model_desc *m, const struct lynx_c
  *   largest latency. When any profile has none, both are 0 (busbw 0), so the checker
  *   refuses OFFLOAD and the offload planner offloads nothing. The rates were measured on an
  *   idle link: an upper bound of what copies get while NCCL traffic shares it.
+ * - Solo (opt->solo, one profile): the stage alone, without pipeline windows; every time
+ *   and rate rounded to 4 points per doubling, so that peers planning alone from their own
+ *   noisy figures mostly reach one plan.
  * - The rest. cluster is NULL; model has pp and layers only; gpus is the profiles' world (0
  *   when unknown); peak_flops and model_flops are 0.
  *
