@@ -440,12 +440,22 @@ static char **profile_files(const char *const *args, size_t n, size_t *count, in
 			ok = add_file(&files, &used, &cap, path);
 		}
 		closedir(d);
-		if (ok && used == first) {
+		if (ok && used == first && n == 1) {
 			fprintf(stderr, "lynx plan: %s: no profile.<rank>.json in this directory\n",
 			        args[i]);
 			goto fail;
 		}
+		if (ok && used == first) /* a launcher's own directory under out/proc-%p, say */
+			fprintf(stderr, "lynx plan: %s: no profile.<rank>.json here; left out\n",
+			        args[i]);
 		qsort(files + first, used - first, sizeof(*files), by_path);
+	}
+	if (ok && !used) {
+		fprintf(stderr,
+		        "lynx plan: none of the %zu directories holds a "
+		        "profile.<rank>.json\n",
+		        n);
+		goto fail;
 	}
 	if (ok) {
 		*count = used;

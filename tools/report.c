@@ -51,8 +51,9 @@ void lynx_report_help(FILE *out)
 	        "Several DIRs (one per node, when each wrote its own: LYNX_OUT=out/%%h) are read\n"
 	        "as one directory: the run is chosen among all their profiles, and each rank's\n"
 	        "trace and summary come from the DIR its profile is in. A rank of the run read\n"
-	        "with a profile in two DIRs is refused (both named); report.svg and report.html\n"
-	        "go in the first DIR.\n");
+	        "with a profile in two DIRs is refused (both named); a DIR without profiles (the\n"
+	        "launcher's under LYNX_OUT=out/proc-%%p) is left out, and said; report.svg and\n"
+	        "report.html go in the DIR of the run's lowest rank.\n");
 }
 
 /* ---- Formatting ---------------------------------------------------------------------------- */
@@ -771,7 +772,11 @@ static int read_dir(struct report *rep, size_t k)
 		}
 	}
 	closedir(d);
-	if (rep->count == before) {
+	if (rep->count == before && rep->dir_count > 1) {
+		/* LYNX_OUT=out/proc-%p gives the launcher (tinytrain's parent, torchrun's agent)
+		 * a directory of its own too, with no profile: out/proc-* names it. */
+		fprintf(stderr, "lynx report: %s: no profile.<rank>.json here; left out\n", dir);
+	} else if (rep->count == before) {
 		fprintf(stderr,
 		        "lynx report: %s: no profile.<rank>.json here (profile mode writes them: "
 		        "`lynx run --mode profile --out %s -- COMMAND`; or, from a LYNX_EVENTS "
@@ -834,6 +839,11 @@ static int read_profiles(struct report *rep)
 	for (size_t k = 0; k < rep->dir_count; k++)
 		if ((status = read_dir(rep, k)))
 			return status;
+	if (!rep->count)
+		return lynx_usage_error("report",
+		                        "none of the %zu directories holds a "
+		                        "profile.<rank>.json",
+		                        rep->dir_count);
 	qsort(rep->ranks, rep->count, sizeof(*rep->ranks), by_rank);
 	mtimes = calloc(rep->count, sizeof(*mtimes));
 	if (!mtimes) {
@@ -1114,11 +1124,12 @@ int lynx_report_main(int argc, char **argv)
 		goto out;
 	}
 	fputs(text, stdout);
-	snprintf(path, sizeof(path), "%s/report.svg", rep.dirs[0]);
+	/* Beside rank 0's profile: out/proc-* names the launcher's directory first. */
+	snprintf(path, sizeof(path), "%s/report.svg", rep.dirs[rep.ranks[0].dir]);
 	err = lynx_report_write_svg(&rep, path);
 	if (!err) {
 		printf("\n%s: %zu panel%s\n", path, rep.count, rep.count == 1 ? "" : "s");
-		snprintf(path, sizeof(path), "%s/report.html", rep.dirs[0]);
+		snprintf(path, sizeof(path), "%s/report.html", rep.dirs[rep.ranks[0].dir]);
 		err = lynx_report_write_html(&rep, text, path);
 	}
 	if (err) {

@@ -394,10 +394,8 @@ static void test_peers_that_plan_alone_follow_one_plan_despite_timing_noise(void
 		assert_string_equal(a[i].results, b[i].results);
 	for (int rank = 0; rank < 4; rank++)
 		assert_true(stat_of(o.err, rank, "evicted (") > 0);
-	/* The launcher's own directory holds no profile: report the ranks'. */
-	snprintf(cmd, sizeof(cmd),
-	         "%s/bin/lynx report $(dirname $(ls %s/noisy/proc-*/profile.*.json))", build_dir,
-	         scratch);
+	/* As a user would: the launcher's own directory, without a profile, is left out. */
+	snprintf(cmd, sizeof(cmd), "%s/bin/lynx report %s/noisy/proc-*", build_dir, scratch);
 	struct output rep = run("", cmd);
 	assert_int_equal(rep.exit_code, 0);
 	if (!strstr(rep.out, "  stage 0: its 2 ranks follow one plan (") ||

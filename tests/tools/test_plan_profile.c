@@ -189,7 +189,7 @@ static void test_plan_from_a_pipeline_orders_its_stages(void **state)
 }
 
 /* Directories, one per node (LYNX_OUT=out/%h): their profile.<rank>.json, merged; one
- * without profiles is refused by name. */
+ * without profiles is refused by name when alone, left out among others. */
 static void test_plan_reads_per_node_directories(void **state)
 {
 	struct result r;
@@ -206,9 +206,18 @@ static void test_plan_reads_per_node_directories(void **state)
 	assert_int_equal(r.status, 0);
 	assert_non_null(strstr(r.text, "2 profiles: 2 stages, 4 layers, 2 micro-batches"));
 	free(r.text);
-	r = plan(ERR, "node0 node2 --planner full --out nodes.plan.json");
+	r = plan(ERR, "node2 --planner full --out nodes.plan.json");
 	assert_int_equal(r.status, 2);
 	assert_non_null(strstr(r.text, "node2: no profile.<rank>.json in this directory"));
+	free(r.text);
+	/* Among several, as a launcher's own directory under out/proc-%p: left out, said. */
+	r = plan(ERR, "node0 node2 node1 --planner full --out nodes.plan.json");
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.text, "node2: no profile.<rank>.json here; left out"));
+	free(r.text);
+	r = plan(ERR, "node2 node2/ --planner full --out nodes.plan.json");
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.text, "none of the 2 directories holds a profile.<rank>.json"));
 	free(r.text);
 }
 

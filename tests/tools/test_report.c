@@ -658,7 +658,7 @@ static char *tables_of(const char *out)
  */
 static void test_report_merges_per_node_directories_like_one_shared(void **state)
 {
-	char shared[1300], node0[1300], node1[1300], args[4000], path[1400];
+	char shared[1300], node0[1300], node1[1300], args[5000], path[1600];
 
 	(void)state;
 	snprintf(shared, sizeof(shared), "%s/nodes-shared", scratch);
@@ -688,12 +688,27 @@ static void test_report_merges_per_node_directories_like_one_shared(void **state
 	         node0, node1);
 	assert_true(!strncmp(two.out, args, strlen(args)));
 	assert_non_null(strstr(one.out, "nodes-shared, run 5000 (SLURM_JOB_ID"));
-	char *a = tables_of(one.out), *b = tables_of(two.out);
+	/* A directory without profiles among them (the launcher's under out/proc-%p): left
+	 * out, and said. */
+	char own[1300];
+	snprintf(own, sizeof(own), "%s/launcher", scratch);
+	sh("rm -rf '%s' && mkdir -p '%s' && echo '{}' > '%s/calls.1.json'", own, own, own);
+	snprintf(args, sizeof(args), "'%s' '%s' '%s'", own, node0, node1);
+	struct output three = report_args(args);
+	assert_int_equal(three.exit_code, 0);
+	snprintf(path, sizeof(path), "lynx report: %s: no profile.<rank>.json here; left out\n",
+	         own);
+	assert_string_equal(three.err, path);
+	char *a = tables_of(one.out), *b = tables_of(two.out), *c = tables_of(three.out);
 	assert_non_null(a);
 	assert_non_null(b);
+	assert_non_null(c);
 	assert_string_equal(a, b);
+	assert_string_equal(a, c);
 	free(a);
 	free(b);
+	free(c);
+	release(&three);
 	/* Every rank's timeline and summary was found, in its own node's directory. */
 	assert_int_equal(count(two.out, "  yes\n"), 4);
 	assert_non_null(strstr(two.out, "\n  0     heu "));
