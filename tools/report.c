@@ -824,6 +824,23 @@ static int one_profile_per_rank(const struct report *rep)
 	return 0;
 }
 
+/* "DIR" or "DIR1 + DIR2 + ...", or NULL when out of memory. */
+static char *join_dirs(const char *const *dirs, size_t n)
+{
+	size_t len = 1;
+	char *out;
+
+	for (size_t k = 0; k < n; k++)
+		len += strlen(dirs[k]) + 3;
+	out = malloc(len);
+	if (!out)
+		return NULL;
+	out[0] = '\0';
+	for (size_t k = 0, at = 0; k < n; k++)
+		at += (size_t)snprintf(out + at, len - at, "%s%s", k ? " + " : "", dirs[k]);
+	return out;
+}
+
 /*
  * Reads every profile.<rank>.json in every DIR, as if they were one directory, and keeps one
  * run's. Returns 0, or an exit status (messages printed).
@@ -836,14 +853,32 @@ static int read_profiles(struct report *rep)
 
 	if ((status = distinct_dirs(rep)))
 		return status;
-	for (size_t k = 0; k < rep->dir_count; k++)
+	size_t named = rep->dir_count;
+	for (size_t k = 0; k < rep->dir_count;) {
+		size_t before = rep->count;
 		if ((status = read_dir(rep, k)))
 			return status;
+		if (rep->count > before) {
+			k++;
+			continue;
+		}
+		/* Left out (read_dir said so): not named in the header either. */
+		memmove(&rep->dirs[k], &rep->dirs[k + 1],
+		        (rep->dir_count - k - 1) * sizeof(*rep->dirs));
+		rep->dir_count--;
+	}
 	if (!rep->count)
 		return lynx_usage_error("report",
 		                        "none of the %zu directories holds a "
 		                        "profile.<rank>.json",
-		                        rep->dir_count);
+		                        named);
+	if (rep->dir_count < named) {
+		free(rep->where);
+		if (!(rep->where = join_dirs(rep->dirs, rep->dir_count))) {
+			fprintf(stderr, "lynx report: out of memory\n");
+			return LYNX_EXIT_FAIL;
+		}
+	}
 	qsort(rep->ranks, rep->count, sizeof(*rep->ranks), by_rank);
 	mtimes = calloc(rep->count, sizeof(*mtimes));
 	if (!mtimes) {
@@ -1025,23 +1060,6 @@ static void print_whatif(FILE *out, const struct report *rep)
 	else
 		lynx_whatif_print(out, "lynx report", &w);
 	free(ranks);
-}
-
-/* "DIR" or "DIR1 + DIR2 + ...", or NULL when out of memory. */
-static char *join_dirs(const char *const *dirs, size_t n)
-{
-	size_t len = 1;
-	char *out;
-
-	for (size_t k = 0; k < n; k++)
-		len += strlen(dirs[k]) + 3;
-	out = malloc(len);
-	if (!out)
-		return NULL;
-	out[0] = '\0';
-	for (size_t k = 0, at = 0; k < n; k++)
-		at += (size_t)snprintf(out + at, len - at, "%s%s", k ? " + " : "", dirs[k]);
-	return out;
 }
 
 int lynx_report_main(int argc, char **argv)

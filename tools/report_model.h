@@ -53,7 +53,7 @@ struct stage {
 };
 
 struct report {
-	const char *const *dirs; /* the DIRs given, in order; report.svg goes in the first */
+	const char **dirs; /* the DIRs with profiles, in the order given (others left out) */
 	size_t dir_count;
 	char *where;                 /* "DIR" or "DIR1 + DIR2 + ...", for messages and the header */
 	const char *run_asked;       /* --run ID, or NULL: the newest run */

@@ -699,6 +699,7 @@ static void test_report_merges_per_node_directories_like_one_shared(void **state
 	snprintf(path, sizeof(path), "lynx report: %s: no profile.<rank>.json here; left out\n",
 	         own);
 	assert_string_equal(three.err, path);
+	assert_null(strstr(three.out, "/launcher")); /* not in the header either */
 	char *a = tables_of(one.out), *b = tables_of(two.out), *c = tables_of(three.out);
 	assert_non_null(a);
 	assert_non_null(b);
