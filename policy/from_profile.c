@@ -411,6 +411,8 @@ struct layer_src {
 	uint32_t start[MAX_OPS + 1]; /* op i runs kernels [start[i], start[i + 1]) */
 	uint32_t n_ops;
 	bool tp_fwd[MAX_OPS], tp_bwd[MAX_OPS]; /* a collective was seen there */
+	uint64_t granule;     /* buffers below it are no groups (options' granule_bytes) */
+	uint64_t small_bytes; /* the layer's saved bytes in such buffers, per micro-batch */
 };
 
 /* The slowest stage's transformer layer with the most group bytes. */
@@ -548,7 +550,7 @@ static int cut_runs(struct layer_src *ls, uint8_t *cut)
 /* The groups of the chosen layer, before they become the problem's. */
 static bool group_of_layer(const struct layer_src *ls, const struct lynx_profile_group *g)
 {
-	return g->layer == ls->index && g->bytes > 0;
+	return g->layer == ls->index && g->bytes > 0 && g->bytes >= ls->granule;
 }
 
 /* The last kernel of g's producer run (profile.h's producer_end), at least its producer
@@ -877,7 +879,7 @@ static int16_t group_of_item(const struct item *it, size_t n, const uint32_t *in
 }
 
 /* The chosen layer's groups: ops, deps, producers and consumers (problem.h's rules). */
-static int fill_groups(const struct layer_src *ls, struct lynx_problem_layer *L)
+static int fill_groups(struct layer_src *ls, struct lynx_problem_layer *L)
 {
 	const struct lynx_profile *pr = ls->pr;
 	struct item *it = calloc(pr->group_count + 1, sizeof(*it));
@@ -900,8 +902,10 @@ static int fill_groups(const struct layer_src *ls, struct lynx_problem_layer *L)
 		 * own index, so it fits in int16_t), its group once the items are merged. */
 		if (L->n_buffers < LYNX_PROBLEM_MAX_BUFFERS)
 			L->buffer_group[L->n_buffers++] = group_of_layer(ls, gr) ? (int16_t)n : -1;
-		if (!group_of_layer(ls, gr))
+		if (!group_of_layer(ls, gr)) {
+			ls->small_bytes += gr->bytes;
 			continue;
+		}
 		into[n] = (uint32_t)n;
 		/* Ready once its producer's whole run has: a rebuild relaunches all of it. */
 		it[n] = (struct item){.producer = producer_op(ls, produced_by(gr)),
@@ -1043,15 +1047,25 @@ static int fill_stage(const struct ctx *c, const struct layer_src *ls, const str
 			st->static_bytes += pr->memory.at_peak[cls];
 	if (pr->memory.non_saved_peak_bytes > st->static_bytes)
 		st->static_bytes = pr->memory.non_saved_peak_bytes;
+	/* Buffers below the executor's granule stay, in every layer and held micro-batch. */
+	uint64_t small = ls->small_bytes * st->layers * st->inflight;
+	char small_clause[192] = "", g[64], sm[64];
+	st->static_bytes += small;
+	if (small)
+		snprintf(small_clause, sizeof(small_clause),
+		         ", and %s of activations smaller than the device's %s VMM granule, which "
+		         "Lynx cannot evict",
+		         lynx_policy_bytes(small, sm, sizeof(sm)),
+		         lynx_policy_bytes(ls->granule, g, sizeof(g)));
 	if (st->static_bytes > lynx_problem_stage_budget(p, s))
 		return lynx_policy_refuse(
 		        c->why, c->len,
 		        "the memory budget %s is below stage %u's static memory "
 		        "%s (the most %s had live at once besides saved "
-		        "activations)",
+		        "activations%s)",
 		        lynx_policy_bytes(lynx_problem_stage_budget(p, s), a, sizeof(a)), s,
 		        lynx_policy_bytes(st->static_bytes, b, sizeof(b)),
-		        name_of(c, src->profile, &nb));
+		        name_of(c, src->profile, &nb), small_clause);
 	if (recv_fwd)
 		st->recv_fwd_s = least_idle(pr, LYNX_PROFILE_WINDOW_PP_RECV_FWD, -1);
 	if (recv_bwd)
@@ -1152,6 +1166,7 @@ int lynx_problem_from_profile(const struct lynx_profile *const *ranks, size_t n_
 	if ((err = find_layers(&c, n_stages, src)))
 		goto out_free_src;
 	pick_layer(&c, n_stages, src, &ls);
+	ls.granule = c.opt->granule_bytes;
 	if ((err = fill_layer(&c, &ls, &p->layer)))
 		goto out_free_src;
 
@@ -1159,6 +1174,7 @@ int lynx_problem_from_profile(const struct lynx_profile *const *ranks, size_t n_
 	p->search_seconds = c.opt->search_seconds;
 	p->search_one_stage = c.opt->search_one_stage;
 	p->searched_stage = c.opt->searched_stage;
+	p->granule_bytes = c.opt->granule_bytes;
 	p->gpus = ranks[0]->world > 0 ? (uint32_t)ranks[0]->world : 0;
 	p->model.pp = n_stages;
 	for (uint32_t s = 0; s < n_stages; s++) {

@@ -20,7 +20,9 @@
  * Rebuilds that share a window occurrence run in group order (the layer's groups list their
  * dependencies first), one layer and micro-batch after another. "gap" (an exact planner's
  * optimality gap), "note" and "run" (the run of the profiles planned from) are optional:
- * written only when set, read when present.
+ * written only when set, read when present. So is "granule_bytes": a problem built from
+ * profiles with a granule has no groups for the buffers below it, and a plan for it names
+ * its groups; read against a problem of another granule, it is refused.
  */
 #include <errno.h>
 #include <math.h>
@@ -277,6 +279,8 @@ char *lynx_plan_to_json(const struct lynx_plan *plan, const struct lynx_problem 
 		ok = cJSON_AddStringToObject(root, "note", plan->note) != NULL;
 	if (ok && plan->run[0])
 		ok = cJSON_AddStringToObject(root, "run", plan->run) != NULL;
+	if (ok && p->granule_bytes)
+		ok = add_uint(root, "granule_bytes", p->granule_bytes);
 	stages = ok ? cJSON_AddArrayToObject(root, "stages") : NULL;
 	ok = stages != NULL;
 	for (uint32_t s = 0; ok && s < plan->n_stages; s++) {
@@ -567,6 +571,16 @@ static int read_plan(const cJSON *root, const struct lynx_problem *p, struct lyn
 		                          sizeof(plan->run));
 	if (it)
 		snprintf(plan->run, sizeof(plan->run), "%s", it->valuestring);
+	uint64_t granule = 0;
+	if (cJSON_GetObjectItemCaseSensitive(root, "granule_bytes") &&
+	    (err = get_uint(root, "granule_bytes", "", &granule, why, len)))
+		return err;
+	if (granule != p->granule_bytes)
+		return lynx_policy_refuse(
+		        why, len,
+		        "granule_bytes: the plan was made with buffers below %llu "
+		        "bytes as no groups, this problem with %llu",
+		        (unsigned long long)granule, (unsigned long long)p->granule_bytes);
 	stages = cJSON_GetObjectItemCaseSensitive(root, "stages");
 	if (!cJSON_IsArray(stages))
 		return lynx_policy_refuse(why, len, "stages: missing or not an array");
@@ -600,4 +614,16 @@ int lynx_plan_from_json(const char *text, const struct lynx_problem *p, struct l
 		lynx_plan_free(plan);
 	cJSON_Delete(root);
 	return err;
+}
+
+uint64_t lynx_plan_json_granule(const char *text)
+{
+	cJSON *root = text ? cJSON_Parse(text) : NULL;
+	const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "granule_bytes");
+	uint64_t granule = 0;
+
+	if (cJSON_IsNumber(it) && it->valuedouble >= 0 && it->valuedouble < 9007199254740992.0)
+		granule = (uint64_t)it->valuedouble;
+	cJSON_Delete(root);
+	return granule;
 }

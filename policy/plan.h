@@ -101,6 +101,13 @@ int lynx_plan_validate(const struct lynx_plan *plan, const struct lynx_problem *
  */
 char *lynx_plan_to_json(const struct lynx_plan *plan, const struct lynx_problem *p);
 
+/*
+ * The "granule_bytes" a plan's JSON text names (the problem it was made for had saved
+ * buffers below it as no groups), so that a reader builds that problem; 0 when it names
+ * none, or the text is not a plan (lynx_plan_from_json then says why).
+ */
+uint64_t lynx_plan_json_granule(const char *text);
+
 /* The largest plan file read (LYNX_PLAN): plans are kilobytes; this only bounds a mistake. */
 #define LYNX_PLAN_MAX_FILE_BYTES (64u << 20)
 

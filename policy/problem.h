@@ -197,6 +197,9 @@ struct lynx_problem {
 	 * keeps its start (HEU's plan) on the others. */
 	bool search_one_stage;
 	uint32_t searched_stage;
+	/* From the options (profiles only): saved buffers below it are no groups; 0: none. A
+	 * plan names the groups of a problem with its granule (plan.h's "granule_bytes"). */
+	uint64_t granule_bytes;
 };
 
 struct lynx_problem_options {
@@ -223,6 +226,11 @@ struct lynx_problem_options {
 	 * measured (the micro-batches it holds at once); its pipeline transfers are not used
 	 * as windows, since the other stages' timing is unknown. */
 	bool solo;
+	/* lynx_problem_from_profile(): saved buffers smaller than this are no group. Lynx's
+	 * executor evicts whole VMM granules and keeps a smaller buffer, which would take a
+	 * whole one, so such buffers count as memory no plan changes (in static_bytes, for the
+	 * micro-batches a stage holds at once). 0: every buffer of bytes > 0 is a group. */
+	uint64_t granule_bytes;
 	/* lynx_whatif_plan() without a budget (budget_bytes and budget_percent 0): plan at the
 	 * smallest budget whose plan is predicted at most this many hundredths of a percent
 	 * slower than keeping everything (LYNX_MAX_SLOWDOWN); 0: at the measured peak. */

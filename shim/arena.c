@@ -591,6 +591,34 @@ static void resident_add_locked(struct lynx_arena *a, uint64_t size)
 
 /* ---- The API --------------------------------------------------------------------------- */
 
+/* Device memory on device, as the arena maps it. */
+static CUmemAllocationProp device_prop(int device)
+{
+	CUmemAllocationProp prop = {0};
+
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = device;
+	return prop;
+}
+
+int lynx_arena_device_granularity(const struct lynx_arena_driver *driver, int device, size_t *out)
+{
+	CUmemAllocationProp prop = device_prop(device);
+	size_t g = 0;
+	CUresult res;
+
+	if (!driver || !driver->mem_get_allocation_granularity)
+		return -EINVAL;
+	res = driver->mem_get_allocation_granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+	if (res != CUDA_SUCCESS)
+		return errno_of(res);
+	if (!g || (g & (g - 1)))
+		return -EINVAL;
+	*out = g;
+	return 0;
+}
+
 int lynx_arena_create(const struct lynx_arena_driver *driver, int device, size_t reserve_bytes,
                       struct lynx_arena **out)
 {
@@ -617,9 +645,7 @@ int lynx_arena_create(const struct lynx_arena_driver *driver, int device, size_t
 	atomic_init(&a->lowest, UINT64_MAX);
 	pthread_mutex_init(&a->lock, NULL);
 	a->driver = *driver;
-	a->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-	a->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	a->prop.location.id = device;
+	a->prop = device_prop(device);
 	a->read_write.location = a->prop.location;
 	a->read_write.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
 	res = driver->mem_get_allocation_granularity(&a->granularity, &a->prop,

@@ -147,6 +147,14 @@ int lynx_arena_destroy(struct lynx_arena *arena);
 size_t lynx_arena_granularity(const struct lynx_arena *arena);
 
 /*
+ * The minimum VMM granularity an arena for device would have, before there is one (a
+ * planner sizes what it can evict by it). Returns 0 and *out, or -EINVAL (no such driver
+ * entry, a granularity that is not a power of two) or the driver's error (-ENOMEM, -EAGAIN,
+ * -EIO); nothing is logged.
+ */
+int lynx_arena_device_granularity(const struct lynx_arena_driver *driver, int device, size_t *out);
+
+/*
  * A new resident allocation of bytes rounded up to the granularity, at a granule-aligned
  * address: the first free range that fits, or a new chunk of max(reserve_bytes, size).
  * Returns 0 and *out, or -EINVAL (bytes 0), -ENOMEM, -EAGAIN, -EIO; on failure nothing is

@@ -1161,6 +1161,23 @@ static uint64_t plan_hash(const struct lynx_prof_script *script,
 	return h;
 }
 
+size_t lynx_exec_eviction_granule(void)
+{
+	PFN_cuCtxGetDevice_v2000 get_device =
+	        (PFN_cuCtxGetDevice_v2000)lookup("cuCtxGetDevice", 2000, NULL);
+	struct lynx_arena_driver arena_driver;
+	CUdevice device;
+	size_t granule = 0;
+
+	lynx_nested_begin();
+	if (!get_device || get_device(&device) != CUDA_SUCCESS ||
+	    lynx_arena_driver_resolve(&arena_driver, lookup, NULL) ||
+	    lynx_arena_device_granularity(&arena_driver, (int)device, &granule))
+		granule = 0;
+	lynx_nested_end();
+	return granule;
+}
+
 int lynx_exec_arm(const struct lynx_prof_script *script, const struct lynx_exec_decision *decisions,
                   const struct lynx_exec_expectation *expect, enum lynx_exec_fault fault)
 {

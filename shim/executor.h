@@ -103,7 +103,9 @@ enum lynx_exec_action {
 	X(FAIL_STREAM_WAITS, "fail-stream-waits") /* every stream wait fails (the host waits) */  \
 	X(FAIL_PREFETCH, "fail-prefetch")         /* every restore on the restore stream fails */ \
 	X(FAIL_REPLAY, "fail-replay")             /* each replay's first launch fails */          \
-	X(LOSE_REPLAYS, "lose-replays")           /* every replay launch fails: bytes lost */
+	X(LOSE_REPLAYS, "lose-replays")           /* every replay launch fails: bytes lost */     \
+	/* the plan counts buffers below a granule as evictable: it predicts low */               \
+	X(PLAN_SMALL_BUFFERS, "plan-small-buffers")
 
 enum lynx_exec_fault {
 #define LYNX_EXEC_FAULT_ENUM(id, name) LYNX_EXEC_FAULT_##id,
@@ -214,6 +216,13 @@ struct lynx_exec_decision {
  */
 int lynx_exec_arm(const struct lynx_prof_script *script, const struct lynx_exec_decision *decisions,
                   const struct lynx_exec_expectation *expect, enum lynx_exec_fault fault);
+
+/*
+ * The smallest activation the executor can evict on the current device: its minimum VMM
+ * granularity (a smaller one would take a whole granule, and is kept). 0 when the driver
+ * cannot say. For the planner, before arming (lynx_problem_options.granule_bytes).
+ */
+size_t lynx_exec_eviction_granule(void);
 
 /*
  * Hook side. Each returns at once unless armed, and ignores the shim's own calls.

@@ -1222,10 +1222,19 @@ static void try_plan(bool at_exit)
 		}
 	}
 	uint64_t beyond;
+	/* What the executor cannot evict the plan must count as kept: on a GPU (2 MiB
+	 * granules) most tensor-parallel activations. A given plan (LYNX_PLAN) names the
+	 * groups of the granule it was made with (none from lynx plan); the executor keeps
+	 * the small buffers all the same. */
+	uint64_t granule = plan_json ? lynx_plan_json_granule(plan_json)
+	                   : prof.fault == LYNX_EXEC_FAULT_PLAN_SMALL_BUFFERS
+	                           ? 0
+	                           : lynx_exec_eviction_granule();
 	struct lynx_problem_options opt = {.budget_bytes = planning_budget(&beyond),
 	                                   .budget_percent = prof.budget_percent,
 	                                   .max_slowdown_bp = prof.max_slowdown_bp,
 	                                   .solo = solo,
+	                                   .granule_bytes = granule,
 	                                   .search_seconds = SEARCH_SECONDS};
 	const struct lynx_planner *pl = lynx_planner_find(prof.planner);
 	if (!plan_json && pl && pl->searches) {

@@ -765,6 +765,66 @@ static void test_maps_each_buffer_to_its_group(void **state)
 	drop(pr);
 }
 
+/*
+ * With granule_bytes (the executor's VMM granularity), a buffer below it is no group: the
+ * executor keeps it, so the plan must count it as kept. It maps to no group, and its bytes,
+ * in every layer of the stage and every micro-batch held at once, are static memory.
+ */
+static void test_buffers_below_a_granule_count_as_kept(void **state)
+{
+	struct lynx_profile *pr = stage(2, 6, 8, 2, 0, 1000);
+	const struct lynx_profile *ranks[] = {pr};
+	static const uint64_t bytes[] = {300, 100, 200, 400, 0, 500};
+	struct lynx_problem_options opt = {.granule_bytes = 256};
+	struct lynx_problem p, q;
+
+	add_group(pr, 0, 50, 0, 7);
+	for (size_t k = 0; k < 6; k++)
+		add_group(pr, 1, bytes[k], (int32_t)k - 1, 3);
+	build(ranks, 1, NULL, &p);
+	build(ranks, 1, &opt, &q);
+	assert_int_equal(p.layer.n_groups, 5);
+	assert_int_equal(q.layer.n_groups, 3); /* 300, 400 and 500 bytes */
+	for (uint32_t k = 0; k < 6; k++) {
+		int16_t g = q.layer.buffer_group[k];
+
+		if (bytes[k] < 256) {
+			assert_int_equal(g, -1);
+			continue;
+		}
+		assert_true(g >= 0);
+		assert_int_equal(q.layer.groups[g].bytes, bytes[k]);
+	}
+	/* 100 + 200 bytes a layer, 2 layers, 1 micro-batch held (no pipeline). */
+	assert_int_equal(q.stages[0].inflight, 1);
+	assert_int_equal(q.stages[0].static_bytes, p.stages[0].static_bytes + 300 * 2);
+	/* A plan names its problem's granule; read against another granule it is refused. */
+	struct lynx_plan plan, back;
+	char why_plan[256];
+	assert_int_equal(
+	        lynx_planner_run(lynx_planner_find("heu"), &q, &plan, why_plan, sizeof(why_plan)),
+	        0);
+	char *text = lynx_plan_to_json(&plan, &q);
+	assert_non_null(text);
+	assert_int_equal(lynx_plan_json_granule(text), 256);
+	assert_int_equal(lynx_plan_from_json(text, &q, &back, why_plan, sizeof(why_plan)), 0);
+	lynx_plan_free(&back);
+	assert_int_equal(lynx_plan_from_json(text, &p, &back, why_plan, sizeof(why_plan)), -EINVAL);
+	assert_non_null(strstr(why_plan, "granule_bytes: the plan was made with buffers below "
+	                                 "256 bytes as no groups, this problem with 0"));
+	free(text);
+	lynx_plan_free(&plan);
+	/* A budget below that says why: the activations the executor cannot evict. */
+	char why[512] = "";
+	opt.budget_bytes = q.stages[0].static_bytes - 1;
+	lynx_problem_free(&q);
+	assert_int_equal(lynx_problem_from_profile(ranks, 1, &opt, &q, why, sizeof(why)), -EINVAL);
+	assert_non_null(strstr(why, "of activations smaller than the device's 256 B VMM granule, "
+	                            "which Lynx cannot evict"));
+	lynx_problem_free(&p);
+	drop(pr);
+}
+
 /* A layer of more buffers than LYNX_PROBLEM_MAX_BUFFERS: the first ones are mapped. */
 static void test_maps_at_most_max_buffers(void **state)
 {
@@ -1255,6 +1315,7 @@ int main(void)
 	        cmocka_unit_test(test_embedding_and_head_from_the_odd_layers),
 	        cmocka_unit_test(test_merges_kernels_and_groups_past_the_limits),
 	        cmocka_unit_test(test_maps_each_buffer_to_its_group),
+	        cmocka_unit_test(test_buffers_below_a_granule_count_as_kept),
 	        cmocka_unit_test(test_maps_at_most_max_buffers),
 	        cmocka_unit_test(test_maps_each_collective_to_its_op),
 	        cmocka_unit_test(test_stage_layers_in_the_profile),

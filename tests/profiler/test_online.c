@@ -415,49 +415,61 @@ static void test_profile_mode_finds_layers_in_other_layouts(void **state)
 /*
  * Recompute mode plans online once every rank's profile is in LYNX_OUT: plan.json (rank 0),
  * one summary line per rank; LYNX_PLAN replays a given plan; a corrupt LYNX_PLAN warns and
- * the run completes. At simgpu's default 2 MiB granule tinytrain's activations are too
- * small for the executor's arena, so nothing is evicted and training results are
- * unchanged (test_executor runs it at 4 KiB), and so is the peak memory of every step but
- * the one where warm-up ends: there the host link is measured with 4 MiB of copies.
+ * the run completes; training results are unchanged. At simgpu's default 2 MiB granule
+ * tinytrain's activations are too small for the executor's arena: no plan fits then, and
+ * each rank says why. At 4 KiB they are evicted (test_executor checks what that saves).
  */
 static void test_recompute_mode_plans_online(void **state)
 {
 	char env[4000], plan[1300], why[1300];
 	struct step_line a[STEPS * 4], b[STEPS * 4];
-	struct output plain = run("LD_LIBRARY_PATH=build/simgpu", TRAINER_ARGS);
+	struct output plain =
+	        run("LD_LIBRARY_PATH=build/simgpu SIMGPU_VMM_GRANULARITY=4K", TRAINER_ARGS);
+
+	/* At the default 2 MiB granule every activation stays: no plan fits, each rank says
+	 * why, and the job runs unchanged. */
+	snprintf(env, sizeof(env),
+	         "LD_LIBRARY_PATH=build/simgpu LD_PRELOAD=build/liblynx.so LYNX_MODE=recompute "
+	         "LYNX_OUT=%s/granule LYNX_BUDGET=2180K",
+	         scratch);
+	struct output o = run(env, TRAINER_ARGS);
+	assert_int_equal(o.exit_code, 0);
+	assert_int_equal(count_of(o.err, "smaller than the device's 2.00 MiB VMM granule, which "
+	                                 "Lynx cannot evict"),
+	                 PP * TP);
+	release(&o);
 
 	snprintf(out_dir, sizeof(out_dir), "%s/recompute", scratch);
 	snprintf(env, sizeof(env),
-	         "LD_LIBRARY_PATH=build/simgpu LD_PRELOAD=build/liblynx.so LYNX_MODE=recompute "
-	         "LYNX_OUT=%s LYNX_BUDGET=2150K",
+	         "LD_LIBRARY_PATH=build/simgpu SIMGPU_VMM_GRANULARITY=4K "
+	         "LD_PRELOAD=build/liblynx.so "
+	         "LYNX_MODE=recompute LYNX_OUT=%s LYNX_BUDGET=2180K",
 	         out_dir);
-	struct output o = run(env, TRAINER_ARGS);
+	o = run(env, TRAINER_ARGS);
 	assert_int_equal(o.exit_code, 0);
 	/* The budget counts the device's memory in use, so the plan is made for less: what
 	 * warm-up had in use beyond its tensors (simgpu's 4 KiB pages) is taken off. */
-	assert_int_equal(count_of(o.err, ": recompute plan (heu, budget 2.10 MiB; planned for "),
+	assert_int_equal(count_of(o.err, ": recompute plan (heu, budget 2.13 MiB; planned for "),
 	                 PP * TP);
-	const char *line0 = strstr(o.err, "lynx[rank 0]: recompute plan (heu, budget 2.10 MiB");
-	const char *line3 = strstr(o.err, "lynx[rank 3]: recompute plan (heu, budget 2.10 MiB");
+	const char *line0 = strstr(o.err, "lynx[rank 0]: recompute plan (heu, budget 2.13 MiB");
+	const char *line3 = strstr(o.err, "lynx[rank 3]: recompute plan (heu, budget 2.13 MiB");
 	assert_non_null(line0);
 	assert_non_null(line3);
-	assert_true(atof(strstr(line0, "planned for ") + strlen("planned for ")) < 2.10);
+	assert_true(atof(strstr(line0, "planned for ") + strlen("planned for ")) < 2.13);
 	assert_non_null(strstr(line0, "), stage 0 of 2"));
 	assert_non_null(strstr(line3, "), stage 1 of 2"));
 	assert_true(strstr(line0, "), stage 0 of 2") < strchr(line0, '\n'));
 	assert_true(strstr(line3, "), stage 1 of 2") < strchr(line3, '\n'));
-	size_t n = parse_lines(plain.out, a, STEPS * 4), raised = 0;
+	size_t n = parse_lines(plain.out, a, STEPS * 4);
 	assert_int_equal(parse_lines(o.out, b, STEPS * 4), n);
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < n; i++) { /* the same results; the peaks are what changes */
 		char *pa = strstr(a[i].results, ",\"peak_bytes\":");
 		char *pb = strstr(b[i].results, ",\"peak_bytes\":");
 		assert_non_null(pa);
 		assert_non_null(pb);
-		raised += strcmp(pa, pb) != 0;
 		*pa = *pb = '\0';
 		assert_string_equal(a[i].results, b[i].results);
 	}
-	assert_true(raised <= PP * TP); /* one step per rank */
 	/* The link measured goes into each profile, for the planners' offloading. */
 	snprintf(plan, sizeof(plan), "%s/profile.0.json", out_dir);
 	char *profile = slurp(plan);

@@ -249,6 +249,12 @@ static void test_sizes_and_addresses_follow_the_device_granularity(void **state)
 	assert_int_equal(stats_of(f).reserved_bytes % g, 0);
 	assert_int_equal(lynx_arena_free(f->arena, one_byte), 0);
 	assert_int_equal(lynx_arena_free(f->arena, just_over), 0);
+	/* The same granularity before any arena (what a planner sizes evictions by). */
+	size_t before = 0;
+	assert_int_equal(lynx_arena_device_granularity(&simgpu_driver, 0, &before), 0);
+	assert_int_equal(before, g);
+	struct lynx_arena_driver none = {0};
+	assert_int_equal(lynx_arena_device_granularity(&none, 0, &before), -EINVAL);
 }
 
 /* ---- Reuse and coalescing -------------------------------------------------------------- */
