@@ -51,7 +51,8 @@ static const struct lynx_command commands[] = {
          "trace.<rank>.json) in DIR, or in one DIR per node",
          lynx_report_help},
         {"plan", lynx_plan_main,
-         "PROFILE|DIR... [--run ID] [--budget BYTES|--budget-percent N] [--planner P] "
+         "PROFILE|DIR... [--run ID] [--budget BYTES|--budget-percent N] [--granule BYTES] "
+         "[--planner P] "
          "[--out FILE] | --model NAME|--hf-config FILE --cluster NAME "
          "[--tp T] [--pp P] [--budget BYTES] [--planner P] [--out FILE] [--partition]",
          "plan a job, from its profiles or a model description, and write the plan",

@@ -36,6 +36,7 @@ struct plan_args {
 	const char *run; /* profiles only: the run to read; NULL: the newest */
 	bool partition;
 	uint32_t budget_percent; /* profiles: each stage's share of its own peak; 0: --budget */
+	uint64_t granule;        /* profiles: saved buffers below it are kept; 0: none */
 };
 
 /* The command line, declared once: the parser and `lynx help plan` read this table. */
@@ -52,6 +53,9 @@ static const struct lynx_option options[] = {
         LYNX_OPTION(struct plan_args, "--budget-percent", "N", UINT, budget_percent,
                     "profiles only: each stage's budget is N% (1 to 100) of its own measured "
                     "peak, as LYNX_BUDGET=N% (stages peak differently)"),
+        LYNX_OPTION(struct plan_args, "--granule", "BYTES", SIZE, granule,
+                    "profiles only: activations below this VMM granule are kept, as recompute "
+                    "mode plans them on the device (2M on a GPU; default 0: none)"),
         LYNX_OPTION(struct plan_args, "--run", "ID", NAME, run,
                     "profiles only: plan the run ID among profiles of several (default: the "
                     "newest)"),
@@ -81,7 +85,8 @@ void lynx_plan_help(FILE *out)
 	        "or process\nmerged) instead, one per pipeline stage (more ranks of a stage: the "
 	        "slowest\ncounts). Only\n--budget (default: the largest measured peak), "
 	        "--budget-percent, "
-	        "--planner, --out,\n--time-limit and --run apply. The layer's ops are its kernels, "
+	        "--granule, --planner,\n--out, --time-limit and --run apply. The layer's ops are "
+	        "its kernels, "
 	        "its groups the saved\nbuffers, its windows the measured collectives "
 	        "(policy/problem.h says how). The\noffload planner needs every profile's host "
 	        "link, which recompute mode measures in\nwarm-up (profiling-only mode does not): "
@@ -97,8 +102,9 @@ void lynx_plan_help(FILE *out)
 /* The options that apply to profiles; the others describe a model. */
 static bool profile_option(const char *name)
 {
-	static const char *const apply[] = {"--budget", "--budget-percent", "--planner",
-	                                    "--out",    "--time-limit",     "--run"};
+	static const char *const apply[] = {
+	        "--budget", "--budget-percent", "--granule", "--planner",
+	        "--out",    "--time-limit",     "--run"};
 
 	for (size_t i = 0; i < sizeof(apply) / sizeof(apply[0]); i++)
 		if (!strcmp(apply[i], name))
@@ -481,7 +487,8 @@ static int plan_profiles(const struct plan_args *a, const char *const *paths, si
 	struct lynx_problem_options opt = {.search_seconds = a->job.time_limit,
 	                                   .budget_bytes = a->job.budget,
 	                                   .profile_names = names,
-	                                   .budget_percent = a->budget_percent};
+	                                   .budget_percent = a->budget_percent,
+	                                   .granule_bytes = a->granule};
 	struct lynx_profile_run run;
 	struct lynx_problem p;
 	size_t read = 0, kept;
@@ -641,13 +648,16 @@ int lynx_plan_main(int argc, char **argv)
 	else if (!n_profiles && a.budget_percent)
 		rc = lynx_usage_error("plan", "--budget-percent needs profiles (a model has no "
 		                              "measured peak): give --budget");
+	else if (!n_profiles && a.granule)
+		rc = lynx_usage_error("plan", "--granule needs profiles (a model has groups, not "
+		                              "the buffers a granule keeps)");
 	else if (!n_profiles)
 		rc = plan_model(&a, pl);
 	else if (model_only)
 		rc = lynx_usage_error("plan",
 		                      "%s describes a model; with profiles only --budget, "
-		                      "--budget-percent, --planner, --out, --time-limit and --run "
-		                      "apply",
+		                      "--budget-percent, --granule, --planner, --out, --time-limit "
+		                      "and --run apply",
 		                      model_only);
 	else {
 		size_t n_files = 0;

@@ -219,6 +219,21 @@ static void test_plan_reads_per_node_directories(void **state)
 	assert_int_equal(r.status, 2);
 	assert_non_null(strstr(r.text, "none of the 2 directories holds a profile.<rank>.json"));
 	free(r.text);
+	/* --granule: planned as recompute mode plans on the device, and the plan says so. */
+	r = plan(OUT,
+	         "node0 node1 --planner full --granule 4K --budget 64M --out granule.plan.json");
+	assert_int_equal(r.status, 0);
+	free(r.text);
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof(path), "%s/granule.plan.json", scratch);
+	char *json = slurp(path);
+	assert_non_null(json);
+	assert_non_null(strstr(json, "\"granule_bytes\":\t4096"));
+	free(json);
+	r = plan(ERR, "--model gpt-1.3b --cluster a100-nvlink --granule 1M --out m.json");
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.text, "--granule needs profiles"));
+	free(r.text);
 }
 
 /* --budget-percent: each stage gets that share of its own measured peak. */
