@@ -56,12 +56,13 @@ static double seconds(uint64_t ns)
  */
 #define SOLO_STEPS_PER_OCTAVE 4
 
-/* t as the problem holds it: solo, rounded to the nearest 2^(i / SOLO_STEPS_PER_OCTAVE). */
-static double planned_s(const struct ctx *c, double t)
+/* A measured figure (a time, a rate) as the problem holds it: solo, rounded to the nearest
+ * 2^(i / SOLO_STEPS_PER_OCTAVE); shared, as measured. */
+static double solo_rounded(const struct ctx *c, double x)
 {
-	if (!c->opt->solo || !(t > 0) || !isfinite(t))
-		return t;
-	return exp2(round(log2(t) * SOLO_STEPS_PER_OCTAVE) / SOLO_STEPS_PER_OCTAVE);
+	if (!c->opt->solo || !(x > 0) || !isfinite(x))
+		return x;
+	return exp2(round(log2(x) * SOLO_STEPS_PER_OCTAVE) / SOLO_STEPS_PER_OCTAVE);
 }
 
 static bool known(const struct lynx_profile_time *t)
@@ -1012,8 +1013,8 @@ static void fill_part(const struct ctx *c, const struct lynx_profile_layer *l,
                       struct lynx_problem_part *part)
 {
 	part->present = true;
-	part->fwd_s = known(&l->forward) ? planned_s(c, seconds(l->forward.ns)) : 0;
-	part->bwd_s = known(&l->backward) ? planned_s(c, seconds(l->backward.ns)) : 0;
+	part->fwd_s = known(&l->forward) ? solo_rounded(c, seconds(l->forward.ns)) : 0;
+	part->bwd_s = known(&l->backward) ? solo_rounded(c, seconds(l->backward.ns)) : 0;
 	part->act_bytes = l->saved_bytes;
 }
 
@@ -1074,9 +1075,9 @@ static int fill_stage(const struct ctx *c, const struct layer_src *ls, const str
 		if (pr->windows[w].kind == LYNX_PROFILE_WINDOW_DP_GRAD &&
 		    known(&pr->windows[w].idle))
 			st->grad_reduce_s += seconds(pr->windows[w].idle.ns);
-	st->recv_fwd_s = planned_s(c, st->recv_fwd_s);
-	st->recv_bwd_s = planned_s(c, st->recv_bwd_s);
-	st->grad_reduce_s = planned_s(c, st->grad_reduce_s);
+	st->recv_fwd_s = solo_rounded(c, st->recv_fwd_s);
+	st->recv_bwd_s = solo_rounded(c, st->recv_bwd_s);
+	st->grad_reduce_s = solo_rounded(c, st->grad_reduce_s);
 	st->n_windows = list_windows(ls, &p->layer, st, recv_fwd, recv_bwd, dp, NULL);
 	st->windows = calloc(st->n_windows ? st->n_windows : 1, sizeof(*st->windows));
 	if (!st->windows)
@@ -1104,9 +1105,9 @@ static void fill_host_link(const struct ctx *c, struct lynx_problem *p)
 		h2d.busbw = fmin(h2d.busbw, h->h2d_bytes_per_s);
 		d2h.latency_s = h2d.latency_s = fmax(d2h.latency_s, h->latency_s);
 	}
-	d2h.busbw = planned_s(c, d2h.busbw); /* a rate on the same grid */
-	h2d.busbw = planned_s(c, h2d.busbw);
-	d2h.latency_s = h2d.latency_s = planned_s(c, d2h.latency_s);
+	d2h.busbw = solo_rounded(c, d2h.busbw);
+	h2d.busbw = solo_rounded(c, h2d.busbw);
+	d2h.latency_s = h2d.latency_s = solo_rounded(c, d2h.latency_s);
 	p->d2h = d2h;
 	p->h2d = h2d;
 }
@@ -1126,10 +1127,10 @@ static int fill_layer(const struct ctx *c, struct layer_src *ls, struct lynx_pro
 	for (uint32_t op = 0; op < L->n_ops; op++) {
 		struct lynx_problem_op *o = &L->ops[op];
 
-		o->fwd_s = planned_s(c, o->fwd_s);
-		o->bwd_s = planned_s(c, o->bwd_s);
-		o->wait_fwd_s = planned_s(c, o->wait_fwd_s);
-		o->wait_bwd_s = planned_s(c, o->wait_bwd_s);
+		o->fwd_s = solo_rounded(c, o->fwd_s);
+		o->bwd_s = solo_rounded(c, o->bwd_s);
+		o->wait_fwd_s = solo_rounded(c, o->wait_fwd_s);
+		o->wait_bwd_s = solo_rounded(c, o->wait_bwd_s);
 
 		/* A replay reruns kernels, never a collective: what the collective gave is in a
 		 * buffer the replay reads, or the executor's examination refuses the replay. */

@@ -332,14 +332,9 @@ static void test_each_rank_plans_alone_without_a_shared_directory(void **state)
 	         "LYNX_BUDGET=60%% " NO_LEAK_CHECK,
 	         simgpu_env(), build_dir, scratch);
 	struct output o = run(env, cmd);
-	size_t n = parse_lines(plain.out, a, MAX_LINES);
+	size_t n = assert_same_results(&plain, &o, a, b);
 
-	assert_int_equal(plain.exit_code, 0);
-	assert_int_equal(o.exit_code, 0);
 	assert_int_equal(n, 2 * STEPS);
-	assert_int_equal(parse_lines(o.out, b, MAX_LINES), n);
-	for (size_t i = 0; i < n; i++)
-		assert_string_equal(a[i].results, b[i].results);
 	int unarmed = 0;
 	for (int rank = 0; rank < 2; rank++) {
 		const struct step_line *alone = &b[n - 2 + rank], *bare = &a[n - 2 + rank];
@@ -385,13 +380,8 @@ static void test_peers_that_plan_alone_follow_one_plan_despite_timing_noise(void
 	         "LYNX_OUT='%s/noisy/proc-%%p' LYNX_BUDGET=75%% " NO_LEAK_CHECK,
 	         simgpu_env(), build_dir, scratch);
 	struct output o = run(env, cmd);
-	size_t n = parse_lines(plain.out, a, MAX_LINES);
 
-	assert_int_equal(plain.exit_code, 0);
-	assert_int_equal(o.exit_code, 0);
-	assert_int_equal(parse_lines(o.out, b, MAX_LINES), n);
-	for (size_t i = 0; i < n; i++)
-		assert_string_equal(a[i].results, b[i].results);
+	assert_same_results(&plain, &o, a, b);
 	for (int rank = 0; rank < 4; rank++)
 		assert_true(stat_of(o.err, rank, "evicted (") > 0);
 	/* As a user would: the launcher's own directory, without a profile, is left out. */
