@@ -75,6 +75,18 @@ uint64_t simgpu_now_ns(void);
  */
 void simgpu_nccl_next_virtual_bytes(size_t bytes);
 
+/*
+ * Copies between the device and page-locked host memory (either way, by anyone: the program,
+ * Lynx's offloading) are costed as if each real byte were `virtual_per_real` bytes, from now
+ * on in this process and the processes it forks. Lets a small real model that has the compute
+ * and communication times of a large virtual one (kernels' cost functions,
+ * simgpu_nccl_next_virtual_bytes) have its offloading times too: without it, copying its
+ * activations to host memory would look all but free. Copies to or from pageable memory (a
+ * program reading back its loss) keep their real size. Values outside (0, 1e9) are ignored;
+ * the default is 1.
+ */
+void simgpu_host_copy_scale(double virtual_per_real);
+
 /* Races and errors simgpu detected and reported on stderr (e.g. unmapped access by a
  * copy); tests assert on it. */
 uint64_t simgpu_error_count(void);

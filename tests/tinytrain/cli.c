@@ -103,7 +103,7 @@ static void usage(FILE *f)
 	        "                 [--seed K] [--no-hazard NAME]... [--report-saved]\n"
 	        "                 [--schedule %s [--virtual-stages V]]\n"
 	        "                 [--lazy-optimizer] [--ddp-buckets KB] [--fork-worker-after N]\n"
-	        "                 [--retain-pool]\n"
+	        "                 [--retain-pool] [--virtual-copies]\n"
 	        "                 [--launch %s]\n"
 	        "                 [--compute-stream %s]\n"
 	        "\n"
@@ -137,6 +137,10 @@ static void usage(FILE *f)
 	        "  --retain-pool      the default memory pool keeps what is freed (release\n"
 	        "                     threshold UINT64_MAX), as PyTorch's cudaMallocAsync\n"
 	        "                     backend sets it: freed memory stays in use on the device.\n"
+	        "  --virtual-copies   copies to and from page-locked host memory (offloading)\n"
+	        "                     take the virtual model's time: each real byte costs as\n"
+	        "                     many as an s*b*h activation's grow (default: real bytes,\n"
+	        "                     which makes offloading about 1000x too cheap).\n"
 	        "  --fork-worker-after N  after N steps each rank forks a worker that exits at\n"
 	        "                     once, normally (a DataLoader worker, a compile worker);\n"
 	        "                     the rank fails if the worker does not exit 0.\n"
@@ -211,6 +215,7 @@ enum {
 	OPT_VIRTUAL_STAGES,
 	OPT_LAZY_OPTIMIZER,
 	OPT_RETAIN_POOL,
+	OPT_VIRTUAL_COPIES,
 	OPT_DDP_BUCKETS,
 	OPT_FORK_WORKER_AFTER,
 	OPT_LAUNCH,
@@ -241,6 +246,7 @@ static const struct option long_options[] = {
         {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
         {"lazy-optimizer", no_argument, NULL, OPT_LAZY_OPTIMIZER},
         {"retain-pool", no_argument, NULL, OPT_RETAIN_POOL},
+        {"virtual-copies", no_argument, NULL, OPT_VIRTUAL_COPIES},
         {"ddp-buckets", required_argument, NULL, OPT_DDP_BUCKETS},
         {"fork-worker-after", required_argument, NULL, OPT_FORK_WORKER_AFTER},
         {"launch", required_argument, NULL, OPT_LAUNCH},
@@ -420,6 +426,9 @@ int tt_parse_args(int argc, char **argv, struct tt_config *cfg)
 			continue;
 		case OPT_RETAIN_POOL:
 			cfg->retain_pool = true;
+			continue;
+		case OPT_VIRTUAL_COPIES:
+			cfg->virtual_copies = true;
 			continue;
 		case OPT_LAZY_OPTIMIZER:
 			cfg->lazy_optimizer = true;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "kernels.h"
+#include "simgpu.h"
 #include "tinytrain.h"
 
 struct line {
@@ -61,6 +62,21 @@ static int print_ordered(FILE **outputs, int ranks)
 	return 0;
 }
 
+/*
+ * Bytes of the virtual model's activation per real byte: an s·b·h tensor in bf16 against the
+ * real one in float. With --virtual-copies, offloading copies (to page-locked memory) are
+ * costed at this scale, as kernels and NCCL calls are costed at the virtual model's size. The
+ * a·s²·b attention tensors scale by more (the sequence twice); the s·b·h ones are most of a layer's
+ * bytes.
+ */
+static double activation_scale(const struct tt_config *cfg)
+{
+	double virt = 2.0 * cfg->virt.seq * cfg->virt.batch * cfg->virt.hidden;
+	double real = 4.0 * cfg->real.seq * cfg->real.batch * cfg->real.hidden;
+
+	return virt / real;
+}
+
 int main(int argc, char **argv)
 {
 	struct tt_config cfg;
@@ -74,6 +90,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "tinytrain: cannot register kernels (is this simgpu?)\n");
 		return 1;
 	}
+	if (cfg.virtual_copies)
+		simgpu_host_copy_scale(activation_scale(&cfg));
 	if (ncclGetUniqueId(&id) != ncclSuccess) {
 		fprintf(stderr, "tinytrain: ncclGetUniqueId failed\n");
 		return 1;

@@ -96,6 +96,8 @@ struct tt_config {
 	/* Adam's state is allocated at the first optimizer step, not at start-up. */
 	bool lazy_optimizer;
 	bool retain_pool; /* the default pool keeps freed memory (PyTorch's cudaMallocAsync) */
+	/* Copies to and from page-locked host memory cost the virtual model's bytes. */
+	bool virtual_copies;
 	/* DDP-style gradient buckets of about this many KiB; 0: one all-reduce per step. */
 	int ddp_bucket_kb;
 	/* After this many steps, fork a worker that exits at once; 0: never. */

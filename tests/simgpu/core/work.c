@@ -270,6 +270,25 @@ static void run_copy(void *arg)
 	memmove(c->dst, c->src, c->bytes);
 }
 
+/* Virtual bytes per real byte of a copy between the device and page-locked host memory
+ * (simgpu_host_copy_scale). Set once, before the program's threads and processes start; read
+ * by every such copy. */
+static _Atomic double host_copy_scale = 1.0;
+
+SIMGPU_EXPORT void simgpu_host_copy_scale(double virtual_per_real)
+{
+	if (virtual_per_real > 0 && virtual_per_real < 1e9)
+		host_copy_scale = virtual_per_real;
+}
+
+/* What a copy of `bytes` between host and device is costed as. */
+static uint64_t host_copy_bytes(size_t bytes)
+{
+	double scaled = (double)bytes * host_copy_scale;
+
+	return scaled < 1 ? 1 : (uint64_t)scaled;
+}
+
 SIMGPU_EXPORT CUresult simgpu_memcpy(void *dst, const void *src, size_t bytes,
                                      struct CUstream_st *stream, bool async)
 {
@@ -291,11 +310,15 @@ SIMGPU_EXPORT CUresult simgpu_memcpy(void *dst, const void *src, size_t bytes,
 		name = "memcpy DtoD";
 	} else if (dst_dev) {
 		res = SIMGPU_RES_H2D;
-		cost = transfer_ns(bytes, c->h2d_bytes_per_s);
+		cost = transfer_ns(simgpu_mem_is_pinned_host(src, bytes) ? host_copy_bytes(bytes)
+		                                                         : bytes,
+		                   c->h2d_bytes_per_s);
 		name = "memcpy HtoD";
 	} else if (src_dev) {
 		res = SIMGPU_RES_D2H;
-		cost = transfer_ns(bytes, c->d2h_bytes_per_s);
+		cost = transfer_ns(simgpu_mem_is_pinned_host(dst, bytes) ? host_copy_bytes(bytes)
+		                                                         : bytes,
+		                   c->d2h_bytes_per_s);
 		name = "memcpy DtoH";
 	} else {
 		res = SIMGPU_RES_NONE;
