@@ -135,28 +135,61 @@ static double max2(double a, double b)
 	return a > b ? a : b;
 }
 
+/* A copy of `bytes` over link k. */
+static double copy_s(const struct lynx_link *k, uint64_t bytes)
+{
+	return k->latency_s + (double)bytes / k->busbw;
+}
+
+static size_t cell_of(const struct stage_sim *ss, uint32_t j, uint32_t l, uint32_t g)
+{
+	return ((size_t)j * ss->n + l) * ss->L->n_groups + g;
+}
+
+/*
+ * Offloaded group g of layer l, micro-batch j, brought back now for a rebuild that reads it,
+ * as the executor brings back what a replay names: its buffer allocated, and its copy
+ * queued on the host-to-device engine behind earlier copies and its own copy out. Its later
+ * prefetch finds it there. Returns when the copy ends.
+ */
+static double bring_back(struct stage_sim *ss, uint32_t j, uint32_t l, uint32_t g)
+{
+	size_t c = cell_of(ss, j, l, g);
+	uint8_t *st = state_of(ss, j, l);
+
+	take(ss, ss->L->groups[g].bytes);
+	st[g] |= RESIDENT | INBOUND;
+	ss->h2d_free = max2(max2(ss->now, ss->h2d_free), ss->d2h_end[c]) +
+	               copy_s(&ss->p->h2d, ss->L->groups[g].bytes);
+	ss->h2d_end[c] = ss->h2d_free;
+	return ss->h2d_end[c];
+}
+
 /*
  * Rebuilds the groups `want` of layer l, micro-batch j, that are not resident, with their
- * missing dependencies and dropped siblings (same ops). Returns the time it takes: each op
- * rerun once.
+ * missing dependencies and dropped siblings (same ops). An offloaded dependency is not
+ * rebuilt but brought back by copy, and the rebuild waits for every copy of a dependency
+ * still under way. Returns the time it takes: each op rerun once, after those copies.
  */
 static double rebuild(struct stage_sim *ss, uint32_t j, uint32_t l, uint32_t want)
 {
 	const struct lynx_problem_layer *L = ss->L;
 	uint8_t *st = state_of(ss, j, l);
-	uint32_t resident = 0, consumed = 0, set, prev = 0, ops = 0;
-	double t = 0;
+	uint32_t resident = 0, consumed = 0, offloaded = 0, read = 0, set, prev = 0, ops = 0;
+	double t = 0, copied = ss->now;
 
 	for (uint32_t g = 0; g < L->n_groups; g++) {
 		resident |= (st[g] & RESIDENT) ? 1u << g : 0;
 		consumed |= (st[g] & CONSUMED) ? 1u << g : 0;
+		offloaded |= action_of(ss, l, g) == LYNX_ACTION_OFFLOAD ? 1u << g : 0;
 	}
 	set = want & ~resident;
 	while (set != prev) {
 		prev = set;
 		for (uint32_t g = 0; g < L->n_groups; g++) {
-			if (!(set & (1u << g)))
+			if (!(set & (1u << g)) || (offloaded & (1u << g)))
 				continue;
+			read |= L->groups[g].deps;
 			set |= L->groups[g].deps & ~resident;
 			for (uint32_t h = 0; h < L->n_groups; h++)
 				if (L->groups[h].ops == L->groups[g].ops &&
@@ -168,6 +201,10 @@ static double rebuild(struct stage_sim *ss, uint32_t j, uint32_t l, uint32_t wan
 	for (uint32_t g = 0; g < L->n_groups; g++) {
 		if (!(set & (1u << g)))
 			continue;
+		if (offloaded & (1u << g)) {
+			copied = max2(copied, bring_back(ss, j, l, g));
+			continue;
+		}
 		if (!L->groups[g].ops && !ss->err)
 			ss->err = lynx_policy_refuse(
 			        ss->why, ss->len,
@@ -178,16 +215,19 @@ static double rebuild(struct stage_sim *ss, uint32_t j, uint32_t l, uint32_t wan
 		take(ss, L->groups[g].bytes);
 		st[g] |= RESIDENT;
 	}
+	for (uint32_t g = 0; g < L->n_groups; g++)
+		if ((read & resident & (1u << g)) && (st[g] & INBOUND))
+			copied = max2(copied, ss->h2d_end[cell_of(ss, j, l, g)]);
 	/* A dependency rebuilt after its own consumer is needed only for this rebuild. */
 	for (uint32_t g = 0; g < L->n_groups; g++)
 		if ((set & consumed) & (1u << g)) {
 			give(ss, L->groups[g].bytes);
-			st[g] &= ~RESIDENT;
+			st[g] &= ~(RESIDENT | INBOUND);
 		}
 	for (uint32_t op = 0; op < L->n_ops; op++)
 		if (ops & (1u << op))
 			t += L->ops[op].rerun_s;
-	return t;
+	return (copied - ss->now) + t;
 }
 
 /*
@@ -257,17 +297,6 @@ static void push_target(struct stage_sim *ss, uint64_t occ, uint32_t j, uint32_t
 	ss->targets[ss->n_targets++] = (struct target){.occ = occ, .j = j, .l = l, .g = g};
 }
 
-/* A copy of `bytes` over link k. */
-static double copy_s(const struct lynx_link *k, uint64_t bytes)
-{
-	return k->latency_s + (double)bytes / k->busbw;
-}
-
-static size_t cell_of(const struct stage_sim *ss, uint32_t j, uint32_t l, uint32_t g)
-{
-	return ((size_t)j * ss->n + l) * ss->L->n_groups + g;
-}
-
 /*
  * The groups of layer l produced by the forward of op (-1: the layer's input). An offloaded
  * group is queued on the device-to-host engine now and stays resident until its copy ends.
@@ -296,34 +325,39 @@ static void produce(struct stage_sim *ss, uint32_t j, uint32_t l, int32_t op)
 }
 
 /*
- * Brings micro-batch j's offloaded groups back, in the order the backward consumes them:
- * each buffer is allocated now and its host-to-device copy queued behind the engine's earlier
- * copies and the group's own device-to-host copy. A group whose copy out has not ended holds
- * both its own memory (until that copy ends) and its buffer: the buffers are separate, as
- * Kuaishou's ping-pong buffers are, and a copy queued on a stream is not taken back.
+ * Brings layer l's offloaded groups of micro-batch j back, in the order the backward consumes
+ * them: each buffer is allocated now and its host-to-device copy queued behind the engine's
+ * earlier copies and the group's own device-to-host copy. A group whose copy out has not
+ * ended holds both its own memory (until that copy ends) and its buffer: the buffers are
+ * separate, as Kuaishou's ping-pong buffers are, and a copy queued on a stream is not taken
+ * back. A group already brought back for a rebuild stays as it is.
  */
-static void prefetch(struct stage_sim *ss, uint32_t j)
+static void prefetch_layer(struct stage_sim *ss, uint32_t j, uint32_t l)
 {
 	const struct lynx_problem_layer *L = ss->L;
+	uint8_t *st = state_of(ss, j, l);
 
+	for (uint32_t op = L->n_ops; op-- > 0;)
+		for (uint32_t g = 0; g < L->n_groups; g++) {
+			size_t c = cell_of(ss, j, l, g);
+
+			if (L->groups[g].consumer != (int32_t)op ||
+			    action_of(ss, l, g) != LYNX_ACTION_OFFLOAD || (st[g] & INBOUND))
+				continue;
+			take(ss, L->groups[g].bytes);
+			st[g] |= RESIDENT | INBOUND;
+			ss->h2d_free = max2(max2(ss->now, ss->h2d_free), ss->d2h_end[c]) +
+			               copy_s(&ss->p->h2d, L->groups[g].bytes);
+			ss->h2d_end[c] = ss->h2d_free;
+		}
+}
+
+/* Micro-batch j's offloaded groups, every layer's, last layer first (Kuaishou's prefetch). */
+static void prefetch(struct stage_sim *ss, uint32_t j)
+{
 	drain(ss);
-	for (uint32_t l = ss->n; l-- > 0;) {
-		uint8_t *st = state_of(ss, j, l);
-
-		for (uint32_t op = L->n_ops; op-- > 0;)
-			for (uint32_t g = 0; g < L->n_groups; g++) {
-				size_t c = cell_of(ss, j, l, g);
-
-				if (L->groups[g].consumer != (int32_t)op ||
-				    action_of(ss, l, g) != LYNX_ACTION_OFFLOAD)
-					continue;
-				take(ss, L->groups[g].bytes);
-				st[g] |= RESIDENT | INBOUND;
-				ss->h2d_free = max2(max2(ss->now, ss->h2d_free), ss->d2h_end[c]) +
-				               copy_s(&ss->p->h2d, L->groups[g].bytes);
-				ss->h2d_end[c] = ss->h2d_free;
-			}
-	}
+	for (uint32_t l = ss->n; l-- > 0;)
+		prefetch_layer(ss, j, l);
 }
 
 /*
@@ -338,7 +372,7 @@ static void start_action(struct stage_sim *ss, bool fwd, uint32_t j)
 {
 	uint32_t target = j + 1, next;
 
-	if (!ss->timed || !ss->offloads)
+	if (!ss->timed || !ss->offloads || ss->p->restore_by_layer)
 		return;
 	if (fwd) {
 		if (ss->next + 1 >= 2 * ss->m || action(ss, ss->next + 1, &next) || next != 0)
@@ -355,7 +389,7 @@ static void start_action(struct stage_sim *ss, bool fwd, uint32_t j)
 
 static void end_forward(struct stage_sim *ss, uint32_t j)
 {
-	if (!ss->timed || !ss->offloads)
+	if (!ss->timed || !ss->offloads || ss->p->restore_by_layer)
 		return;
 	ss->forwards_done++;
 	if (ss->deferred == (int64_t)j) {
@@ -461,6 +495,15 @@ static void backward(struct stage_sim *ss, uint32_t j, double ready)
 		give(ss, st->head.act_bytes);
 	}
 	for (uint32_t l = ss->n; l-- > 0;) {
+		/* Lynx's executor restores each layer's groups as the host issues that layer's
+		 * backward, and the host runs ahead of the device: a layer's groups count from the
+		 * start of the layer above's backward (the top layer's from its own). */
+		if (ss->timed && ss->offloads && ss->p->restore_by_layer) {
+			drain(ss);
+			prefetch_layer(ss, j, l);
+			if (l > 0)
+				prefetch_layer(ss, j, l - 1);
+		}
 		for (uint32_t op = L->n_ops; op-- > 0;) {
 			int w = ss->tp_bwd[l * L->n_ops + op];
 
@@ -656,56 +699,23 @@ static int run_pipeline(struct stage_sim *ss, uint32_t p, uint32_t m, double *en
 	return 0;
 }
 
-/* The offloaded group that rebuilding group g of layer l needs (through rebuilt deps), or -1. */
-static int offloaded_dep(const struct lynx_problem *p, const struct lynx_plan *plan, uint32_t s,
-                         uint32_t l, uint32_t g)
-{
-	const struct lynx_problem_layer *L = &p->layer;
-	uint32_t set = L->groups[g].deps, prev = 0;
-
-	while (set != prev) {
-		prev = set;
-		for (uint32_t d = 0; d < L->n_groups; d++)
-			if ((set & (1u << d)) && rebuilt(lynx_plan_get(plan, s, l, d)->action))
-				set |= L->groups[d].deps;
-	}
-	for (uint32_t d = 0; d < L->n_groups; d++)
-		if ((set & (1u << d)) &&
-		    lynx_plan_get(plan, s, l, d)->action == LYNX_ACTION_OFFLOAD)
-			return (int)d;
-	return -1;
-}
-
-/*
- * OFFLOAD needs a host link, and a rebuild must not need an offloaded group: a window
- * rebuild may run before the group's prefetch, and the checker does not model that mix.
- */
+/* OFFLOAD needs a host link. */
 static int check_offload(const struct lynx_problem *p, const struct lynx_plan *plan, char *why,
                          size_t len)
 {
 	const struct lynx_problem_layer *L = &p->layer;
-	bool link = p->d2h.busbw > 0 && p->h2d.busbw > 0;
 
+	if (p->d2h.busbw > 0 && p->h2d.busbw > 0)
+		return 0;
 	for (uint32_t s = 0; s < p->n_stages; s++)
 		for (uint32_t l = 0; l < (plan->stages[s].uniform ? 1 : p->stages[s].layers); l++)
-			for (uint32_t g = 0; g < L->n_groups; g++) {
-				enum lynx_action a = lynx_plan_get(plan, s, l, g)->action;
-				int d = rebuilt(a) ? offloaded_dep(p, plan, s, l, g) : -1;
-
-				if (a == LYNX_ACTION_OFFLOAD && !link)
+			for (uint32_t g = 0; g < L->n_groups; g++)
+				if (lynx_plan_get(plan, s, l, g)->action == LYNX_ACTION_OFFLOAD)
 					return lynx_policy_refuse(
 					        why, len,
 					        "stage %u layer %u group %s: offload needs a host "
 					        "link, and the problem has none",
 					        s, l, L->groups[g].name);
-				if (d >= 0)
-					return lynx_policy_refuse(
-					        why, len,
-					        "stage %u layer %u: group %s is rebuilt from "
-					        "offloaded "
-					        "group %s, which the checker does not model",
-					        s, l, L->groups[g].name, L->groups[d].name);
-			}
 	return 0;
 }
 
@@ -793,10 +803,12 @@ int lynx_checker_settle(const struct lynx_problem *p, struct lynx_plan *plan, bo
                         uint64_t *budget, bool *redo, bool *again, char *why, size_t len)
 {
 	struct lynx_checker_result r;
-	int err = lynx_checker_replay(p, plan, &r, why, len);
+	int err;
 
+	/* What the executor would run is what the planner's next round must see. */
+	lynx_plan_lower(p, plan);
 	*again = false;
-	if (err)
+	if ((err = lynx_checker_replay(p, plan, &r, why, len)))
 		return err;
 	lynx_checker_store(&r, plan);
 	for (uint32_t s = 0; s < p->n_stages; s++) {

@@ -27,12 +27,20 @@
  * and its buffer until then (queued copies are not taken back). Each engine is FIFO, one per
  * direction, and a copy of B bytes takes latency + B / busbw of the problem's d2h or h2d
  * link. When a consumer's prefetch has not ended, the compute stream waits: that wait is
- * offloading's time cost.
+ * offloading's time cost. A problem built from profiles (restore_by_layer) restores as
+ * Lynx's executor does instead: each layer's offloaded groups as the host issues that
+ * layer's backward, which, the host running ahead of the device, is counted from the start
+ * of the backward of the layer above it (the top layer's from its own).
+ *
+ * A rebuild that reads an offloaded group not on the device brings it back first, as the
+ * executor does: its buffer is allocated then, its copy queued on the host-to-device engine,
+ * and the rebuild (and the compute stream, or the window's idle time) waits for it; its
+ * prefetch later finds it there. A rebuild also waits for a prefetch still under way of a
+ * group it reads.
  *
  * Not modelled: rebuilds in a window run at full speed beside the collective (no contention
  * for SMs or memory bandwidth); copies do not contend with collectives or pipeline transfers
- * that share PCIe (a100-pcie), nor slow the kernels; a plan that rebuilds a group from an
- * offloaded one is refused.
+ * that share PCIe (a100-pcie), nor slow the kernels.
  */
 #ifndef LYNX_POLICY_CHECKER_H
 #define LYNX_POLICY_CHECKER_H
@@ -60,8 +68,8 @@ struct lynx_checker_result {
 
 /*
  * Replays plan on problem p into out. Returns 0; -EINVAL when the plan does not fit the
- * problem (lynx_plan_validate()), offloads without a host link, rebuilds a group from an
- * offloaded one, or needs a group that cannot be rebuilt, with one sentence in why; -ENOMEM.
+ * problem (lynx_plan_validate()), offloads without a host link, or needs a group that cannot
+ * be rebuilt, with one sentence in why; -ENOMEM.
  * On success the caller frees out with lynx_checker_free(); on failure out holds nothing to
  * free. O(m · L · (ops + groups)) time and O(m · L · groups) memory per iteration:
  * milliseconds for the GPT presets.
@@ -75,7 +83,8 @@ void lynx_checker_free(struct lynx_checker_result *c);
 void lynx_checker_store(const struct lynx_checker_result *r, struct lynx_plan *plan);
 
 /*
- * The planners' refinement step: replays plan, stores the checker's step time, fit and
+ * The planners' refinement step: lowers plan to what the executor runs (lynx_plan_lower()),
+ * replays it, stores the checker's step time, fit and
  * per-stage peaks in it, and, when tighten is set, lowers budget[s] by the excess of each
  * stage that overflows p's budget (while the excess is below budget[s]). redo[s] says
  * whether stage s was lowered and must be planned again; *again whether any was. Returns

@@ -414,6 +414,7 @@ struct layer_src {
 	bool tp_fwd[MAX_OPS], tp_bwd[MAX_OPS]; /* a collective was seen there */
 	uint64_t granule;     /* buffers below it are no groups (options' granule_bytes) */
 	uint64_t small_bytes; /* the layer's saved bytes in such buffers, per micro-batch */
+	bool host_link;       /* every profile measured one: reads_freed groups can be offloaded */
 };
 
 /* The slowest stage's transformer layer with the most group bytes. */
@@ -791,10 +792,11 @@ struct item {
 	int32_t producer, consumer; /* ops */
 	int32_t first;              /* op of the first launch of its producer run */
 	uint64_t bytes;
-	size_t order;    /* in the profile */
-	int32_t kernel;  /* the first buffer's producer kernel, for its name */
-	uint32_t merged; /* buffers besides the first */
-	uint32_t id;     /* index into into[] */
+	size_t order;     /* in the profile */
+	int32_t kernel;   /* the first buffer's producer kernel, for its name */
+	uint32_t merged;  /* buffers besides the first */
+	uint32_t id;      /* index into into[] */
+	bool reads_freed; /* one of its buffers' producer runs reads a temporary (profile.h) */
 };
 
 static int by_producer(const void *a, const void *b)
@@ -828,6 +830,7 @@ static void fold(struct item *it, size_t *n, uint32_t *into, size_t a, size_t b)
 	it[a].producer = it[a].producer > it[b].producer ? it[a].producer : it[b].producer;
 	it[a].first = it[a].first < it[b].first ? it[a].first : it[b].first;
 	it[a].consumer = it[a].consumer < it[b].consumer ? it[a].consumer : it[b].consumer;
+	it[a].reads_freed = it[a].reads_freed || it[b].reads_freed;
 	memmove(&it[b], &it[b + 1], (*n - b - 1) * sizeof(*it));
 	(*n)--;
 }
@@ -879,17 +882,61 @@ static int16_t group_of_item(const struct item *it, size_t n, const uint32_t *in
 	return -1; /* not reached: every chain ends at an item still listed */
 }
 
+/*
+ * Whether every buffer of the chosen layer says what its producer run reads (profile.h):
+ * then a group's deps are exactly the groups its buffers' runs read; otherwise every group
+ * produced before it, on the safe side.
+ */
+static bool reads_known(const struct layer_src *ls)
+{
+	bool any = false;
+
+	for (size_t g = 0; g < ls->pr->group_count; g++) {
+		if (ls->pr->groups[g].layer != ls->index)
+			continue;
+		if (!ls->pr->groups[g].reads_known)
+			return false;
+		any = true;
+	}
+	return any;
+}
+
+/* The groups (bits) that the buffers of group g read, through item_of (profile group ->
+ * item id, or -1 for a buffer that is no group). */
+static uint32_t read_groups(const struct layer_src *ls, const struct item *it, size_t n,
+                            const uint32_t *into, const int32_t *item_of, uint32_t g)
+{
+	const struct lynx_profile *pr = ls->pr;
+	uint32_t deps = 0;
+
+	for (size_t q = 0; q < pr->group_count; q++) {
+		if (item_of[q] < 0 ||
+		    group_of_item(it, n, into, (uint32_t)item_of[q]) != (int16_t)g)
+			continue;
+		for (uint32_t k = 0; k < pr->groups[q].read_count; k++) {
+			int32_t r = item_of[pr->groups[q].reads[k]];
+			int16_t h = r < 0 ? -1 : group_of_item(it, n, into, (uint32_t)r);
+			if (h >= 0 && (uint32_t)h != g)
+				deps |= 1u << h;
+		}
+	}
+	return deps;
+}
+
 /* The chosen layer's groups: ops, deps, producers and consumers (problem.h's rules). */
 static int fill_groups(struct layer_src *ls, struct lynx_problem_layer *L)
 {
 	const struct lynx_profile *pr = ls->pr;
 	struct item *it = calloc(pr->group_count + 1, sizeof(*it));
 	uint32_t *into = calloc(pr->group_count + 1, sizeof(*into));
+	int32_t *item_of = calloc(pr->group_count + 1, sizeof(*item_of));
+	bool exact_deps = reads_known(ls);
 	size_t n = 0;
 
-	if (!it || !into) {
+	if (!it || !into || !item_of) {
 		free(it);
 		free(into);
+		free(item_of);
 		return -ENOMEM;
 	}
 	for (uint32_t k = 0; k < LYNX_PROBLEM_MAX_BUFFERS; k++)
@@ -897,6 +944,7 @@ static int fill_groups(struct layer_src *ls, struct lynx_problem_layer *L)
 	for (size_t g = 0; g < pr->group_count; g++) {
 		const struct lynx_profile_group *gr = &pr->groups[g];
 
+		item_of[g] = -1;
 		if (gr->layer != ls->index)
 			continue;
 		/* The layer's next buffer: for now the id of its item (no more than the buffer's
@@ -908,6 +956,7 @@ static int fill_groups(struct layer_src *ls, struct lynx_problem_layer *L)
 			continue;
 		}
 		into[n] = (uint32_t)n;
+		item_of[g] = (int32_t)n;
 		/* Ready once its producer's whole run has: a rebuild relaunches all of it. */
 		it[n] = (struct item){.producer = producer_op(ls, produced_by(gr)),
 		                      .first = producer_op(ls, gr->producer),
@@ -915,7 +964,8 @@ static int fill_groups(struct layer_src *ls, struct lynx_problem_layer *L)
 		                      .bytes = gr->bytes,
 		                      .order = g,
 		                      .kernel = gr->producer,
-		                      .id = (uint32_t)n};
+		                      .id = (uint32_t)n,
+		                      .reads_freed = gr->reads_freed};
 		n++;
 	}
 	qsort(it, n, sizeof(*it), by_producer);
@@ -934,18 +984,23 @@ static int fill_groups(struct layer_src *ls, struct lynx_problem_layer *L)
 		pg->bytes = it[g].bytes;
 		pg->producer = it[g].producer;
 		pg->consumer = it[g].consumer;
+		pg->reads_freed = it[g].reads_freed;
 		for (uint32_t h = 0; h < n; h++)
 			if (it[h].producer < it[g].producer) {
 				pg->deps |= 1u << h;
 				before = true;
 				prev = it[h].producer > prev ? it[h].producer : prev;
 			}
+		/* With what each run reads known, a rebuild needs only that resident, as the
+		 * executor brings back exactly the memory a replay names. */
+		if (exact_deps)
+			pg->deps = read_groups(ls, it, n, into, item_of, g);
 		/* Rebuilt as the executor does it: its producer run replayed, reading what is
-		 * resident (deps: every group before it, on the safe side). A run whose replay
-		 * would read a temporary is refused by the executor's examination and offloaded
-		 * instead; the plan prices it as the run all the same. Nothing saved before it:
-		 * what it reads was not kept. */
-		if (it[g].producer >= 0 && before)
+		 * resident. A run that reads a temporary cannot be replayed (the executor's
+		 * examination refuses it and offloads the group): with a host link it keeps its
+		 * ops and a plan that rebuilds it is lowered to OFFLOAD (problem.h), without one it
+		 * cannot be rebuilt. Nothing saved before it: what it reads was not kept. */
+		if (it[g].producer >= 0 && before && (!pg->reads_freed || ls->host_link))
 			for (int32_t op = it[g].first > prev ? it[g].first : prev + 1;
 			     op <= it[g].producer; op++) {
 				pg->ops |= 1u << op;
@@ -967,6 +1022,7 @@ static int fill_groups(struct layer_src *ls, struct lynx_problem_layer *L)
 			if ((L->groups[g].deps & (1u << d)) &&
 			    L->groups[g].consumer < L->groups[d].consumer)
 				L->groups[d].consumer = L->groups[g].consumer;
+	free(item_of);
 	free(into);
 	free(it);
 	return 0;
@@ -1092,6 +1148,15 @@ static int fill_stage(const struct ctx *c, const struct layer_src *ls, const str
  * worst. One profile without a measurement leaves both links 0 (no OFFLOAD): its rank's link
  * is unknown, and assuming another's would promise copies it may not make in time.
  */
+/* Whether every profile measured its host link (else the problem has none). */
+static bool host_link_measured(const struct ctx *c)
+{
+	for (size_t i = 0; i < c->n; i++)
+		if (!lynx_profile_host_link_measured(&c->ranks[i]->host_link))
+			return false;
+	return c->n > 0;
+}
+
 static void fill_host_link(const struct ctx *c, struct lynx_problem *p)
 {
 	struct lynx_link d2h = {INFINITY, 0}, h2d = {INFINITY, 0};
@@ -1168,6 +1233,7 @@ int lynx_problem_from_profile(const struct lynx_profile *const *ranks, size_t n_
 		goto out_free_src;
 	pick_layer(&c, n_stages, src, &ls);
 	ls.granule = c.opt->granule_bytes;
+	ls.host_link = host_link_measured(&c);
 	if ((err = fill_layer(&c, &ls, &p->layer)))
 		goto out_free_src;
 
@@ -1194,6 +1260,7 @@ int lynx_problem_from_profile(const struct lynx_profile *const *ranks, size_t n_
 		}
 	}
 	fill_host_link(&c, p);
+	p->restore_by_layer = true; /* as Lynx's executor restores (problem.h) */
 	p->n_stages = n_stages;
 	p->stages = calloc(n_stages, sizeof(*p->stages));
 	if (!p->stages) {

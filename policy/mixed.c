@@ -1,18 +1,20 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Lynx HEU with offloading: HEU's plan (heu.c), which keeps or rebuilds, then, group by
- * group, rebuilding replaced by a copy to pinned host memory wherever the checker finds the
- * step faster and the budget still held. A copy runs on the copy engines beside compute and
- * comes back one backward ahead (checker.h), so on a fast enough link it hides what a
- * rebuild on demand or beyond its window's idle time would cost; it also holds memory
- * longer (until its copy out ends, and from its prefetch on), which the checker weighs.
+ * group, a copy to pinned host memory instead wherever the checker finds the plan better. A
+ * copy runs on the copy engines beside compute and comes back before its consumer (checker.h:
+ * one backward ahead, or at its layer's backward as Lynx's executor restores), so on a fast
+ * enough link it hides what a rebuild on demand or beyond its window's idle time would cost;
+ * it also holds memory until its copy out ends, and from its copy back on, which the checker
+ * weighs. It is also the only way to evict what cannot be rebuilt.
  *
  * Search. Groups are tried by rebuild time, the most expensive first. Each is switched to
- * OFFLOAD in every layer of every stage where it is rebuilt, and kept so if the checker's
- * step is shorter and the plan fits as well as before; else in each stage alone. A group
- * that another rebuilt group of its layer depends on stays rebuilt (the checker refuses a
- * rebuild from an offloaded group). Without a host link (busbw 0) the plan is HEU's. At
- * most G · (S + 1) replays after HEU's: milliseconds each on the GPT presets.
+ * OFFLOAD in every layer of every stage where it is rebuilt, or kept while it cannot be
+ * rebuilt, and kept so if the checker finds the plan no worse (no_worse: while HEU's plan
+ * does not fit, closer to the budget; then fitting and no slower); else in each stage alone.
+ * A rebuild that reads an offloaded group waits for it to be brought back (checker.h), which
+ * the checker weighs too. Without a host link (busbw 0) the plan is HEU's. At most G · (S + 1)
+ * replays after HEU's: milliseconds each on the GPT presets.
  *
  * The plan's numbers are the last accepted replay's, so the checker confirms them.
  */
@@ -37,16 +39,6 @@ static bool is_rebuilt(enum lynx_action a)
 	return a == LYNX_ACTION_RECOMPUTE_IN_WINDOW || a == LYNX_ACTION_RECOMPUTE_ON_DEMAND;
 }
 
-/* Whether another group rebuilt in this row needs group g resident. */
-static bool needed_by_a_rebuild(const struct lynx_problem_layer *L, const struct lynx_decision *row,
-                                uint32_t g)
-{
-	for (uint32_t h = 0; h < L->n_groups; h++)
-		if (h != g && is_rebuilt(row[h].action) && (L->groups[h].deps & (1u << g)))
-			return true;
-	return false;
-}
-
 static uint64_t largest_peak(const struct lynx_checker_result *r)
 {
 	uint64_t most = 0;
@@ -56,28 +48,34 @@ static uint64_t largest_peak(const struct lynx_checker_result *r)
 	return most;
 }
 
-/* Whether `tried` may replace `best`: no slower, and fitting (or, where neither fits, no
- * higher at its highest stage). Equal steps are taken: offloading one group rarely shortens
- * the step while another group rebuilt by the same ops still reruns them. */
+/* Whether `tried` may replace `best`. While best does not fit: fitting, or lower at its highest
+ * stage, at any time cost (reaching the budget first). Once it fits: fitting and no slower.
+ * Equal steps are taken: offloading one group rarely shortens the step while another group
+ * rebuilt by the same ops still reruns them. */
 static bool no_worse(const struct lynx_checker_result *tried,
                      const struct lynx_checker_result *best)
 {
-	if (tried->step_time_s > best->step_time_s)
-		return false;
-	if (tried->fits)
-		return true;
-	return !best->fits && largest_peak(tried) <= largest_peak(best);
+	if (!best->fits)
+		return tried->fits || largest_peak(tried) < largest_peak(best);
+	return tried->fits && tried->step_time_s <= best->step_time_s;
+}
+
+/* A decision the search may turn into OFFLOAD: a rebuild, or keeping a group that cannot be
+ * rebuilt (the layer's input, a group whose producer reads a temporary), which only a copy
+ * can evict. */
+static bool may_offload(const struct lynx_problem_group *g, enum lynx_action a)
+{
+	return is_rebuilt(a) || (a == LYNX_ACTION_KEEP && !g->ops);
 }
 
 /*
- * Offloads group g where it is rebuilt, in stage `only` (or every stage: p->n_stages), and
- * keeps that if the checker finds it better than *best (which it then becomes); else puts
- * the decisions back. Returns 0 or -ENOMEM.
+ * Offloads group g where it may be (may_offload), in stage `only` (or every stage: p->n_stages),
+ * and keeps that if the checker finds it better than *best (which it then becomes); else puts the
+ * decisions back. Returns 0 or -ENOMEM.
  */
 static int try_offload(const struct lynx_problem *p, struct lynx_plan *plan, uint32_t g,
                        uint32_t only, struct lynx_checker_result *best)
 {
-	const struct lynx_problem_layer *L = &p->layer;
 	struct lynx_checker_result tried;
 	struct lynx_decision *saved;
 	size_t rows = 0, k = 0;
@@ -93,8 +91,8 @@ static int try_offload(const struct lynx_problem *p, struct lynx_plan *plan, uin
 		for (uint32_t r = 0; r < rows_of(&plan->stages[s]); r++) {
 			struct lynx_decision *row = plan->stages[s].rows[r];
 			saved[k++] = row[g];
-			if ((only == p->n_stages || s == only) && is_rebuilt(row[g].action) &&
-			    !needed_by_a_rebuild(L, row, g)) {
+			if ((only == p->n_stages || s == only) &&
+			    may_offload(&p->layer.groups[g], row[g].action)) {
 				row[g] = (struct lynx_decision){.action = LYNX_ACTION_OFFLOAD};
 				changed++;
 			}

@@ -107,6 +107,29 @@ const struct lynx_decision *lynx_plan_get(const struct lynx_plan *plan, uint32_t
 	return &ps->rows[ps->uniform ? 0 : layer][g];
 }
 
+uint32_t lynx_plan_lower(const struct lynx_problem *p, struct lynx_plan *plan)
+{
+	const struct lynx_problem_layer *L = &p->layer;
+	uint32_t changed = 0;
+
+	for (uint32_t s = 0; s < plan->n_stages; s++) {
+		uint32_t rows = plan->stages[s].uniform ? 1 : plan->stages[s].layers;
+
+		for (uint32_t l = 0; l < rows; l++)
+			for (uint32_t g = 0; g < L->n_groups; g++) {
+				struct lynx_decision *d = lynx_plan_decision(plan, s, l, g);
+
+				if (!L->groups[g].reads_freed ||
+				    (d->action != LYNX_ACTION_RECOMPUTE_ON_DEMAND &&
+				     d->action != LYNX_ACTION_RECOMPUTE_IN_WINDOW))
+					continue;
+				*d = (struct lynx_decision){.action = LYNX_ACTION_OFFLOAD};
+				changed++;
+			}
+	}
+	return changed;
+}
+
 int lynx_plan_validate(const struct lynx_plan *plan, const struct lynx_problem *p, char *why,
                        size_t len)
 {

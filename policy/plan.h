@@ -88,6 +88,14 @@ const struct lynx_decision *lynx_plan_get(const struct lynx_plan *plan, uint32_t
                                           uint32_t layer, uint32_t g);
 
 /*
+ * Lowers plan to what Lynx's executor runs: a group rebuilt in or out of a window whose
+ * producer run reads a temporary (problem.h's reads_freed) is offloaded instead, as the
+ * executor's examination would refuse the replay and offload it. Needs plan to fit p.
+ * Returns how many decisions changed (0 for problems built from models).
+ */
+uint32_t lynx_plan_lower(const struct lynx_problem *p, struct lynx_plan *plan);
+
+/*
  * Checks that plan fits problem p: as many stages, layers and groups; no group without ops
  * (the layer's input) is recomputed; every window index exists in its stage. Returns 0, or
  * -EINVAL with one sentence in why.

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "checker.h"
 #include "planner.h"
 
 const struct lynx_planner lynx_planners[LYNX_PLANNER_COUNT] = {
@@ -63,6 +64,17 @@ int lynx_planner_run(const struct lynx_planner *pl, const struct lynx_problem *p
 
 	if (err)
 		return err;
+	/* A planner that rebuilt what the executor cannot replay: predict what it will run. */
+	if (lynx_plan_lower(p, plan)) {
+		struct lynx_checker_result r;
+
+		if ((err = lynx_checker_replay(p, plan, &r, why, len))) {
+			lynx_plan_free(plan);
+			return err;
+		}
+		lynx_checker_store(&r, plan);
+		lynx_checker_free(&r);
+	}
 	snprintf(plan->planner, sizeof(plan->planner), "%s", pl->name);
 	plan->search_time_s = seconds_now() - start;
 	return 0;

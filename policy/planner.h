@@ -47,7 +47,9 @@ const struct lynx_planner *lynx_planner_find(const char *name);
 
 /*
  * Runs planner pl on p into plan and records its name and its search time (wall clock,
- * monotonic). Returns what the planner returns.
+ * monotonic). A plan that rebuilds what the executor cannot replay is lowered
+ * (lynx_plan_lower()) and its prediction is then the checker's. Returns what the planner
+ * returns, or the checker's refusal of the lowered plan (plan then holds nothing).
  */
 int lynx_planner_run(const struct lynx_planner *pl, const struct lynx_problem *p,
                      struct lynx_plan *plan, char *why, size_t len);

@@ -107,6 +107,15 @@ struct lynx_problem_group {
 	int32_t producer;   /* op after whose forward it exists; -1: the layer's input */
 	int32_t consumer;   /* op after whose backward it is freed */
 	double recompute_s; /* rebuilding it alone: the sum of its ops' rerun_s */
+	/*
+	 * From profiles: its producer run reads memory that is freed before its consumer (a
+	 * temporary), so Lynx's executor cannot replay it (its examination would refuse such
+	 * a run) and copies the group to host memory instead. With a host link the group keeps
+	 * its ops, and a plan that rebuilds it is lowered to OFFLOAD (lynx_plan_lower()), which
+	 * the checker then prices; without one its ops are 0: a plan can only keep it. False
+	 * from models.
+	 */
+	bool reads_freed;
 };
 
 /* Saved buffers of one layer that a problem built from profiles maps onto groups. */
@@ -186,9 +195,14 @@ struct lynx_problem {
 	uint32_t micro_batches;             /* m, per pipeline and iteration */
 	uint64_t budget_bytes;              /* per rank */
 	struct lynx_link d2h, h2d;          /* per rank, to and from pinned host memory */
-	uint32_t gpus;                      /* t · p · d */
-	double peak_flops;                  /* per GPU, for MFU */
-	double model_flops;                 /* per iteration over all GPUs, for MFU */
+	/* When OFFLOAD decisions come back (the host link paragraph above): false, Kuaishou's
+	 * prefetch, one backward ahead (problems from models); true, as Lynx's executor
+	 * restores them (problems from profiles): a layer's at the start of the backward of
+	 * the layer above it (checker.h). */
+	bool restore_by_layer;
+	uint32_t gpus;      /* t · p · d */
+	double peak_flops;  /* per GPU, for MFU */
+	double model_flops; /* per iteration over all GPUs, for MFU */
 	struct lynx_problem_layer layer;
 	uint32_t n_stages;
 	struct lynx_problem_stage *stages;

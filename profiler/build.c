@@ -153,6 +153,13 @@ static int32_t launches_before(const struct lynx_prof_trace *t, size_t first, si
 	return n;
 }
 
+static int by_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
 static int by_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -585,17 +592,137 @@ static int32_t producer_end(const struct build *b, const struct lynx_prof_segmen
 	return end;
 }
 
+/* A reference by the event that made it: which buffer that call named. */
+struct ref_at {
+	uint32_t event;
+	uint32_t buffer;
+};
+
+static int by_event(const void *a, const void *b)
+{
+	const struct ref_at *x = a, *y = b;
+
+	if (x->event != y->event)
+		return x->event < y->event ? -1 : 1;
+	return x->buffer < y->buffer ? -1 : x->buffer > y->buffer;
+}
+
+/* Every reference of the lifetimes, ordered by event; NULL when out of memory. */
+static struct ref_at *refs_by_event(const struct lynx_prof_lifetimes *lt)
+{
+	struct ref_at *refs = malloc((lt->ref_count ? lt->ref_count : 1) * sizeof(*refs));
+
+	if (!refs)
+		return NULL;
+	for (size_t i = 0; i < lt->count; i++)
+		for (size_t r = 0; r < lt->buffers[i].ref_count; r++)
+			refs[lt->buffers[i].first_ref + r] = (struct ref_at){
+			        lt->refs[lt->buffers[i].first_ref + r].event, (uint32_t)i};
+	qsort(refs, lt->ref_count, sizeof(*refs), by_event);
+	return refs;
+}
+
+/* The event of the last launch of a producer run that starts at event first and spans
+ * `launches` program launches after it. */
+static uint32_t run_end_event(const struct lynx_prof_trace *t, uint32_t first, int32_t launches)
+{
+	uint32_t end = first;
+
+	for (uint32_t e = first + 1; launches > 0 && e < t->count; e++)
+		if (is_program_launch(&t->events[e])) {
+			end = e;
+			launches--;
+		}
+	return end;
+}
+
+/* Saved activations one producer run may read that a profile lists: a kernel's parameters
+ * (4 KiB) name at most 512 pointers, and a run is a few kernels. */
+#define MAX_READS 1024
+
+/*
+ * What group g's producer run reads (profile.h): every buffer its launches name besides the
+ * activation itself. One freed before the activation's first consumer (a temporary, read or
+ * written) makes the run one the executor cannot replay; a saved activation of the same layer
+ * span produced before the run is one the rebuild needs. buffer_of: each group's buffer;
+ * group_of: each buffer's group, or -1.
+ */
+static int fill_reads(const struct build *b, const struct ref_at *refs, const uint32_t *buffer_of,
+                      const int32_t *group_of, const struct lynx_prof_segment *bw,
+                      struct lynx_profile *p, size_t g)
+{
+	struct lynx_profile_group *gr = &p->groups[g];
+	const struct lynx_prof_buffer *buf = &b->lt.buffers[buffer_of[g]];
+	uint32_t reads[MAX_READS];
+	uint32_t first = buf->producer, last, consumer = (uint32_t)bw->first;
+	size_t lo = 0, hi = b->lt.ref_count, n = 0;
+
+	gr->reads_known = true;
+	if (first == LYNX_PROF_NONE || gr->producer < 0)
+		return 0;
+	last = run_end_event(b->t, first, gr->producer_end - gr->producer);
+	for (size_t r = 0; r < buf->ref_count; r++) {
+		uint32_t e = b->lt.refs[buf->first_ref + r].event;
+		if (e >= bw->first && e < bw->end) {
+			consumer = e;
+			break;
+		}
+	}
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (refs[mid].event < first)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (size_t r = lo; r < b->lt.ref_count && refs[r].event <= last; r++) {
+		const struct lynx_prof_buffer *other = &b->lt.buffers[refs[r].buffer];
+		if (refs[r].buffer == buffer_of[g])
+			continue;
+		if (other->free_event != LYNX_PROF_NONE && other->free_event < consumer)
+			gr->reads_freed = true;
+		int32_t dep = group_of[refs[r].buffer];
+		if (dep < 0 || (size_t)dep == g || other->producer >= first ||
+		    other->span != buf->span)
+			continue;
+		bool listed = false;
+		for (size_t k = 0; k < n; k++)
+			listed = listed || reads[k] == (uint32_t)dep;
+		if (!listed && n < MAX_READS)
+			reads[n++] = (uint32_t)dep;
+	}
+	if (!n)
+		return 0;
+	if (!(gr->reads = malloc(n * sizeof(*gr->reads))))
+		return -ENOMEM;
+	qsort(reads, n, sizeof(*reads), by_u32);
+	memcpy(gr->reads, reads, n * sizeof(*reads));
+	gr->read_count = (uint32_t)n;
+	return 0;
+}
+
 /* The saved activations of each layer on micro-batch 0 of the chosen iteration. */
 static int fill_groups(struct build *b, struct lynx_profile *p)
 {
 	const struct lynx_prof_layers *c = &b->layers[b->chosen];
 	size_t n = 0;
+	uint32_t *buffer_of = NULL;
+	int32_t *group_of = NULL;
+	struct ref_at *refs = NULL;
+	int err = 0;
 
 	for (size_t pass = 0; pass < 2; pass++) {
 		if (pass) {
 			p->groups = calloc(n ? n : 1, sizeof(*p->groups));
-			if (!p->groups)
-				return -ENOMEM;
+			buffer_of = calloc(n ? n : 1, sizeof(*buffer_of));
+			group_of = malloc((b->lt.count ? b->lt.count : 1) * sizeof(*group_of));
+			refs = refs_by_event(&b->lt);
+			if (!p->groups || !buffer_of || !group_of || !refs) {
+				err = -ENOMEM;
+				goto out;
+			}
+			for (size_t i = 0; i < b->lt.count; i++)
+				group_of[i] = -1;
 		}
 		for (size_t k = 0; k < c->layers; k++) {
 			for (size_t i = 0; i < b->lt.count; i++) {
@@ -610,6 +737,8 @@ static int fill_groups(struct build *b, struct lynx_profile *p)
 					continue;
 				}
 				const struct lynx_prof_segment *f = &c->fwd[k], *bw = &c->bwd[k];
+				buffer_of[p->group_count] = (uint32_t)i;
+				group_of[i] = (int32_t)p->group_count;
 				struct lynx_profile_group *g = &p->groups[p->group_count++];
 				g->layer = (uint32_t)k;
 				g->bytes = buf->bytes;
@@ -628,7 +757,13 @@ static int fill_groups(struct build *b, struct lynx_profile *p)
 			}
 		}
 	}
-	return 0;
+	for (size_t g = 0; g < p->group_count && !err; g++)
+		err = fill_reads(b, refs, buffer_of, group_of, &c->bwd[p->groups[g].layer], p, g);
+out:
+	free(buffer_of);
+	free(group_of);
+	free(refs);
+	return err;
 }
 
 /* A layer segment of the chosen iteration, for placing NCCL calls. */

@@ -14,7 +14,7 @@
  *                "kernels": {"forward": ["tt_layernorm_fwd", ...], "backward": [...],
  *                            "forward_ns": [5120, ...], "backward_ns": [...]}}, ...],
  *    "groups": [{"layer": 0, "bytes": 65536, "producer": 3, "first_consumer": 10,
- *                "last_consumer": 12}, ...],
+ *                "last_consumer": 12, "reads": [0, 2], "reads_freed": true}, ...],
  *    "windows": [{"kind": "tp_fwd", "call": "ncclAllReduce", "comm": 1, "peer": -1,
  *                 "count": 2048, "bytes": 8192, "microbatch": 0, "layer": 0, "ordinal": 0,
  *                 "kernel": 7, "offset_ns": 1500000, "duration": TIME, "idle": TIME}, ...],
@@ -51,7 +51,11 @@
  * where the id came from, one of LYNX_PROFILE_RUN_SOURCES, and the process's start in unix
  * seconds, an integer), written exactly when run.known; absent, the run is unknown. The id is
  * "" exactly when the source is "none", at most LYNX_PROFILE_RUN_ID_MAX bytes, with no control
- * characters (readers print it).
+ * characters (readers print it). A group's "reads" and "reads_freed" came last: the indices of
+ * the other groups of its layer that its producer run reads, ascending, and true when the
+ * run names memory freed before the group's first consumer; "reads" is written exactly when
+ * reads_known, after "last_consumer", and "reads_freed" after it exactly when true. Absent,
+ * what the run reads is unknown.
  */
 #include <errno.h>
 #include <locale.h>
@@ -140,6 +144,8 @@ void lynx_profile_free(struct lynx_profile *p)
 		}
 	}
 	free(p->layers);
+	for (size_t i = 0; i < p->group_count; i++)
+		free(p->groups[i].reads);
 	free(p->groups);
 	for (size_t i = 0; i < p->window_count; i++)
 		free(p->windows[i].call);
@@ -246,10 +252,21 @@ static bool add_group(cJSON *arr, const struct lynx_profile_group *g)
 	if (!o)
 		return false;
 	cJSON_AddItemToArray(arr, o);
-	return add_num(o, "layer", g->layer) && add_num(o, "bytes", (double)g->bytes) &&
-	       add_num(o, "producer", g->producer) && add_num(o, "producer_end", g->producer_end) &&
-	       add_num(o, "first_consumer", g->first_consumer) &&
-	       add_num(o, "last_consumer", g->last_consumer);
+	if (!add_num(o, "layer", g->layer) || !add_num(o, "bytes", (double)g->bytes) ||
+	    !add_num(o, "producer", g->producer) || !add_num(o, "producer_end", g->producer_end) ||
+	    !add_num(o, "first_consumer", g->first_consumer) ||
+	    !add_num(o, "last_consumer", g->last_consumer))
+		return false;
+	if (!g->reads_known)
+		return true;
+	cJSON *reads = cJSON_AddArrayToObject(o, "reads");
+	for (uint32_t i = 0; reads && i < g->read_count; i++) {
+		cJSON *n = cJSON_CreateNumber(g->reads[i]);
+		if (!n)
+			return false;
+		cJSON_AddItemToArray(reads, n);
+	}
+	return reads && (!g->reads_freed || cJSON_AddTrueToObject(o, "reads_freed"));
 }
 
 static bool add_window(cJSON *arr, const struct lynx_profile_window *w)
@@ -722,7 +739,64 @@ static int read_layer(struct reader *r, const cJSON *o, size_t i, struct lynx_pr
 	return read_kernel_ns(r, k, pk.buf, "backward_ns", "backward", &l->bwd_kernels);
 }
 
-static int read_group(struct reader *r, const cJSON *o, size_t i, size_t layers,
+/* A group's optional "reads" and "reads_freed": the indices of other groups among the profile's
+ * `limit`, ascending; that they are of its layer is checked once every group is read
+ * (read_reads_layers). */
+static int read_group_reads(struct reader *r, const cJSON *o, const char *where, size_t i,
+                            size_t limit, struct lynx_profile_group *g)
+{
+	const cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, "reads"), *it;
+	int err;
+
+	if (!arr) {
+		if (cJSON_GetObjectItemCaseSensitive(o, "reads_freed"))
+			return refuse(r, "%s.reads_freed: given without \"reads\"", where);
+		return 0;
+	}
+	if ((err = get_array(r, o, where, "reads", &arr)))
+		return err;
+	g->reads_known = true;
+	if (cJSON_GetObjectItemCaseSensitive(o, "reads_freed") &&
+	    (err = get_bool(r, o, where, "reads_freed", &g->reads_freed)))
+		return err;
+	size_t n = (size_t)cJSON_GetArraySize(arr);
+	if (!n)
+		return 0;
+	if (!(g->reads = calloc(n, sizeof(*g->reads))))
+		return -ENOMEM;
+	cJSON_ArrayForEach(it, arr)
+	{
+		uint32_t k = g->read_count;
+		if (!cJSON_IsNumber(it) || !(it->valuedouble >= 0) ||
+		    it->valuedouble != floor(it->valuedouble) || it->valuedouble >= (double)limit ||
+		    it->valuedouble == (double)i)
+			return refuse(r, "%s.reads[%u]: expected the index of another group", where,
+			              k);
+		g->reads[k] = (uint32_t)it->valuedouble;
+		if (k && g->reads[k] <= g->reads[k - 1])
+			return refuse(r, "%s.reads[%u]: %u is not above the index before it", where,
+			              k, g->reads[k]);
+		g->read_count++;
+	}
+	return 0;
+}
+
+/* Every group that a group reads is of its layer. */
+static int read_reads_layers(struct reader *r, const struct lynx_profile *p)
+{
+	for (size_t i = 0; i < p->group_count; i++)
+		for (uint32_t k = 0; k < p->groups[i].read_count; k++)
+			if (p->groups[p->groups[i].reads[k]].layer != p->groups[i].layer)
+				return refuse(r,
+				              "groups[%zu].reads[%u]: group %u is of layer %u, not "
+				              "of the group's layer %u",
+				              i, k, p->groups[i].reads[k],
+				              p->groups[p->groups[i].reads[k]].layer,
+				              p->groups[i].layer);
+	return 0;
+}
+
+static int read_group(struct reader *r, const cJSON *o, size_t i, size_t layers, size_t groups,
                       struct lynx_profile_group *g)
 {
 	struct path p;
@@ -748,7 +822,7 @@ static int read_group(struct reader *r, const cJSON *o, size_t i, size_t layers,
 	if (g->layer >= layers)
 		return refuse(r, "%s.layer: %u is not one of the %zu layers", p.buf, g->layer,
 		              layers);
-	return 0;
+	return read_group_reads(r, o, p.buf, i, groups, g);
 }
 
 static int read_window(struct reader *r, const cJSON *o, size_t i, const struct lynx_profile *pr,
@@ -965,10 +1039,12 @@ static int read_profile(struct reader *r, const cJSON *root, struct lynx_profile
 	i = 0;
 	cJSON_ArrayForEach(it, arr)
 	{
-		if ((err = read_group(r, it, i, p->layer_count, &p->groups[i])))
+		if ((err = read_group(r, it, i, p->layer_count, p->group_count, &p->groups[i])))
 			return err;
 		i++;
 	}
+	if ((err = read_reads_layers(r, p)))
+		return err;
 	if ((err = alloc_array(r, root, "windows", sizeof(*p->windows), &arr, (void **)&p->windows,
 	                       &p->window_count)))
 		return err;

@@ -143,6 +143,20 @@ struct lynx_profile_group {
 	int32_t producer_end;
 	int32_t first_consumer; /* first backward kernel that touches it; -1: none seen */
 	int32_t last_consumer;  /* last backward kernel that touches it; -1: none seen */
+	/*
+	 * What its producer run names besides its outputs, from the launches' parameters
+	 * (lifetime.h's references), when reads_known: the saved activations of its own layer
+	 * produced before the run (reads[0..read_count), indices of other groups of the
+	 * profile, ascending), which a rebuild needs resident; and reads_freed, set when the run
+	 * names memory that is freed before the activation's first consumer (a temporary): the
+	 * executor cannot replay such a run (its examination refuses it) and offloads the
+	 * activation instead. Without reads_known (an older profile), reads is NULL and
+	 * reads_freed false.
+	 */
+	bool reads_known;
+	bool reads_freed;
+	uint32_t *reads;
+	uint32_t read_count;
 };
 
 struct lynx_profile_window {

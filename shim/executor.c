@@ -656,6 +656,26 @@ static void curve_iteration_ended(bool examined)
 	c->start_ns = exec_now_ns();
 }
 
+static int by_ns(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The median (the lower middle one) of the iterations timed so far, the last 64 of them. */
+static uint64_t median_iteration_ns(void)
+{
+	uint64_t sorted[EXEC_ITERATION_SAMPLES];
+	size_t n = ex.stats.timed_iterations < EXEC_ITERATION_SAMPLES
+	                   ? (size_t)ex.stats.timed_iterations
+	                   : EXEC_ITERATION_SAMPLES;
+
+	memcpy(sorted, ex.iteration_samples, n * sizeof(*sorted));
+	qsort(sorted, n, sizeof(*sorted), by_ns);
+	return n ? sorted[(n - 1) / 2] : 0;
+}
+
 /*
  * An iteration starts on stream: an event there, and the device time of the iteration two
  * starts back if both its events are done (never waited for). Iterations that overlap the
@@ -673,8 +693,9 @@ static void iteration_started(CUstream stream)
 		 * state the plan predicts. */
 		if (!ex.examined_in[(ex.started - 2) % 3] && exec_done(b) &&
 		    ex.drv.event_elapsed(&ms, a, b) == CUDA_SUCCESS && ms > 0) {
-			ex.stats.timed_iterations++;
-			ex.stats.iteration_ns += (uint64_t)((double)ms * 1e6);
+			ex.iteration_samples[ex.stats.timed_iterations++ % EXEC_ITERATION_SAMPLES] =
+			        (uint64_t)((double)ms * 1e6);
+			ex.stats.iteration_ns = median_iteration_ns();
 		}
 	}
 	ex.examined_in[ex.started % 3] = false;
@@ -1329,10 +1350,10 @@ static void print_achieved(FILE *f, const char *tag, const struct lynx_exec_stat
 		fprintf(f, "%s: executor: time: no followed iteration was timed\n", tag);
 		return;
 	}
-	double achieved = (double)s->iteration_ns / (double)s->timed_iterations;
+	double achieved = (double)s->iteration_ns;
 	fprintf(f,
 	        "%s: executor: time: warm-up iteration %.3f ms; planned %+.1f%%; achieved %.3f "
-	        "ms (%+.1f%%, the mean of %" PRIu64 " followed iterations, device time)\n",
+	        "ms (%+.1f%%, the median of %" PRIu64 " followed iterations, device time)\n",
 	        tag, (double)e->measured_iteration_ns / 1e6, 100.0 * (e->predicted_slowdown - 1.0),
 	        achieved / 1e6, percent(achieved, (double)e->measured_iteration_ns),
 	        s->timed_iterations);
@@ -1581,9 +1602,7 @@ int lynx_exec_write_summary(const char *path, int rank)
 		cJSON_AddNumberToObject(o, "measured_ns", (double)e->measured_iteration_ns);
 		cJSON_AddNumberToObject(o, "predicted_slowdown", e->predicted_slowdown);
 		if (s.timed_iterations)
-			cJSON_AddNumberToObject(o, "achieved_ns",
-			                        (double)s.iteration_ns /
-			                                (double)s.timed_iterations);
+			cJSON_AddNumberToObject(o, "achieved_ns", (double)s.iteration_ns);
 		else
 			cJSON_AddNullToObject(o, "achieved_ns");
 		cJSON_AddNumberToObject(o, "timed_iterations", (double)s.timed_iterations);

@@ -104,8 +104,9 @@ enum lynx_exec_action {
 	X(FAIL_PREFETCH, "fail-prefetch")         /* every restore on the restore stream fails */ \
 	X(FAIL_REPLAY, "fail-replay")             /* each replay's first launch fails */          \
 	X(LOSE_REPLAYS, "lose-replays")           /* every replay launch fails: bytes lost */     \
-	/* the plan counts buffers below a granule as evictable: it predicts low */               \
-	X(PLAN_SMALL_BUFFERS, "plan-small-buffers")
+	/* the plan counts buffers below a granule as evictable and leaves no room for what       \
+	 * warm-up had beyond its tensors: it predicts low */                                     \
+	X(PLAN_LOW, "plan-low")
 
 enum lynx_exec_fault {
 #define LYNX_EXEC_FAULT_ENUM(id, name) LYNX_EXEC_FAULT_##id,
@@ -148,7 +149,7 @@ enum lynx_exec_fault {
 	LYNX_EXEC_STAT(peak_used_bytes,                                                         \
 	               "most device memory in use seen (cuMemGetInfo), at actions")             \
 	LYNX_EXEC_STAT(timed_iterations, "followed iterations timed on the device")             \
-	LYNX_EXEC_STAT(iteration_ns, "their device time, summed")
+	LYNX_EXEC_STAT(iteration_ns, "the median of their device times (of the last 64)")
 
 struct lynx_exec_stats {
 #define LYNX_EXEC_STAT(field, meaning) uint64_t field;
@@ -287,7 +288,7 @@ void lynx_exec_print_summary(FILE *f, const char *tag);
  * budget_bytes, max_slowdown or null, decisions {keep, offload, recompute}}, "memory":
  * {measured_peak_bytes (warm-up, no plan), predicted_peak_bytes, achieved_peak_bytes (the
  * most cuMemGetInfo showed at the executor's actions)}, "step": {measured_ns,
- * predicted_slowdown, achieved_ns (the mean of the timed followed iterations; null when
+ * predicted_slowdown, achieved_ns (the median of the timed followed iterations; null when
  * none was timed), timed_iterations}, "evictions": {offloaded, replayed, bytes,
  * peak_bytes}, "replay": {reproduces, refused: [{verdict, count, first}]}, "stats":
  * {every LYNX_EXEC_STATS field}}. Returns 0, -ENOENT when never armed (nothing to

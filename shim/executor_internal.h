@@ -44,6 +44,8 @@
 #define MAX_OPERANDS 64
 #define MAX_EXAMINED_BYTES (256ull << 20)
 #define MAX_REPLAY_DEPTH 32
+/* Timed iterations whose median is the achieved step (the last ones). */
+#define EXEC_ITERATION_SAMPLES 64
 /* Trainer streams a replay is ordered against. */
 #define MAX_STREAMS 8
 /* Memory samples kept per iteration for its curve in the summary. */
@@ -214,7 +216,10 @@ struct exec_state {
 	struct lynx_exec_expectation expect;
 	CUevent iteration_start[3]; /* recorded at each iteration's first token, in turn */
 	bool examined_in[3];        /* an examination ran in that iteration: not timed */
-	uint64_t started;           /* iterations whose start was recorded */
+	/* The device times of the last timed iterations, in turn: their median is the achieved
+	 * step, robust to the few iterations that still settle (first offloads, first trims). */
+	uint64_t iteration_samples[EXEC_ITERATION_SAMPLES];
+	uint64_t started; /* iterations whose start was recorded */
 	struct lynx_exec_stats stats;
 	struct traced {
 		uint8_t kind; /* LYNX_EXEC_EVENTS */

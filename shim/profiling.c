@@ -754,7 +754,7 @@ static uint64_t planning_budget(uint64_t *beyond)
 
 	*beyond = (used > tensors ? used - tensors : 0) +
 	          prof.profile.memory.at_peak[LYNX_PROFILE_MEMORY_WORKSPACE];
-	if (!prof.budget || *beyond >= prof.budget)
+	if (!prof.budget || *beyond >= prof.budget || prof.fault == LYNX_EXEC_FAULT_PLAN_LOW)
 		return prof.budget;
 	return prof.budget - *beyond;
 }
@@ -1227,9 +1227,8 @@ static void try_plan(bool at_exit)
 	 * groups of the granule it was made with (none from lynx plan); the executor keeps
 	 * the small buffers all the same. */
 	uint64_t granule = plan_json ? lynx_plan_json_granule(plan_json)
-	                   : prof.fault == LYNX_EXEC_FAULT_PLAN_SMALL_BUFFERS
-	                           ? 0
-	                           : lynx_exec_eviction_granule();
+	                   : prof.fault == LYNX_EXEC_FAULT_PLAN_LOW ? 0
+	                                                            : lynx_exec_eviction_granule();
 	struct lynx_problem_options opt = {.budget_bytes = planning_budget(&beyond),
 	                                   .budget_percent = prof.budget_percent,
 	                                   .max_slowdown_bp = prof.max_slowdown_bp,

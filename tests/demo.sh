@@ -39,9 +39,6 @@ echo
 echo "== lynx report $out"
 "$LYNX" report "$out"
 echo
-echo "== lynx plan $out/profile.*.json --budget $BUDGET (HEU, the plan file and its prediction)"
-"$LYNX" plan "$out"/profile.*.json --budget "$BUDGET" --out "$out/plan.json" | head -4
-echo
 rec="$BUILD/demo-recompute"
 rm -rf "$rec"
 echo "== recompute mode: lynx run --mode recompute, LYNX_BUDGET=$BUDGET: the same warm-up,"
@@ -50,6 +47,12 @@ echo "   back activations while training goes on (rank 0's lines)"
 LD_LIBRARY_PATH="$BUILD/simgpu" LYNX_BUDGET="$BUDGET" "$LYNX" run --mode recompute --out "$rec" -- \
 	"$TT" "${ARGS[@]}" --steps 14 2>&1 >"$rec.steps.jsonl" |
 	grep -E '^lynx\[rank 0\]: (recompute plan|executor)'
+echo
+echo "== lynx plan $rec/profile.*.json --budget $BUDGET --granule 4K: the same plan offline, from"
+echo "   recompute mode's profiles, which measured the link to host memory (profiling-only mode"
+echo "   measures none, so its what-if keeps what cannot be replayed rather than offload it)"
+"$LYNX" plan "$rec"/profile.*.json --budget "$BUDGET" --granule 4K --out "$rec/offline-plan.json" |
+	head -4
 echo
 echo "== rank 0 (first pipeline stage), last step: peak device memory and virtual step time"
 printf '%-28s %12s %16s %18s\n' run peak_bytes step_time_ns grad_hash
@@ -78,8 +81,9 @@ awk -v budget="$BUDGET" -v quote="$BUILD/demo-headline.txt" '{
 	}' "$rec.baselines"
 echo "(the same grad_hash everywhere: recompute changes memory and time, never results;"
 echo " Lynx replays the producers of what its plan recomputes, in the communication window"
-echo " the plan chose or on demand, and offloads those whose examination refused them; see"
-echo " its summary above: the windows line says how many replays ran in windows)"
+echo " the plan chose or on demand; it offloads what its plan offloads, producers that read a"
+echo " temporary among them, and those whose examination refused them; see its summary above:"
+echo " the windows line says how many replays ran in windows)"
 echo
 echo "Open $out/trace.0.json in ui.perfetto.dev for rank 0's warm-up timeline;"
 echo "$out/report.svg plots memory and stream use per rank."

@@ -7,7 +7,7 @@
 # iteration, device time), and the planned peak against the achieved one. The issue's target
 # (17): predicted and achieved slowdowns within AGREE_POINTS percentage points at every
 # budget; the table says where they are, and this script does not fail on it (it is not
-# held yet). Exits 2 when a run fails. About 20 s per budget on two cores.
+# held yet). Exits 2 when a run fails. About 30 s per budget on two cores (20 steps: the first planned ones examine producers and are not timed).
 set -euo pipefail
 BUILD=${BUILD:-build}
 TT="$BUILD/bin/tinytrain"
@@ -15,7 +15,11 @@ LYNX="$BUILD/bin/lynx"
 BUDGETS=${BUDGETS:-default 8M 7M 6M}
 AGREE_POINTS=${AGREE_POINTS:-2}
 ARGS=(--nproc 4 --pp 2 --tp 2 --dp 1 --layers 8 --microbatches 4 --virtual-model gpt-1.3b
-	--seq 64 --batch 4 --steps 14)
+	--seq 64 --batch 4 --steps 20)
+# EXTRA_ARGS: more tinytrain options (say --virtual-copies, offloading at the virtual model's
+# copy times).
+read -r -a extra <<<"${EXTRA_ARGS:-}"
+ARGS+=("${extra[@]}")
 export SIMGPU_VMM_GRANULARITY=4K
 
 for tool in "$TT" "$LYNX"; do
@@ -44,6 +48,13 @@ for budget in $BUDGETS; do
 		tail -20 "$work/$budget.log" >&2
 		exit 2
 	fi
+	# A rank that armed no plan writes no summary; its WARN line says why.
+	planned=$(find "$out" -name 'summary.*.json' | wc -l)
+	if [ "$planned" -lt 4 ]; then
+		printf '%-8s %4s %s\n' "$budget" "-" \
+			"$((4 - planned)) of 4 ranks armed no plan: $(grep -m1 -o 'no plan fits[^;]*' \
+			"$work/$budget.log" || echo 'see the run')" | tee -a "$work/rows"
+	fi
 	for summary in "$out"/summary.*.json; do
 		[ -e "$summary" ] || continue
 		rank=${summary##*/summary.}
@@ -67,7 +78,7 @@ for budget in $BUDGETS; do
 		}' | tee -a "$work/rows"
 	done
 done
-rows=$(grep -cv "no followed" "$work/rows" || true)
+rows=$(grep -cv "no followed\|armed no plan" "$work/rows" || true)
 held=$(grep -c " agree$" "$work/rows" || true)
 printf 'predicted and achieved within %s points: %s of %s timed ranks (issue 17'"'"'s target: all)\n' \
 	"$AGREE_POINTS" "$held" "$rows"

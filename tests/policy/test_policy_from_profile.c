@@ -268,6 +268,66 @@ static void test_a_producer_run_is_rebuilt_whole(void **state)
 	drop(pr);
 }
 
+/*
+ * What each producer run reads (profile.h's reads, reads_freed). Kernel 3's group reads only
+ * the layer's input: its deps are that group, not every group before it. Kernel 4's run reads
+ * a temporary: without a host link it cannot be rebuilt (ops 0); with one it keeps its ops,
+ * and a plan that rebuilds it is lowered to OFFLOAD, as the executor would offload it. A
+ * planner's run never leaves it rebuilt.
+ */
+static void test_what_producer_runs_read_sets_deps_and_what_cannot_be_rebuilt(void **state)
+{
+	struct lynx_profile *pr = tp_stage();
+	const struct lynx_profile *ranks[] = {pr};
+	struct lynx_problem p;
+	struct lynx_plan plan;
+	char why[256] = "";
+	const struct lynx_problem_layer *L = &p.layer;
+
+	(void)state;
+	for (size_t g = 0; g < pr->group_count; g++) {
+		struct lynx_profile_group *gr = &pr->groups[g];
+		size_t input = g - g % 5;
+
+		gr->reads_known = true;
+		if (gr->producer == 3) {
+			gr->reads = malloc(sizeof(*gr->reads));
+			assert_non_null(gr->reads);
+			gr->reads[0] = (uint32_t)input;
+			gr->read_count = 1;
+		}
+		gr->reads_freed = gr->producer == 4;
+	}
+	build(ranks, 1, NULL, &p);
+	assert_int_equal(L->n_groups, 5);
+	assert_int_equal(L->groups[3].deps, 0x1);
+	assert_int_equal(L->groups[3].ops, 0x8);
+	assert_true(L->groups[4].reads_freed);
+	assert_int_equal(L->groups[4].ops, 0);
+	assert_int_equal(L->groups[4].deps, 0);
+	lynx_problem_free(&p);
+
+	pr->host_link = (struct lynx_profile_host_link){1e10, 1e10, 1e-5};
+	build(ranks, 1, NULL, &p);
+	assert_int_equal(L->groups[4].ops, 0x10);
+	assert_int_equal(lynx_plan_init(&plan, &p, "hand", true), 0);
+	lynx_plan_decision(&plan, 0, 0, 4)->action = LYNX_ACTION_RECOMPUTE_ON_DEMAND;
+	lynx_plan_decision(&plan, 0, 0, 3)->action = LYNX_ACTION_RECOMPUTE_ON_DEMAND;
+	assert_int_equal(lynx_plan_lower(&p, &plan), 1);
+	assert_int_equal(lynx_plan_get(&plan, 0, 0, 4)->action, LYNX_ACTION_OFFLOAD);
+	assert_int_equal(lynx_plan_get(&plan, 0, 0, 3)->action, LYNX_ACTION_RECOMPUTE_ON_DEMAND);
+	assert_int_equal(lynx_plan_lower(&p, &plan), 0);
+	lynx_plan_free(&plan);
+	/* Full recomputation rebuilds every group it can: the lowered one is offloaded. */
+	if (lynx_planner_run(lynx_planner_find("full"), &p, &plan, why, sizeof(why)))
+		fail_msg("%s", why);
+	for (uint32_t l = 0; l < p.stages[0].layers; l++)
+		assert_int_equal(lynx_plan_get(&plan, 0, l, 4)->action, LYNX_ACTION_OFFLOAD);
+	lynx_plan_free(&plan);
+	lynx_problem_free(&p);
+	drop(pr);
+}
+
 static void test_uses_device_times_and_measured_idle(void **state)
 {
 	struct lynx_profile *pr = tp_stage();
@@ -1306,6 +1366,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_maps_kernels_groups_and_collectives),
 	        cmocka_unit_test(test_a_producer_run_is_rebuilt_whole),
+	        cmocka_unit_test(test_what_producer_runs_read_sets_deps_and_what_cannot_be_rebuilt),
 	        cmocka_unit_test(test_uses_device_times_and_measured_idle),
 	        cmocka_unit_test(test_kernel_times_are_the_median_over_like_layers),
 	        cmocka_unit_test(test_peers_planning_alone_agree_despite_noise),

@@ -180,6 +180,34 @@ static void test_profile_pp2_tp2_layers_and_windows(void **state)
 				runs++;
 		}
 		assert_int_equal(runs, 2 * p.layer_count);
+		/* What each producer run reads. The QKV split and the softmax read temporaries
+		 * freed in the forward (the QKV GEMM's output, the scores): no replay can rebuild
+		 * them. The layer norm reads the layer's input, a group of its layer; the
+		 * attention dropout reads the softmax output. */
+		for (size_t g = 0; g < p.group_count; g++) {
+			const struct lynx_profile_group *gr = &p.groups[g];
+			const char *kernel =
+			        gr->producer < 0
+			                ? ""
+			                : p.layers[gr->layer].fwd_kernels.name[gr->producer];
+			assert_true(gr->reads_known);
+			for (uint32_t k = 0; k < gr->read_count; k++)
+				assert_int_equal(p.groups[gr->reads[k]].layer, gr->layer);
+			if (!strcmp(kernel, "tt_split_qkv") || !strcmp(kernel, "tt_softmax_fwd"))
+				assert_true(gr->reads_freed);
+			if (!strcmp(kernel, "tt_layernorm_fwd")) {
+				assert_false(gr->reads_freed);
+				assert_true(gr->read_count >= 1);
+			}
+			if (!strcmp(kernel, "tt_dropout_fwd") &&
+			    gr->producer_end == gr->producer + 1) {
+				const struct lynx_profile_group *in = &p.groups[gr->reads[0]];
+				assert_int_equal(gr->read_count, 1);
+				assert_string_equal(
+				        p.layers[in->layer].fwd_kernels.name[in->producer],
+				        "tt_softmax_fwd");
+			}
+		}
 		check_round_trip(&p);
 		lynx_profile_free(&p);
 	}
@@ -224,7 +252,11 @@ static uint64_t fwd_kernel_ns[] = {70, 25}, bwd_kernel_ns[] = {280};
 static void small_profile(struct lynx_profile *p)
 {
 	static struct lynx_profile_layer layers[2];
-	static struct lynx_profile_group groups[1] = {{1, 4096, -1, -1, 0, 1}};
+	static struct lynx_profile_group groups[1] = {{.layer = 1,
+	                                               .bytes = 4096,
+	                                               .producer = -1,
+	                                               .producer_end = -1,
+	                                               .last_consumer = 1}};
 	static struct lynx_profile_window windows[2];
 
 	for (int i = 0; i < 2; i++)
@@ -573,6 +605,73 @@ static void test_profile_refuses_bad_fields_with_their_path(void **state)
 	free(text);
 }
 
+/*
+ * What producer runs read: "reads" (other groups of the layer) and "reads_freed" come back as
+ * written; a group without "reads" is unknown, as in profiles from before the key. Indices of
+ * itself, beyond the groups, out of order or of another layer, and "reads_freed" alone, are
+ * refused with the field's path.
+ */
+static void test_profile_round_trip_keeps_what_producers_read(void **state)
+{
+	static uint32_t reads_first[] = {0};
+	struct lynx_profile_group groups[3] = {
+	        {.layer = 1,
+	         .bytes = 4096,
+	         .producer = -1,
+	         .producer_end = -1,
+	         .reads_known = true},
+	        {.layer = 1,
+	         .bytes = 8192,
+	         .producer = 0,
+	         .reads_known = true,
+	         .reads_freed = true,
+	         .reads = reads_first,
+	         .read_count = 1},
+	        {.layer = 0, .bytes = 4096, .producer = 1, .producer_end = 1}};
+	struct lynx_profile p, back;
+	char why[256];
+
+	(void)state;
+	small_profile(&p);
+	p.groups = groups;
+	p.group_count = 3;
+	char *text = lynx_profile_to_json(&p);
+	assert_non_null(text);
+	if (lynx_profile_from_json(text, strlen(text), &back, why, sizeof(why)))
+		fail_msg("%s", why);
+	assert_true(back.groups[0].reads_known && !back.groups[0].reads_freed);
+	assert_int_equal(back.groups[0].read_count, 0);
+	assert_true(back.groups[1].reads_known && back.groups[1].reads_freed);
+	assert_int_equal(back.groups[1].read_count, 1);
+	assert_int_equal(back.groups[1].reads[0], 0);
+	assert_false(back.groups[2].reads_known);
+	assert_null(back.groups[2].reads);
+	check_round_trip(&back);
+	lynx_profile_free(&back);
+	static const struct {
+		const char *from, *to, *want;
+	} cases[] = {
+	        {"\"reads\":\t[0]", "\"reads\":\t[1]",
+	         "groups[1].reads[0]: expected the index of another group"},
+	        {"\"reads\":\t[0]", "\"reads\":\t[3]",
+	         "groups[1].reads[0]: expected the index of another group"},
+	        {"\"reads\":\t[0]", "\"reads\":\t[2]",
+	         "groups[1].reads[0]: group 2 is of layer 0, not of the group's layer 1"},
+	        {"\"reads\":\t[0]", "\"reads\":\t[0, 0]",
+	         "groups[1].reads[1]: 0 is not above the index before it"},
+	        {"\"reads\":\t[0]", "\"reads\":\t{}", "groups[1].reads: expected an array"},
+	        {"\"reads_freed\":\ttrue", "\"reads_freed\":\t1",
+	         "groups[1].reads_freed: expected true or false"},
+	        {"\"reads\":\t[0],", "", "groups[1].reads_freed: given without \"reads\""},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *bad = replace(text, cases[i].from, cases[i].to);
+		refused(bad, cases[i].want);
+		free(bad);
+	}
+	free(text);
+}
+
 /* The run: written after "world" when known, read back field for field (every source), and
  * absent when unknown, as from `lynx profile` or before the key existed. */
 static void test_profile_round_trip_keeps_the_run(void **state)
@@ -861,6 +960,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_profile_write_is_atomic_and_reads_back),
 	        cmocka_unit_test(test_profile_refuses_bad_fields_with_their_path),
 	        cmocka_unit_test(test_profile_refuses_bad_host_link_values),
+	        cmocka_unit_test(test_profile_round_trip_keeps_what_producers_read),
 	        cmocka_unit_test(test_profile_round_trip_keeps_the_run),
 	        cmocka_unit_test(test_profile_refuses_bad_run_fields),
 	        cmocka_unit_test(test_profile_refuses_truncated_and_corrupted_text_with_offset),
