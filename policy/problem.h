@@ -296,9 +296,10 @@ int lynx_problem_from_model(const struct lynx_model_desc *m, const struct lynx_c
  *   its producer kernel (-1: the layer's input) and is freed after the backward of the op
  *   that its last_consumer backward kernel maps to (-1, none seen: op 0, the end of the
  *   layer's backward). Rebuilding a group produced by op o reruns the ops after the previous
- *   producing op up to o, and needs every group produced before o: conservative, since the
- *   profile does not say which saved tensors an op reads (a forward temporary that crosses a
- *   group is not seen). A group with no group before it cannot be rebuilt (ops 0); such groups
+ *   producing op up to o, and needs the groups its producer run reads (profile.h's reads),
+ *   or, for a profile that does not say, every group produced before o. A run that reads a
+ *   temporary (reads_freed) is marked so (the group above); without a host link it cannot be
+ *   rebuilt (ops 0). A group with no group before it cannot be rebuilt either; such groups
  *   are held at least until the last rebuild that needs them. Over LYNX_PROBLEM_MAX_GROUPS,
  *   groups with the same producer and consumer ops merge, then all with the same producer (freed
  *   after the later consumer), then the two adjacent producers with the fewest bytes. The
