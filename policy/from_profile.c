@@ -985,14 +985,15 @@ static int fill_groups(struct layer_src *ls, struct lynx_problem_layer *L)
 		pg->producer = it[g].producer;
 		pg->consumer = it[g].consumer;
 		pg->reads_freed = it[g].reads_freed;
+		/* With what each run reads known, a rebuild needs only that resident, as the
+		 * executor brings back exactly the memory a replay names; else every group
+		 * produced before it, on the safe side. */
 		for (uint32_t h = 0; h < n; h++)
 			if (it[h].producer < it[g].producer) {
-				pg->deps |= 1u << h;
+				pg->deps |= exact_deps ? 0 : 1u << h;
 				before = true;
 				prev = it[h].producer > prev ? it[h].producer : prev;
 			}
-		/* With what each run reads known, a rebuild needs only that resident, as the
-		 * executor brings back exactly the memory a replay names. */
 		if (exact_deps)
 			pg->deps = read_groups(ls, it, n, into, item_of, g);
 		/* Rebuilt as the executor does it: its producer run replayed, reading what is
@@ -1148,15 +1149,6 @@ static int fill_stage(const struct ctx *c, const struct layer_src *ls, const str
  * worst. One profile without a measurement leaves both links 0 (no OFFLOAD): its rank's link
  * is unknown, and assuming another's would promise copies it may not make in time.
  */
-/* Whether every profile measured its host link (else the problem has none). */
-static bool host_link_measured(const struct ctx *c)
-{
-	for (size_t i = 0; i < c->n; i++)
-		if (!lynx_profile_host_link_measured(&c->ranks[i]->host_link))
-			return false;
-	return c->n > 0;
-}
-
 static void fill_host_link(const struct ctx *c, struct lynx_problem *p)
 {
 	struct lynx_link d2h = {INFINITY, 0}, h2d = {INFINITY, 0};
@@ -1233,7 +1225,8 @@ int lynx_problem_from_profile(const struct lynx_profile *const *ranks, size_t n_
 		goto out_free_src;
 	pick_layer(&c, n_stages, src, &ls);
 	ls.granule = c.opt->granule_bytes;
-	ls.host_link = host_link_measured(&c);
+	fill_host_link(&c, p);
+	ls.host_link = p->d2h.busbw > 0 && p->h2d.busbw > 0;
 	if ((err = fill_layer(&c, &ls, &p->layer)))
 		goto out_free_src;
 
@@ -1259,7 +1252,6 @@ int lynx_problem_from_profile(const struct lynx_profile *const *ranks, size_t n_
 			p->budget_bytes = b > p->budget_bytes ? b : p->budget_bytes;
 		}
 	}
-	fill_host_link(&c, p);
 	p->restore_by_layer = true; /* as Lynx's executor restores (problem.h) */
 	p->n_stages = n_stages;
 	p->stages = calloc(n_stages, sizeof(*p->stages));

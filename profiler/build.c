@@ -640,34 +640,32 @@ static uint32_t run_end_event(const struct lynx_prof_trace *t, uint32_t first, i
  * (4 KiB) name at most 512 pointers, and a run is a few kernels. */
 #define MAX_READS 1024
 
+/* A group as fill_groups found it: its buffer, and the event of its first consumer in the
+ * backward (the backward's start when none was seen). */
+struct group_src {
+	uint32_t buffer;
+	uint32_t consumer;
+};
+
 /*
  * What group g's producer run reads (profile.h): every buffer its launches name besides the
  * activation itself. One freed before the activation's first consumer (a temporary, read or
  * written) makes the run one the executor cannot replay; a saved activation of the same layer
- * span produced before the run is one the rebuild needs. buffer_of: each group's buffer;
- * group_of: each buffer's group, or -1.
+ * span produced before the run is one the rebuild needs. group_of: each buffer's group, or -1.
  */
-static int fill_reads(const struct build *b, const struct ref_at *refs, const uint32_t *buffer_of,
-                      const int32_t *group_of, const struct lynx_prof_segment *bw,
-                      struct lynx_profile *p, size_t g)
+static int fill_reads(const struct build *b, const struct ref_at *refs, const struct group_src *src,
+                      const int32_t *group_of, struct lynx_profile *p, size_t g)
 {
 	struct lynx_profile_group *gr = &p->groups[g];
-	const struct lynx_prof_buffer *buf = &b->lt.buffers[buffer_of[g]];
+	const struct lynx_prof_buffer *buf = &b->lt.buffers[src[g].buffer];
 	uint32_t reads[MAX_READS];
-	uint32_t first = buf->producer, last, consumer = (uint32_t)bw->first;
+	uint32_t first = buf->producer, last, consumer = src[g].consumer;
 	size_t lo = 0, hi = b->lt.ref_count, n = 0;
 
 	gr->reads_known = true;
 	if (first == LYNX_PROF_NONE || gr->producer < 0)
 		return 0;
 	last = run_end_event(b->t, first, gr->producer_end - gr->producer);
-	for (size_t r = 0; r < buf->ref_count; r++) {
-		uint32_t e = b->lt.refs[buf->first_ref + r].event;
-		if (e >= bw->first && e < bw->end) {
-			consumer = e;
-			break;
-		}
-	}
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 		if (refs[mid].event < first)
@@ -677,7 +675,7 @@ static int fill_reads(const struct build *b, const struct ref_at *refs, const ui
 	}
 	for (size_t r = lo; r < b->lt.ref_count && refs[r].event <= last; r++) {
 		const struct lynx_prof_buffer *other = &b->lt.buffers[refs[r].buffer];
-		if (refs[r].buffer == buffer_of[g])
+		if (refs[r].buffer == src[g].buffer)
 			continue;
 		if (other->free_event != LYNX_PROF_NONE && other->free_event < consumer)
 			gr->reads_freed = true;
@@ -695,8 +693,8 @@ static int fill_reads(const struct build *b, const struct ref_at *refs, const ui
 		return 0;
 	if (!(gr->reads = malloc(n * sizeof(*gr->reads))))
 		return -ENOMEM;
-	qsort(reads, n, sizeof(*reads), by_u32);
 	memcpy(gr->reads, reads, n * sizeof(*reads));
+	qsort(gr->reads, n, sizeof(*gr->reads), by_u32);
 	gr->read_count = (uint32_t)n;
 	return 0;
 }
@@ -706,7 +704,7 @@ static int fill_groups(struct build *b, struct lynx_profile *p)
 {
 	const struct lynx_prof_layers *c = &b->layers[b->chosen];
 	size_t n = 0;
-	uint32_t *buffer_of = NULL;
+	struct group_src *src = NULL;
 	int32_t *group_of = NULL;
 	struct ref_at *refs = NULL;
 	int err = 0;
@@ -714,10 +712,10 @@ static int fill_groups(struct build *b, struct lynx_profile *p)
 	for (size_t pass = 0; pass < 2; pass++) {
 		if (pass) {
 			p->groups = calloc(n ? n : 1, sizeof(*p->groups));
-			buffer_of = calloc(n ? n : 1, sizeof(*buffer_of));
+			src = calloc(n ? n : 1, sizeof(*src));
 			group_of = malloc((b->lt.count ? b->lt.count : 1) * sizeof(*group_of));
 			refs = refs_by_event(&b->lt);
-			if (!p->groups || !buffer_of || !group_of || !refs) {
+			if (!p->groups || !src || !group_of || !refs) {
 				err = -ENOMEM;
 				goto out;
 			}
@@ -737,7 +735,8 @@ static int fill_groups(struct build *b, struct lynx_profile *p)
 					continue;
 				}
 				const struct lynx_prof_segment *f = &c->fwd[k], *bw = &c->bwd[k];
-				buffer_of[p->group_count] = (uint32_t)i;
+				struct group_src *gs = &src[p->group_count];
+				*gs = (struct group_src){(uint32_t)i, (uint32_t)bw->first};
 				group_of[i] = (int32_t)p->group_count;
 				struct lynx_profile_group *g = &p->groups[p->group_count++];
 				g->layer = (uint32_t)k;
@@ -750,17 +749,19 @@ static int fill_groups(struct build *b, struct lynx_profile *p)
 					                      b->lt.refs[buf->first_ref + r].event);
 					if (at < 0)
 						continue;
-					if (g->first_consumer < 0)
+					if (g->first_consumer < 0) {
 						g->first_consumer = at;
+						gs->consumer = b->lt.refs[buf->first_ref + r].event;
+					}
 					g->last_consumer = at;
 				}
 			}
 		}
 	}
 	for (size_t g = 0; g < p->group_count && !err; g++)
-		err = fill_reads(b, refs, buffer_of, group_of, &c->bwd[p->groups[g].layer], p, g);
+		err = fill_reads(b, refs, src, group_of, p, g);
 out:
-	free(buffer_of);
+	free(src);
 	free(group_of);
 	free(refs);
 	return err;

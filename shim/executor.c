@@ -695,7 +695,6 @@ static void iteration_started(CUstream stream)
 		    ex.drv.event_elapsed(&ms, a, b) == CUDA_SUCCESS && ms > 0) {
 			ex.iteration_samples[ex.stats.timed_iterations++ % EXEC_ITERATION_SAMPLES] =
 			        (uint64_t)((double)ms * 1e6);
-			ex.stats.iteration_ns = median_iteration_ns();
 		}
 	}
 	ex.examined_in[ex.started % 3] = false;
@@ -1325,6 +1324,7 @@ void lynx_exec_stats(struct lynx_exec_stats *out)
 {
 	pthread_mutex_lock(&ex.lock);
 	*out = ex.stats;
+	out->iteration_ns = median_iteration_ns();
 	pthread_mutex_unlock(&ex.lock);
 }
 
