@@ -256,29 +256,45 @@ static double occur(struct stage_sim *ss, int w)
 	return work;
 }
 
-/* A window occurrence of fixed idle time (TP): the stream is busy max(idle, work). */
+/*
+ * A window occurrence of fixed idle time (TP): the stream waits `idle` for a collective that the
+ * rebuilds overlap from its start, and longer where they do not fit (lynx_window_delay()).
+ */
 static void occur_fixed(struct stage_sim *ss, int w, double idle)
 {
-	double work = occur(ss, w);
+	double work = occur(ss, w), delay;
 
 	if (!ss->timed)
 		return;
-	ss->now += max2(idle, work);
+	delay = lynx_window_delay(&ss->p->interference, work, idle);
+	ss->now += idle + delay;
 	ss->window_work += work;
-	ss->window_overflow += max2(0, work - idle);
+	ss->window_overflow += delay;
 }
 
-/* Waiting for a transfer that arrives at `ready` (PP), with window w open meanwhile. */
-static void occur_until(struct stage_sim *ss, int w, double ready)
+/*
+ * Waiting for a transfer that arrives at `ready` (PP), with window w open meanwhile. The
+ * transfer is in flight for its last `transfer` seconds, where the rebuilds and it slow each
+ * other (lynx_overlap()); before that, the stream waits for the sending stage.
+ */
+static void occur_until(struct stage_sim *ss, int w, double ready, double transfer)
 {
-	double work = occur(ss, w), idle;
+	double work = occur(ss, w), idle, start, comm, comm_end, done;
 
 	if (!ss->timed)
 		return;
 	idle = max2(0, ready - ss->now);
+	start = ready - transfer - ss->now;
+	comm = transfer;
+	if (start < 0) {
+		comm = max2(0, transfer + start);
+		start = 0;
+	}
+	done = lynx_overlap(&ss->p->interference, work, start, comm, &comm_end);
+	done = max2(done, comm_end);
 	ss->window_work += work;
-	ss->window_overflow += max2(0, work - idle);
-	ss->now = max2(ready, ss->now + work);
+	ss->window_overflow += max2(0, done - idle);
+	ss->now += max2(idle, done);
 }
 
 static void push_target(struct stage_sim *ss, uint64_t occ, uint32_t j, uint32_t l, uint32_t g)
@@ -404,7 +420,7 @@ static void forward(struct stage_sim *ss, uint32_t j, double ready)
 	const struct lynx_problem_stage *st = ss->st;
 
 	start_action(ss, true, j);
-	occur_until(ss, ss->pp_fwd, ready);
+	occur_until(ss, ss->pp_fwd, ready, st->recv_fwd_s);
 	if (ss->timed && st->embedding.present) {
 		take(ss, st->embedding.act_bytes);
 		ss->now += st->embedding.fwd_s;
@@ -489,7 +505,7 @@ static void backward(struct stage_sim *ss, uint32_t j, double ready)
 	const struct lynx_problem_stage *st = ss->st;
 
 	start_action(ss, false, j);
-	occur_until(ss, ss->pp_bwd, ready);
+	occur_until(ss, ss->pp_bwd, ready, st->recv_bwd_s);
 	if (ss->timed && st->head.present) {
 		ss->now += st->head.bwd_s;
 		give(ss, st->head.act_bytes);

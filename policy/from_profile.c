@@ -1253,6 +1253,10 @@ int lynx_problem_from_profile(const struct lynx_profile *const *ranks, size_t n_
 		}
 	}
 	p->restore_by_layer = true; /* as Lynx's executor restores (problem.h) */
+	/* A profile changes nothing, so it cannot see how a rebuild and a collective slow each
+	 * other: the options say, or the presets' figure. */
+	p->interference =
+	        c.opt->interference.compute > 0 ? c.opt->interference : LYNX_INTERFERENCE_DEFAULT;
 	p->n_stages = n_stages;
 	p->stages = calloc(n_stages, sizeof(*p->stages));
 	if (!p->stages) {

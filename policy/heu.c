@@ -22,12 +22,17 @@
  *    into window w only if each dropped dependency is in w or in a window that occurs before
  *    it (the checker would otherwise rebuild the dependency inside w as well).
  * 3. Cost of a policy, per layer and micro-batch: time = on-demand reruns + for each window,
- *    served · max(0, work - idle) + (1 - served) · work. Memory: the k = inflight copies of
- *    the kept bytes, plus "held" bytes: what a forward-side window (TP_FWD, PP_RECV_*)
- *    rebuilds is resident at the stage's peak (the end of the forward before j's backward),
- *    once; what a TP_BWD window rebuilds is resident only after part of j's backward freed
- *    its activations, and is counted in the transient term (the dropped bytes of the layer,
- *    resident at the end of its forward).
+ *    served · delay(work, idle) + (1 - served) · work, where delay is what the work adds to
+ *    the window under the problem's interference (lynx_window_delay(): max(0, work - idle)
+ *    without contention). A unit the executor cannot replay (its groups read a temporary:
+ *    reads_freed) is offloaded when dropped (lynx_plan_lower()): it takes no window, and
+ *    costs what the layer's offloaded bytes take to copy each way beyond the layer's forward
+ *    (to the host) and backward (back), on the problem's host link. Memory: the k = inflight
+ *    copies of the kept bytes, plus "held" bytes: what a forward-side window (TP_FWD,
+ *    PP_RECV_*) rebuilds is resident at the stage's peak (the end of the forward before j's
+ *    backward), once; what a TP_BWD window rebuilds is resident only after part of j's
+ *    backward freed its activations, and is counted in the transient term (the dropped bytes
+ *    of the layer, resident at the end of its forward).
  * 4. Pareto set: for each of the 2^units drop sets, the TP_BWD windows take what they can (no
  *    memory cost, never slower than on demand), then a greedy chain moves units to
  *    forward-side windows by time saved per byte held; every step is a candidate. The
@@ -97,6 +102,17 @@ struct heu_layer {
 	struct lynx_unit units[MAX_UNITS];
 	struct lwin wins[MAX_WINDOWS];
 	uint64_t input_bytes; /* groups that cannot be rebuilt: always kept */
+	/* The problem's: how a window's rebuilds and its transfer slow each other. */
+	struct lynx_interference interference;
+	/*
+	 * Units (bit u) whose groups the executor cannot replay (reads_freed): dropping one
+	 * offloads it (lynx_plan_lower()), so it costs copies, not reruns, and takes no window.
+	 * The copies of one layer's offloaded bytes hide behind its forward (to the host) and
+	 * the backward of the layer above it (back), on the problem's host link.
+	 */
+	uint32_t offloaded;
+	struct lynx_link d2h, h2d;
+	double hide_d2h_s, hide_h2d_s;
 	struct policy *pol;
 	size_t n_pol, cap_pol;
 	size_t *hull, n_hull; /* knapsack(): indices into pol */
@@ -110,6 +126,15 @@ static void find_units(const struct lynx_problem_layer *L, struct heu_layer *h)
 	lynx_layer_units_find(L, &lu);
 	memcpy(h->units, lu.units, lu.n_units * sizeof(lu.units[0]));
 	h->n_units = lu.n_units;
+	for (uint32_t u = 0; u < lu.n_units; u++) {
+		bool freed = true;
+
+		for (uint32_t g = 0; g < L->n_groups; g++)
+			if (lu.units[u].groups & (1u << g))
+				freed = freed && L->groups[g].reads_freed;
+		if (freed && h->d2h.busbw > 0 && h->h2d.busbw > 0)
+			h->offloaded |= 1u << u;
+	}
 	h->input_bytes += lu.input_bytes;
 }
 
@@ -184,10 +209,25 @@ static bool fits_window(const struct heu_layer *h, const int8_t *choice, uint32_
 	return true;
 }
 
+/* The stall of offloading `bytes` in `copies` copies per layer and micro-batch: each way, what
+ * its copies take beyond the compute they hide behind. */
+static double offload_stall(const struct heu_layer *h, uint64_t bytes, uint32_t copies)
+{
+	double out, back;
+
+	if (!bytes)
+		return 0;
+	out = copies * h->d2h.latency_s + (double)bytes / h->d2h.busbw - h->hide_d2h_s;
+	back = copies * h->h2d.latency_s + (double)bytes / h->h2d.busbw - h->hide_h2d_s;
+	return (out > 0 ? out : 0) + (back > 0 ? back : 0);
+}
+
 /* Time and memory of the policy whose choices are set. */
 static void evaluate(const struct heu_layer *h, struct policy *pol)
 {
 	double work[MAX_WINDOWS] = {0};
+	uint64_t offloaded = 0;
+	uint32_t copies = 0;
 
 	pol->kept = h->input_bytes;
 	pol->held = pol->transient = 0;
@@ -200,6 +240,11 @@ static void evaluate(const struct heu_layer *h, struct policy *pol)
 			continue;
 		}
 		pol->transient += h->units[u].bytes;
+		if (h->offloaded & (1u << u)) {
+			offloaded += h->units[u].bytes;
+			copies += (uint32_t)__builtin_popcount(h->units[u].groups);
+			continue;
+		}
 		if (c == ON_DEMAND) {
 			pol->time_s += h->units[u].rerun_s;
 			continue;
@@ -208,8 +253,9 @@ static void evaluate(const struct heu_layer *h, struct policy *pol)
 		if (h->wins[c].held)
 			pol->held += h->units[u].bytes;
 	}
+	pol->time_s += offload_stall(h, offloaded, copies);
 	for (uint32_t w = 0; w < h->n_wins; w++) {
-		double over = work[w] > h->wins[w].idle_s ? work[w] - h->wins[w].idle_s : 0;
+		double over = lynx_window_delay(&h->interference, work[w], h->wins[w].idle_s);
 
 		pol->time_s += h->wins[w].served * over + (1 - h->wins[w].served) * work[w];
 	}
@@ -240,10 +286,10 @@ static void window_work(const struct heu_layer *h, const struct policy *pol, dou
 }
 
 /* The time saved by moving an on-demand rerun of r seconds into window w holding `work`. */
-static double saving(const struct lwin *w, double work, double r)
+static double saving(const struct heu_layer *h, const struct lwin *w, double work, double r)
 {
-	double before = work > w->idle_s ? work - w->idle_s : 0;
-	double after = work + r > w->idle_s ? work + r - w->idle_s : 0;
+	double before = lynx_window_delay(&h->interference, work, w->idle_s);
+	double after = lynx_window_delay(&h->interference, work + r, w->idle_s);
 
 	return r - w->served * (after - before) - (1 - w->served) * r;
 }
@@ -265,14 +311,14 @@ static int candidates(struct heu_layer *h, uint32_t drop, bool windows)
 		int best = -1;
 		double best_gain = 0;
 
-		if (!(drop & (1u << u)))
+		if (!(drop & (1u << u)) || (h->offloaded & (1u << u)))
 			continue;
 		for (uint32_t w = 0; w < h->n_wins; w++) {
 			double gain;
 
 			if (h->wins[w].held || !fits_window(h, pol.choice, u, w))
 				continue;
-			gain = saving(&h->wins[w], work[w], h->units[u].rerun_s);
+			gain = saving(h, &h->wins[w], work[w], h->units[u].rerun_s);
 			if (gain > best_gain) {
 				best = (int)w;
 				best_gain = gain;
@@ -290,14 +336,14 @@ static int candidates(struct heu_layer *h, uint32_t drop, bool windows)
 		double best = 0;
 
 		for (uint32_t u = 0; u < h->n_units; u++) {
-			if (pol.choice[u] != ON_DEMAND)
+			if (pol.choice[u] != ON_DEMAND || (h->offloaded & (1u << u)))
 				continue;
 			for (uint32_t w = 0; w < h->n_wins; w++) {
 				double gain;
 
 				if (!h->wins[w].held || !fits_window(h, pol.choice, u, w))
 					continue;
-				gain = saving(&h->wins[w], work[w], h->units[u].rerun_s) /
+				gain = saving(h, &h->wins[w], work[w], h->units[u].rerun_s) /
 				       (double)(h->units[u].bytes + 1);
 				if (gain > best) {
 					best = gain;
@@ -499,6 +545,11 @@ static int build_layer(const struct lynx_problem *p, uint32_t s, bool windows, s
 	int err = 0;
 
 	memset(h, 0, sizeof(*h));
+	h->interference = p->interference;
+	h->d2h = p->d2h;
+	h->h2d = p->h2d;
+	h->hide_d2h_s = p->layer.fwd_s;
+	h->hide_h2d_s = p->layer.bwd_s;
 	find_units(&p->layer, h);
 	if (windows)
 		find_windows(p, &p->stages[s], h);

@@ -31,7 +31,10 @@
  *                 x[l,d,keep] + sum over slots k' of d occurring no later than k of
  *                 x[l,d,k'] >= x[l,u,k] (a dependency on demand or rebuilt later would be
  *                 rebuilt inside k too, which the checker does and the MILP would not count);
- *   - capacity:   sum over (l,u) of r_u · x[l,u,k] - ov_k <= c_k;
+ *   - capacity:   sum over (l,u) of r_u · x[l,u,k] - ov_k <= c_k · (1 - q + q / g), and,
+ *                 when q > 1, g (1 - 1/q) · sum r_u · x[l,u,k] - ov_k <= 0, where g and q are
+ *                 the problem's compute and communication slowdowns (lynx_window_delay(); without
+ *                 interference, the first row alone, on c_k);
  *   - memory, at the end of the forward of the last in-flight micro-batch (where 1F1B
  *     peaks; planner.c), at n + 1 event points: after each layer l's forward,
  *       static + k·emb + (k - 1)·K + sum_{l' < l} kept(l') + all(l) + H <= B,
@@ -109,6 +112,9 @@ struct model {
 	int *n_choice; /* [l * U + u]: 2 + slots open to it */
 	int *slot_of;  /* [column]: the slot of a slot choice, -1 for keep and on demand */
 	int n_cols;
+	/* The problem's interference as the capacity rows' two lines (lynx_window_delay()):
+	 * ov_k >= work - cap_share · c_k and ov_k >= shared_slope · work; 1 and 0 without. */
+	double cap_share, shared_slope;
 };
 
 /* The slots of stage st (see the top comment), into m->slots. Returns 0 or -ENOMEM. */
@@ -414,21 +420,26 @@ static void build(const struct model *m, uint64_t budget, struct row *r, struct 
 					add_row(a, r, 'G', 0);
 				}
 			}
-	/* Capacity. */
-	for (uint32_t k = 0; k < m->n_slots; k++) {
-		r->n = 0;
-		for (uint32_t l = 0; l < n; l++)
-			for (uint32_t u = 0; u < U; u++) {
-				int col = slot_col(m, l, u, k);
+	/* Capacity: ov_k at least each of the delay's two lines (lynx_window_delay()). */
+	for (uint32_t k = 0; k < m->n_slots; k++)
+		for (int line = 0; line < 2; line++) {
+			double slope = line ? m->shared_slope : 1;
 
-				if (col >= 0)
-					put(r, col, m->lu->units[u].rerun_s * MS);
-			}
-		if (!r->n)
-			continue;
-		put(r, m->slots[k].ov, -1);
-		add_row(a, r, 'L', m->slots[k].cap_s * MS);
-	}
+			if (!(slope > 0))
+				continue;
+			r->n = 0;
+			for (uint32_t l = 0; l < n; l++)
+				for (uint32_t u = 0; u < U; u++) {
+					int col = slot_col(m, l, u, k);
+
+					if (col >= 0)
+						put(r, col, slope * m->lu->units[u].rerun_s * MS);
+				}
+			if (!r->n)
+				continue;
+			put(r, m->slots[k].ov, -1);
+			add_row(a, r, 'L', line ? 0 : m->slots[k].cap_s * m->cap_share * MS);
+		}
 	/*
 	 * Memory: after layer l's forward (l < n), and after the head's (l == n). The constant
 	 * is the row's value with every unit dropped on demand and nothing held.
@@ -480,7 +491,8 @@ static void start_from(const struct model *m, const struct lynx_plan *from, doub
 				work[m->slot_of[col]] += m->lu->units[u].rerun_s * MS;
 		}
 	for (uint32_t k = 0; work && k < m->n_slots; k++)
-		x[m->slots[k].ov] = fmax(0, work[k] - m->slots[k].cap_s * MS);
+		x[m->slots[k].ov] = MS * lynx_window_delay(&m->p->interference, work[k] / MS,
+		                                           m->slots[k].cap_s);
 	free(work);
 }
 
@@ -529,6 +541,7 @@ static int solve_stage(const struct lynx_cbc *c, const struct lynx_opt_options *
 	int err = find_slots(&m);
 
 	*out = (struct lynx_cbc_stage_solve){.gap = NAN, .added_gap = NAN};
+	lynx_window_delay_lines(&p->interference, &m.cap_share, &m.shared_slope);
 	err = err ? err : layout(&m);
 	if (err)
 		goto out;

@@ -19,7 +19,7 @@ const struct lynx_gpu lynx_preset_gpus[LYNX_GPU_COUNT] = {
 
 const struct lynx_cluster lynx_preset_clusters[LYNX_CLUSTER_COUNT] = {
 #define LYNX_CLUSTER(id, cluster_name, gpu_id, per_node, intra_bw, intra_l, inter_bw, inter_l, \
-                     host_b, host_l)                                                           \
+                     host_b, host_l, slow_compute, slow_comm)                                  \
 	[LYNX_CLUSTER_##id] = {                                                                \
 	        .name = cluster_name,                                                          \
 	        .gpu = &lynx_preset_gpus[LYNX_GPU_##gpu_id],                                   \
@@ -27,6 +27,7 @@ const struct lynx_cluster lynx_preset_clusters[LYNX_CLUSTER_COUNT] = {
 	        .intra = {.busbw = intra_bw, .latency_s = intra_l},                            \
 	        .inter = {.busbw = inter_bw, .latency_s = inter_l},                            \
 	        .host = {.busbw = host_b, .latency_s = host_l},                                \
+	        .interference = {.compute = slow_compute, .comm = slow_comm},                  \
 	},
 #include "presets.def"
 };

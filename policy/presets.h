@@ -26,6 +26,17 @@ struct lynx_link {
 	double latency_s;
 };
 
+/*
+ * How compute and communication slow each other down where they overlap (NCCL's kernels take
+ * SMs and memory bandwidth): a kernel that runs while a collective or a pipeline transfer is
+ * in flight progresses `compute` times slower, and the transfer `comm` times slower, for as
+ * long as both run. 1 (or 0, unset): no contention. problem.h's lynx_overlap() applies it.
+ */
+struct lynx_interference {
+	double compute;
+	double comm;
+};
+
 struct lynx_cluster {
 	const char *name;
 	const struct lynx_gpu *gpu;
@@ -33,6 +44,7 @@ struct lynx_cluster {
 	struct lynx_link intra; /* within a node (NVLink or PCIe) */
 	struct lynx_link inter; /* across nodes, per GPU (its NIC) */
 	struct lynx_link host;  /* to pinned host memory, per direction and GPU (copy engines) */
+	struct lynx_interference interference;
 };
 
 /* A GPT shape: the model's part of a struct lynx_model_desc. */

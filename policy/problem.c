@@ -293,6 +293,7 @@ int lynx_problem_from_model(const struct lynx_model_desc *m, const struct lynx_c
 	p->search_one_stage = opt->search_one_stage;
 	p->searched_stage = opt->searched_stage;
 	p->d2h = p->h2d = c->host;
+	p->interference = opt->interference.compute > 0 ? opt->interference : c->interference;
 	p->gpus = m->tp * m->pp * m->dp * lynx_model_cp(m);
 	p->peak_flops = c->gpu->peak_flops;
 	p->model_flops = lynx_model_iter_flops(m);
@@ -395,4 +396,58 @@ uint64_t lynx_problem_max_static_bytes(const struct lynx_problem *p)
 		if (p->stages[s].static_bytes > max)
 			max = p->stages[s].static_bytes;
 	return max;
+}
+
+/* A slowdown as applied: at least 1 (0 is unset). */
+static double slowdown(double x)
+{
+	return x > 1 ? x : 1;
+}
+
+double lynx_overlap(const struct lynx_interference *f, double work_s, double comm_start_s,
+                    double comm_s, double *comm_end_s)
+{
+	double c = slowdown(f ? f->compute : 1), k = slowdown(f ? f->comm : 1), t, work_left;
+
+	if (comm_start_s < 0)
+		comm_start_s = 0;
+	if (!(work_s > comm_start_s) || !(comm_s > 0)) {
+		*comm_end_s = comm_start_s + (comm_s > 0 ? comm_s : 0);
+		return work_s > 0 ? work_s : 0;
+	}
+	/* Alone until the transfer starts, then both slowed until one is done. */
+	t = comm_start_s;
+	work_left = work_s - comm_start_s;
+	if (work_left * c <= comm_s * k) {
+		t += work_left * c;
+		*comm_end_s = t + (comm_s - work_left * c / k);
+		return t;
+	}
+	t += comm_s * k;
+	*comm_end_s = t;
+	return t + (work_left - comm_s * k / c);
+}
+
+void lynx_window_delay_lines(const struct lynx_interference *f, double *cap_share,
+                             double *shared_slope)
+{
+	double c = slowdown(f ? f->compute : 1), k = slowdown(f ? f->comm : 1);
+
+	*cap_share = 1 - k + k / c;
+	*shared_slope = c * (1 - 1 / k);
+}
+
+double lynx_window_delay(const struct lynx_interference *f, double work_s, double idle_s)
+{
+	double cap_share, shared_slope, delay;
+
+	if (!(work_s > 0))
+		return 0;
+	if (!(idle_s > 0))
+		return work_s;
+	lynx_window_delay_lines(f, &cap_share, &shared_slope);
+	delay = work_s - cap_share * idle_s;
+	if (shared_slope * work_s > delay)
+		delay = shared_slope * work_s;
+	return delay > 0 ? delay : 0;
 }

@@ -38,8 +38,11 @@
  * the group was dropped (the end of layer l's forward of j) and after the stage's previous
  * backward, and before the group's consumer in the backward of j. When there is none (a
  * TP_FWD window during the cool-down, when no forward runs between two backwards; DP_GRAD
- * always), it is rebuilt on demand. Rebuilding in a window costs nothing while the window's
- * idle time lasts; what does not fit delays the compute stream.
+ * always), it is rebuilt on demand. A rebuild in a window overlaps the transfer the stream
+ * waits for (a TP collective wholly; a PP window's transfer, the last `capacity_s` of the wait),
+ * and the two slow each other by the problem's `interference` (lynx_overlap()): with none, a
+ * rebuild costs nothing while the window's idle time lasts and what does not fit delays the
+ * compute stream; with a compute slowdown c, only idle / c of rebuild fits.
  *
  * Host link: OFFLOAD decisions copy a group to pinned host memory after its producer and
  * back before its consumer, on the copy engines (one per direction), over `d2h` and `h2d`:
@@ -200,6 +203,9 @@ struct lynx_problem {
 	 * restores them (problems from profiles): a layer's at the start of the backward of
 	 * the layer above it (checker.h). */
 	bool restore_by_layer;
+	/* How a rebuild and the transfer it overlaps slow each other: the cluster's (from a
+	 * model), the options' or LYNX_INTERFERENCE_DEFAULT (from profiles). */
+	struct lynx_interference interference;
 	uint32_t gpus;      /* t · p · d */
 	double peak_flops;  /* per GPU, for MFU */
 	double model_flops; /* per iteration over all GPUs, for MFU */
@@ -249,7 +255,18 @@ struct lynx_problem_options {
 	 * smallest budget whose plan is predicted at most this many hundredths of a percent
 	 * slower than keeping everything (LYNX_MAX_SLOWDOWN); 0: at the measured peak. */
 	uint32_t max_slowdown_bp;
+	/* Contention between rebuilds and communication; compute 0: the cluster's (from a
+	 * model) or LYNX_INTERFERENCE_DEFAULT (from profiles, which do not measure it). */
+	struct lynx_interference interference;
 };
+
+/* The presets' figure (presets.def: Lee et al.'s average compute slowdown; communication not
+ * charged), for problems built from profiles when the options give none. */
+#define LYNX_INTERFERENCE_DEFAULT ((struct lynx_interference){.compute = 1.19, .comm = 1.0})
+
+/* The largest slowdown either figure may give; at most 2 each keeps the window's delay convex in
+ * its work (what OPT's linear rows need: lynx_window_delay()). */
+#define LYNX_INTERFERENCE_MAX 2.0
 
 /*
  * Builds the problem of job m on cluster c into p. opt may be NULL (defaults). Returns 0;
@@ -365,6 +382,31 @@ int lynx_problem_find_window(const struct lynx_problem_stage *st, enum lynx_wind
 /* The index of the layer's op or group called name, or -1. */
 int lynx_problem_find_op(const struct lynx_problem_layer *l, const char *name);
 int lynx_problem_find_group(const struct lynx_problem_layer *l, const char *name);
+
+/*
+ * Compute overlapping a transfer under interference f (NULL, or figures below 1: none). The
+ * compute stream starts `work_s` seconds of kernels (their time alone) at time 0; a transfer of
+ * `comm_s` seconds (alone) is in flight from comm_start_s >= 0 on. While both run, the kernels
+ * progress f->compute times slower and the transfer f->comm times slower. Returns when the
+ * kernels end; *comm_end_s: when the transfer ends. The checker's model of a window.
+ */
+double lynx_overlap(const struct lynx_interference *f, double work_s, double comm_start_s,
+                    double comm_s, double *comm_end_s);
+
+/*
+ * Rebuilding `work_s` in a window whose `idle_s` is a transfer that the rebuild wholly
+ * overlaps: how much later than idle_s the compute stream and the transfer are both done (0:
+ * hidden). Without interference max(0, work_s - idle_s); with compute slowdown c and transfer
+ * slowdown k, max(c (1 - 1/k) work_s, work_s - idle_s (1 - k + k / c)): convex in work_s for
+ * c, k <= LYNX_INTERFERENCE_MAX, which the planners rely on (HEU sums it, OPT bounds it by its
+ * two lines).
+ */
+double lynx_window_delay(const struct lynx_interference *f, double work_s, double idle_s);
+
+/* The two lines of lynx_window_delay(): delay = max(0, work - cap_share · idle,
+ * shared_slope · work). Without interference 1 and 0. */
+void lynx_window_delay_lines(const struct lynx_interference *f, double *cap_share,
+                             double *shared_slope);
 
 /* The largest static memory over the stages. */
 uint64_t lynx_problem_max_static_bytes(const struct lynx_problem *p);

@@ -62,15 +62,18 @@ static int replay(const struct lynx_profile *const *ranks, size_t n,
 }
 
 int lynx_whatif_from_profiles(const struct lynx_profile *const *ranks, size_t n,
-                              uint64_t budget_bytes, struct lynx_whatif *out, char *why, size_t len)
+                              uint64_t budget_bytes, const struct lynx_interference *interference,
+                              struct lynx_whatif *out, char *why, size_t len)
 {
+	struct lynx_problem_options opt = {
+	        .interference = interference ? *interference : LYNX_INTERFERENCE_DEFAULT};
 	struct lynx_whatif_row base;
 	struct lynx_problem p;
 	int err;
 
 	memset(out, 0, sizeof(*out));
 	/* Keeping everything, at the measured peak (from_profile's default budget). */
-	err = replay(ranks, n, NULL, 0, "none", &base, &p, why, len);
+	err = replay(ranks, n, &opt, 0, "none", &base, &p, why, len);
 	if (err)
 		return err;
 	out->stages = p.n_stages;
@@ -87,7 +90,7 @@ int lynx_whatif_from_profiles(const struct lynx_profile *const *ranks, size_t n,
 			                         : 0;
 			budget = out->static_max + (uint64_t)((double)share * ladder[i]);
 		}
-		err = replay(ranks, n, NULL, budget, "heu", &out->rows[out->n_rows], NULL, why,
+		err = replay(ranks, n, &opt, budget, "heu", &out->rows[out->n_rows], NULL, why,
 		             len);
 		if (err == -ENOMEM)
 			return err;

@@ -42,12 +42,13 @@ struct lynx_whatif {
 
 /*
  * Fills out from ranks[0..n) (every pipeline stage's profile at least). budget_bytes 0: the
- * ladder. Returns 0; -EINVAL with one sentence in why (the profiles do not make a problem:
+ * ladder. interference: the contention planning assumes; NULL: LYNX_INTERFERENCE_DEFAULT.
+ * Returns 0; -EINVAL with one sentence in why (the profiles do not make a problem:
  * lynx_problem_from_profile's reasons); -ENOMEM.
  */
 int lynx_whatif_from_profiles(const struct lynx_profile *const *ranks, size_t n,
-                              uint64_t budget_bytes, struct lynx_whatif *out, char *why,
-                              size_t len);
+                              uint64_t budget_bytes, const struct lynx_interference *interference,
+                              struct lynx_whatif *out, char *why, size_t len);
 
 /* Prints w as a few lines, each starting with tag. */
 void lynx_whatif_print(FILE *f, const char *tag, const struct lynx_whatif *w);

@@ -74,6 +74,8 @@ static struct {
 	uint32_t max_slowdown_bp;
 	char max_slowdown[16];
 	bool max_slowdown_default;
+	/* LYNX_CONTENTION and LYNX_CONTENTION_COMM as slowdown factors. */
+	struct lynx_interference interference;
 	bool recompute;           /* LYNX_MODE=recompute: plan online once every profile is there */
 	char planner[32];         /* LYNX_PLANNER */
 	char plan_path[PATH_MAX]; /* LYNX_PLAN, or "" */
@@ -208,6 +210,8 @@ bool lynx_profiling_start(const struct lynx_config *cfg, bool output_ok)
 	prof.budget = cfg->budget.bytes;
 	prof.budget_percent = cfg->budget.percent;
 	prof.recompute = cfg->mode == LYNX_MODE_RECOMPUTE;
+	prof.interference = (struct lynx_interference){1.0 + cfg->contention / 10000.0,
+	                                               1.0 + cfg->contention_comm / 10000.0};
 	prof.fault = cfg->fault;
 	lynx_config_format(cfg, LYNX_OPT_LYNX_PLANNER, prof.planner, sizeof(prof.planner));
 	snprintf(prof.plan_path, sizeof(prof.plan_path), "%s", cfg->plan ? cfg->plan : "");
@@ -712,8 +716,8 @@ static void print_whatif(void)
 		        "%s/profile.*.json` once all are there\n",
 		        tag, j.read, j.world, prof.out_dir,
 		        other_runs_clause(&j, others, sizeof(others)), prof.out_dir);
-	else if (lynx_whatif_from_profiles(j.ranks, (size_t)j.read, prof.budget, &w, why,
-	                                   sizeof(why)))
+	else if (lynx_whatif_from_profiles(j.ranks, (size_t)j.read, prof.budget, &prof.interference,
+	                                   &w, why, sizeof(why)))
 		fprintf(stderr, "%s: what-if: no plan: %s\n", tag, why);
 	else
 		lynx_whatif_print(stderr, tag, &w);
@@ -1234,7 +1238,8 @@ static void try_plan(bool at_exit)
 	                                   .max_slowdown_bp = prof.max_slowdown_bp,
 	                                   .solo = solo,
 	                                   .granule_bytes = granule,
-	                                   .search_seconds = SEARCH_SECONDS};
+	                                   .search_seconds = SEARCH_SECONDS,
+	                                   .interference = prof.interference};
 	const struct lynx_planner *pl = lynx_planner_find(prof.planner);
 	if (!plan_json && pl && pl->searches) {
 		start_search(&j, &opt);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The shared command line of a model's job: its parser and the description it makes. */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -166,5 +167,37 @@ int lynx_jobargs_model(const struct lynx_job_args *a, const struct lynx_model_pr
 		return -EINVAL;
 	}
 	m->global_batch = (uint32_t)global;
+	return 0;
+}
+
+/* A whole percentage from 0 to 100, "%" optional, as a slowdown factor (19 -> 1.19). */
+static int parse_contention(const char *opt, const char *text, double *factor, char *why,
+                            size_t len)
+{
+	char *end;
+	unsigned long pct;
+
+	errno = 0;
+	pct = text[0] >= '0' && text[0] <= '9' ? strtoul(text, &end, 10) : ULONG_MAX;
+	if (pct != ULONG_MAX && !errno && *end == '%')
+		end++;
+	if (pct == ULONG_MAX || errno || *end || pct > 100) {
+		snprintf(why, len, "%s '%s' is not a percentage from 0 to 100", opt, text);
+		return -EINVAL;
+	}
+	*factor = 1.0 + (double)pct / 100.0;
+	return 0;
+}
+
+int lynx_jobargs_interference(const struct lynx_job_args *a, struct lynx_interference base,
+                              struct lynx_interference *out, char *why, size_t len)
+{
+	*out = base;
+	if (a->contention &&
+	    parse_contention("--contention", a->contention, &out->compute, why, len))
+		return -EINVAL;
+	if (a->contention_comm &&
+	    parse_contention("--contention-comm", a->contention_comm, &out->comm, why, len))
+		return -EINVAL;
 	return 0;
 }

@@ -27,6 +27,9 @@ struct lynx_job_args {
 	/* Overrides of the preset's or config's shape; 0: keep. */
 	uint32_t layers, hidden, heads, seq, vocab, kv_heads, ffn;
 	uint32_t time_limit; /* seconds for a searching planner's whole search; 0: theirs */
+	/* How much slower a rebuild, and the transfer it overlaps, run meanwhile: percentages
+	 * ("19" or "19%"); NULL: the cluster's (lynx_jobargs_interference()). */
+	const char *contention, *contention_comm;
 };
 
 /* The defaults: t = p = 0 (not given: 1 once described, or chosen by `lynx sim --sweep`),
@@ -91,7 +94,12 @@ struct lynx_option {
 	                    "flash or unfused (default: the model's; Llama and configs flash)"),   \
 	        LYNX_OPTION(type, "--time-limit", "SECONDS", UINT, member.time_limit,              \
 	                    "time for the whole search of planners that search (opt, checkmate; "  \
-	                    "default 60)")
+	                    "default 60)"),                                                        \
+	        LYNX_OPTION(type, "--contention", "PCT", NAME, member.contention,                  \
+	                    "how much slower a rebuild runs while it overlaps a collective or a "  \
+	                    "pipeline transfer, 0-100% (default: the cluster's, 19%)"),            \
+	        LYNX_OPTION(type, "--contention-comm", "PCT", NAME, member.contention_comm,        \
+	                    "how much slower that transfer runs meanwhile, 0-100% (default 0%)")
 
 /*
  * Parses argv[1..] into the struct at base with options opts[0..n). An argument that is not
@@ -118,5 +126,14 @@ void lynx_jobargs_list_names(char *buf, size_t len, bool gpts);
 int lynx_jobargs_model(const struct lynx_job_args *a, const struct lynx_model_preset *preset,
                        struct lynx_model_desc *m, char *name, size_t name_len, char *why,
                        size_t len);
+
+/*
+ * The contention planning assumes (presets.h's struct lynx_interference): base (the cluster's,
+ * or LYNX_INTERFERENCE_DEFAULT for profiles) with a->contention and a->contention_comm applied,
+ * each a whole percentage from 0 to 100, "%" optional. Returns 0, or -EINVAL with a sentence in
+ * why naming the option.
+ */
+int lynx_jobargs_interference(const struct lynx_job_args *a, struct lynx_interference base,
+                              struct lynx_interference *out, char *why, size_t len);
 
 #endif /* LYNX_JOBARGS_H */

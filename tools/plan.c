@@ -325,6 +325,9 @@ static int plan_job(const struct plan_args *a, const struct lynx_model_desc *m,
 	char why[256];
 	int err, rc;
 
+	if (lynx_jobargs_interference(&a->job, c->interference, &opt.interference, why,
+	                              sizeof(why)))
+		return lynx_usage_error("plan", "%s", why);
 	if (a->partition) {
 		err = lynx_partition_find(m, c, &opt, pl, &pt, why, sizeof(why));
 		if (err) {
@@ -497,6 +500,11 @@ static int plan_profiles(const struct plan_args *a, const char *const *paths, si
 
 	if (!prof || !ranks || !names) {
 		fprintf(stderr, "lynx plan: out of memory\n");
+		goto out;
+	}
+	if (lynx_jobargs_interference(&a->job, LYNX_INTERFERENCE_DEFAULT, &opt.interference, why,
+	                              sizeof(why))) {
+		rc = lynx_usage_error("plan", "%s", why);
 		goto out;
 	}
 	for (; read < n; read++) {

@@ -1055,7 +1055,7 @@ static void print_whatif(FILE *out, const struct report *rep)
 	for (size_t i = 0; i < rep->count; i++)
 		ranks[i] = &rep->ranks[i].p;
 	fprintf(out, "\n");
-	if (lynx_whatif_from_profiles(ranks, rep->count, 0, &w, why, sizeof(why)))
+	if (lynx_whatif_from_profiles(ranks, rep->count, 0, NULL, &w, why, sizeof(why)))
 		fprintf(out, "what-if: no plan: %s\n", why);
 	else
 		lynx_whatif_print(out, "lynx report", &w);

@@ -309,7 +309,8 @@ static void print_table(const struct lynx_problem *p, const char *model, const s
 	       p->micro_batches == 1 ? "" : "es", m->global_batch, gib(p->budget_bytes), gib(lo));
 	if (hi != lo)
 		printf("-%.2f", gib(hi));
-	printf(" GiB per GPU\n");
+	printf(" GiB per GPU; rebuilds under communication %.0f%% slower, it %.0f%%\n",
+	       100 * (p->interference.compute - 1), 100 * (p->interference.comm - 1));
 	printf("%-10s %9s %8s %6s %4s %9s  %s\n", "planner", "step (s)", "vs full", "MFU", "fits",
 	       "search", "peak per stage (GiB)");
 	for (int k = 0; k < LYNX_PLANNER_COUNT; k++) {
@@ -377,6 +378,8 @@ static cJSON *job_json(const struct lynx_problem *p, const char *model, const st
 	ok = ok && cJSON_AddNumberToObject(o, "microbatches", p->micro_batches);
 	ok = ok && cJSON_AddNumberToObject(o, "global_batch", m->global_batch);
 	ok = ok && cJSON_AddNumberToObject(o, "budget_bytes", (double)p->budget_bytes);
+	ok = ok && cJSON_AddNumberToObject(o, "contention", p->interference.compute - 1);
+	ok = ok && cJSON_AddNumberToObject(o, "contention_comm", p->interference.comm - 1);
 	stat = ok ? cJSON_AddArrayToObject(o, "static_bytes") : NULL;
 	for (uint32_t s = 0; stat && s < p->n_stages; s++)
 		cJSON_AddItemToArray(stat, cJSON_CreateNumber((double)p->stages[s].static_bytes));
@@ -513,6 +516,9 @@ static int sim_job(const struct sim_args *a, const struct lynx_model_preset *pre
 	int err, rc;
 
 	memset(r, 0, sizeof(r));
+	if (lynx_jobargs_interference(&a->job, c->interference, &opt.interference, why,
+	                              sizeof(why)))
+		return lynx_usage_error("sim", "%s", why);
 	if (a->sweep && !a->job.tp && !a->job.pp) {
 		err = pick_layout(preset, c, &opt, &job, why, sizeof(why));
 		if (err) {

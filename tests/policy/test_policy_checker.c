@@ -302,6 +302,45 @@ static void test_window_overflow_lands_on_the_critical_path(void **state)
 }
 
 /*
+ * Contention: the core attention rebuilt in the next layer's all-reduce runs slower while the
+ * all-reduce is in flight, and slows it. Each of the 2 · 47 occurrences then delays the stream
+ * by lynx_window_delay() of its work, not by work - idle; the step follows on one stage.
+ */
+static void test_contention_prices_each_window_by_its_delay(void **state)
+{
+	const struct job j = {"gpt-22b", "a100-nvlink", 8, 1, 1, 4, 2, false, 0};
+	const uint32_t core =
+	        LYNX_GROUPS(SOFTMAX_OUT) | LYNX_GROUPS(SOFTMAX_MASK) | LYNX_GROUPS(DROPOUT_OUT);
+	const struct lynx_interference cases[] = {{1, 1}, {1.19, 1}, {1.19, 1.1}, {2, 2}};
+	double idle, work, previous = 0;
+	struct lynx_problem p;
+	struct lynx_plan none, plan;
+	struct lynx_checker_result c;
+
+	build(&j, &p);
+	idle = p.layer.ops[LYNX_OP_ATTN_BDA].wait_fwd_s;
+	assert_int_equal(lynx_planner_none(&p, &none, NULL, 0), 0);
+	window_plan(&p, 0, core, next_layers_all_reduce, &plan);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		p.interference = cases[i];
+		check(&p, &plan, &c);
+		work = c.window_work_s / (2 * 47);
+		assert_close("overflow", c.window_overflow_s,
+		             2 * 47 * lynx_window_delay(&cases[i], work, idle));
+		if (i == 0)
+			assert_close("no contention", c.window_overflow_s, 2 * 47 * (work - idle));
+		assert_close("step", c.step_time_s,
+		             none.step_time_s + c.on_demand_s + c.window_overflow_s);
+		assert_true(c.window_overflow_s > previous);
+		previous = c.window_overflow_s;
+		lynx_checker_free(&c);
+	}
+	lynx_plan_free(&plan);
+	lynx_plan_free(&none);
+	lynx_problem_free(&p);
+}
+
+/*
  * Rebuilding early lengthens a tensor's life. The core attention of layers 0-46, rebuilt in
  * the last layer's all-reduce, is held from the end of the forward through the backward: the
  * peak is the no-recompute peak. Rebuilt on demand, it is not.
@@ -435,6 +474,7 @@ int main(void)
 	        cmocka_unit_test(test_uniform_stages_take_the_textbook_1f1b_time),
 	        cmocka_unit_test(test_a_rebuild_that_fits_its_window_is_free),
 	        cmocka_unit_test(test_window_overflow_lands_on_the_critical_path),
+	        cmocka_unit_test(test_contention_prices_each_window_by_its_delay),
 	        cmocka_unit_test(test_early_rebuilds_hold_memory_until_their_consumer),
 	        cmocka_unit_test(test_windows_after_the_consumer_fall_back_to_on_demand),
 	        cmocka_unit_test(test_1f1b_decides_which_occurrence_serves_a_backward),

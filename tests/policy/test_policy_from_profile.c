@@ -328,6 +328,66 @@ static void test_what_producer_runs_read_sets_deps_and_what_cannot_be_rebuilt(vo
 	drop(pr);
 }
 
+/*
+ * A group the executor cannot replay is offloaded when dropped, so HEU prices dropping it as
+ * copies. On a host link that moves its bytes far slower than a layer computes, HEU's plan
+ * beats, at every budget of a ladder where both fit, the plan it makes when the link is
+ * nearly free (which drops that group as the cheap rebuild it looks like), both replayed on
+ * the slow link; and at some budget it is faster.
+ */
+static void test_heu_prices_what_it_must_offload_as_copies(void **state)
+{
+	struct lynx_profile *pr = tp_stage();
+	const struct lynx_profile *ranks[] = {pr};
+	struct lynx_problem slow, fast;
+	struct lynx_plan aware, blind, none;
+	struct lynx_checker_result r_aware, r_blind;
+	char why[256] = "";
+	uint32_t faster = 0, compared = 0;
+
+	(void)state;
+	for (size_t g = 0; g < pr->group_count; g++)
+		pr->groups[g].reads_known = true,
+		pr->groups[g].reads_freed = pr->groups[g].producer == 4;
+	pr->host_link = (struct lynx_profile_host_link){1e15, 1e15, 0};
+	build(ranks, 1, NULL, &fast);
+	pr->host_link = (struct lynx_profile_host_link){1e8, 1e8, 1e-6};
+	build(ranks, 1, NULL, &slow);
+	assert_int_equal(lynx_planner_none(&slow, &none, NULL, 0), 0);
+	for (int pct = 95; pct >= 40; pct -= 5) {
+		uint64_t budget =
+		        slow.stages[0].static_bytes +
+		        (none.stages[0].peak_bytes - slow.stages[0].static_bytes) * pct / 100;
+
+		slow.budget_bytes = fast.budget_bytes = budget;
+		if (lynx_planner_run(lynx_planner_find("heu"), &slow, &aware, why, sizeof(why)))
+			fail_msg("heu: %s", why);
+		if (lynx_planner_run(lynx_planner_find("heu"), &fast, &blind, why, sizeof(why)))
+			fail_msg("heu: %s", why);
+		if (lynx_checker_replay(&slow, &aware, &r_aware, why, sizeof(why)) ||
+		    lynx_checker_replay(&slow, &blind, &r_blind, why, sizeof(why)))
+			fail_msg("checker: %s", why);
+		printf("# %d%%: aware %.3f us%s, blind %.3f us%s\n", pct, 1e6 * r_aware.step_time_s,
+		       r_aware.fits ? "" : " (over)", 1e6 * r_blind.step_time_s,
+		       r_blind.fits ? "" : " (over)");
+		if (r_aware.fits && r_blind.fits) {
+			compared++;
+			assert_true(r_aware.step_time_s <= r_blind.step_time_s);
+			faster += r_aware.step_time_s < r_blind.step_time_s;
+		}
+		lynx_checker_free(&r_aware);
+		lynx_checker_free(&r_blind);
+		lynx_plan_free(&aware);
+		lynx_plan_free(&blind);
+	}
+	assert_true(compared > 0);
+	assert_true(faster > 0);
+	lynx_plan_free(&none);
+	lynx_problem_free(&slow);
+	lynx_problem_free(&fast);
+	drop(pr);
+}
+
 static void test_uses_device_times_and_measured_idle(void **state)
 {
 	struct lynx_profile *pr = tp_stage();
@@ -1274,7 +1334,7 @@ static void test_whatif_ladder_saves_memory_at_a_cost(void **state)
 	struct lynx_whatif w;
 	char why[256];
 
-	if (lynx_whatif_from_profiles(ranks, 1, 0, &w, why, sizeof(why)))
+	if (lynx_whatif_from_profiles(ranks, 1, 0, NULL, &w, why, sizeof(why)))
 		fail_msg("what-if: %s", why);
 	assert_int_equal(w.stages, 1);
 	assert_true(w.base_peak > w.static_max);
@@ -1292,7 +1352,8 @@ static void test_whatif_ladder_saves_memory_at_a_cost(void **state)
 			            w.rows[i].step_s >= w.rows[i - 1].step_s * (1 - 1e-12));
 	}
 	assert_int_equal(
-	        lynx_whatif_from_profiles(ranks, 1, w.static_max / 2, &w, why, sizeof(why)), 0);
+	        lynx_whatif_from_profiles(ranks, 1, w.static_max / 2, NULL, &w, why, sizeof(why)),
+	        0);
 	assert_int_equal(w.n_rows, 0);
 	drop(pr);
 }
@@ -1367,6 +1428,7 @@ int main(void)
 	        cmocka_unit_test(test_maps_kernels_groups_and_collectives),
 	        cmocka_unit_test(test_a_producer_run_is_rebuilt_whole),
 	        cmocka_unit_test(test_what_producer_runs_read_sets_deps_and_what_cannot_be_rebuilt),
+	        cmocka_unit_test(test_heu_prices_what_it_must_offload_as_copies),
 	        cmocka_unit_test(test_uses_device_times_and_measured_idle),
 	        cmocka_unit_test(test_kernel_times_are_the_median_over_like_layers),
 	        cmocka_unit_test(test_peers_planning_alone_agree_despite_noise),

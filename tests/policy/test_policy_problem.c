@@ -253,6 +253,52 @@ static void test_windows_are_where_the_stream_waits(void **state)
 	lynx_problem_free(&p);
 }
 
+/*
+ * Contention, worked by hand. Compute 1.25 times slower and transfers 1.6 times slower while
+ * they overlap; 1 s of kernels, a transfer of 1 s from t = 0.2 s: alone until 0.2 s, then 0.8 s
+ * of kernels take 1.0 s and move the transfer 1.0 / 1.6 s, whose other 0.375 s run alone.
+ */
+static void test_contention_slows_both_sides_of_an_overlap(void **state)
+{
+	const struct lynx_interference f = {1.25, 1.6}, none = {0, 0}, compute = {1.25, 1};
+	double comm_end, end, share, slope;
+
+	end = lynx_overlap(&f, 1.0, 0.2, 1.0, &comm_end);
+	assert_within("end", end, 1.2, 1e-12);
+	assert_within("comm_end", comm_end, 1.2 + 0.375, 1e-12);
+	/* The transfer ends first: 0.5 s of it take 0.8 s, in which 0.64 s of kernels run. */
+	end = lynx_overlap(&f, 2.0, 0, 0.5, &comm_end);
+	assert_within("comm_end", comm_end, 0.8, 1e-12);
+	assert_within("end", end, 0.8 + (2.0 - 0.64), 1e-12);
+	/* No contention, or no transfer: the kernels' own time. */
+	assert_within("lynx_overlap", lynx_overlap(&none, 0.7, 0, 1.0, &comm_end), 0.7, 1e-12);
+	assert_within("comm_end", comm_end, 1.0, 1e-12);
+	assert_within("lynx_overlap", lynx_overlap(NULL, 0.7, 0, 0, &comm_end), 0.7, 1e-12);
+	assert_within("lynx_overlap", lynx_overlap(&f, 0.1, 0.2, 1.0, &comm_end), 0.1, 1e-12);
+	assert_within("comm_end", comm_end, 1.2, 1e-12);
+
+	/* A window of 1 s: without contention work beyond it; with compute alone, beyond 1/1.25. */
+	assert_within("lynx_window_delay", lynx_window_delay(&none, 0.9, 1.0), 0, 1e-12);
+	assert_within("lynx_window_delay", lynx_window_delay(&none, 1.5, 1.0), 0.5, 1e-12);
+	assert_within("lynx_window_delay", lynx_window_delay(&compute, 0.8, 1.0), 0, 1e-12);
+	assert_within("lynx_window_delay", lynx_window_delay(&compute, 1.0, 1.0), 0.2, 1e-12);
+	assert_within("lynx_window_delay", lynx_window_delay(&f, 0.5, 0), 0.5, 1e-12);
+	lynx_window_delay_lines(&none, &share, &slope);
+	assert_within("share", share, 1, 1e-12);
+	assert_within("slope", slope, 0, 1e-12);
+	/* The delay's two lines are the overlap's own ends, at every work and figure. */
+	for (double c = 1; c <= LYNX_INTERFERENCE_MAX; c += 0.25)
+		for (double k = 1; k <= LYNX_INTERFERENCE_MAX; k += 0.25)
+			for (double w = 0; w <= 3; w += 0.125) {
+				const struct lynx_interference g = {c, k};
+				double e = lynx_overlap(&g, w, 0, 1.0, &comm_end);
+				double done = e > comm_end ? e : comm_end;
+
+				assert_within("delay", lynx_window_delay(&g, w, 1.0), done - 1.0,
+				              1e-12);
+			}
+}
+
 static void test_budget_defaults_to_gpu_memory_and_must_cover_static_memory(void **state)
 {
 	struct lynx_model_desc m = job("gpt-22b", 8, 1, 1, 4, 1, false);
@@ -301,6 +347,7 @@ int main(void)
 	        cmocka_unit_test(test_stages_follow_1f1b),
 	        cmocka_unit_test(test_static_memory_follows_megatron_accounting),
 	        cmocka_unit_test(test_windows_are_where_the_stream_waits),
+	        cmocka_unit_test(test_contention_slows_both_sides_of_an_overlap),
 	        cmocka_unit_test(test_budget_defaults_to_gpu_memory_and_must_cover_static_memory),
 	        cmocka_unit_test(test_invalid_models_are_refused_with_a_reason),
 	};

@@ -162,6 +162,9 @@ static void test_config_reads_budgets_in_words_and_percentages(void **state)
 	lynx_config_format(&cfg, LYNX_OPT_LYNX_PLANNER, text, sizeof(text));
 	assert_string_equal(text, "opt");
 	assert_int_equal(cfg.ring_bytes, 1572864);
+	/* Planning's contention defaults: the presets' 19% for compute, none for transfers. */
+	assert_int_equal(cfg.contention, 1900);
+	assert_int_equal(cfg.contention_comm, 0);
 
 	env_budget = "60%";
 	assert_int_equal(lynx_config_parse(&cfg, lookup, warn), 0);

@@ -229,6 +229,10 @@ static void test_bad_input_exits_2_with_a_reason(void **state)
 	        {"--model llama-7b --cluster h100-nvlink --attention fused",
 	         "--attention 'fused' is not flash or unfused"},
 	        {"--model llama2-70b --cluster h100-nvlink --tp 16", "are not divisible by the"},
+	        {"--model gpt-13b --cluster a100-nvlink --contention 101",
+	         "--contention '101' is not a percentage from 0 to 100"},
+	        {"--model gpt-13b --cluster a100-nvlink --contention-comm -5%",
+	         "--contention-comm '-5%' is not a percentage"},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -364,6 +368,45 @@ static void test_sweep_chooses_a_layout_that_fits(void **state)
 	free(err.text);
 }
 
+/* HEU's step time in a --json answer. */
+static double heu_step(const char *json)
+{
+	const char *at = strstr(json, "\"planner\":\t\"heu\"");
+
+	assert_non_null(at);
+	at = strstr(at, "\"step_time_s\":");
+	assert_non_null(at);
+	return strtod(at + strlen("\"step_time_s\":"), NULL);
+}
+
+/*
+ * --contention reaches the planning: on PCIe, where HEU rebuilds inside the long tensor-parallel
+ * collectives, rebuilds that run twice as slow there cost time; without contention they cost
+ * no more than at the cluster's own 19% (there the windows still hold them).
+ */
+static void test_contention_changes_what_windows_cost(void **state)
+{
+	const char *job = "--model gpt-13b --cluster a100-pcie --tp 8 --pp 4 --budget 10G "
+	                  "--planners heu --json";
+	char args[512];
+	struct result r;
+	double step[3];
+	const char *given[3] = {"--contention 0", "", "--contention 100 --contention-comm 100%"};
+
+	for (int i = 0; i < 3; i++) {
+		snprintf(args, sizeof(args), "%s %s", job, given[i]);
+		r = sim(OUT, args);
+		assert_int_equal(r.status, 0);
+		step[i] = heu_step(r.text);
+		free(r.text);
+	}
+	printf("# heu on a100-pcie: contention 0%% %.6f s, the cluster's %.6f s, 100%%/100%% "
+	       "%.6f s\n",
+	       step[0], step[1], step[2]);
+	assert_true(step[0] <= step[1]);
+	assert_true(step[1] < step[2]);
+}
+
 static void test_help_lists_options_and_planners(void **state)
 {
 	struct result r = sim(OUT, "--help");
@@ -394,6 +437,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_llama_from_a_preset_and_from_its_config_agree),
 	        cmocka_unit_test(test_warnings_and_a_job_that_fits_nowhere),
 	        cmocka_unit_test(test_sweep_chooses_a_layout_that_fits),
+	        cmocka_unit_test(test_contention_changes_what_windows_cost),
 	        cmocka_unit_test(test_help_lists_options_and_planners),
 	};
 
