@@ -123,8 +123,25 @@ static void drain(struct stage_sim *ss)
 
 static void take(struct stage_sim *ss, uint64_t bytes)
 {
+	uint64_t budget = lynx_problem_stage_budget(ss->p, ss->s);
+
 	if (ss->offloads)
 		drain(ss);
+	/*
+	 * As Lynx's executor holds the budget: an allocation that would take the stage over
+	 * it first waits for the copies to host memory in flight, each of which frees its group
+	 * as it ends (a slow host link costs time here, not memory).
+	 */
+	while (ss->offloads && ss->timed && ss->mem + bytes > budget &&
+	       ss->out_head < ss->out_tail) {
+		double end = ss->d2h_end[ss->outq[ss->out_head]];
+
+		if (end > ss->now) {
+			ss->offload_wait += end - ss->now;
+			ss->now = end;
+		}
+		drain(ss);
+	}
 	ss->mem += bytes;
 	if (ss->mem > ss->peak)
 		ss->peak = ss->mem;

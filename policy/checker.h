@@ -17,7 +17,10 @@
  *
  * Offloading (Yuan et al., USENIX ATC'24, as policy/offload.c plans it). An offloaded group is
  * copied to host memory by the stage's device-to-host copy engine, queued when its producer
- * ends; it stays resident until that copy ends, and the compute stream never waits for it.
+ * ends; it stays resident until that copy ends. The compute stream waits for it only where
+ * an allocation would take the stage over its budget: as Lynx's executor holds a budget, the
+ * allocation first waits for the copies out in flight, which free their groups as they end
+ * (counted in offload_wait_s; on a slow link the budget then costs time, not memory).
  * Its prefetch is issued one backward ahead: the offloaded groups of micro-batch j are brought
  * back from the start of the backward of j - 1 (for j = 0, from the start of the forward just
  * before the first backward; never before j's forward ended, which matters on the last stage),
@@ -63,7 +66,8 @@ struct lynx_checker_result {
 	double on_demand_s;       /* recompute on a compute stream's critical path */
 	uint64_t fallbacks;       /* window decisions rebuilt on demand: no valid occurrence came */
 	uint64_t offload_bytes;   /* copied to host memory, all stages and micro-batches */
-	double offload_wait_s;    /* compute streams' waits for prefetches, all stages */
+	double offload_wait_s; /* compute streams' waits for prefetches and copies out, all stages
+	                        */
 };
 
 /*

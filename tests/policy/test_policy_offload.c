@@ -321,8 +321,8 @@ static void full_offload(const struct lynx_problem *p, struct lynx_plan *plan)
  * A 13B layer keeps 241 MB per micro-batch and rank and runs its forward and backward in about
  * 3 ms: full offload needs some 160 GB/s each way. On a link 40 times faster it costs no time;
  * on the PCIe cluster's 12.5 GB/s the prefetches arrive late (the compute stream waits) and the
- * copies out queue (memory is held longer than keeping it). There the planner finds no share
- * that fits a budget the fast link meets.
+ * copies out queue: to hold the budget, as Lynx's executor does, allocations wait for them, and
+ * the step takes over 1.2 times as long.
  */
 static void test_offload_costs_time_on_slow_links_and_little_on_fast_ones(void **state)
 {
@@ -338,10 +338,13 @@ static void test_offload_costs_time_on_slow_links_and_little_on_fast_ones(void *
 	assert_int_equal(lynx_checker_replay(&p, &full, &slow, why, sizeof(why)), 0);
 	assert_true(slow.step_time_s > 1.2 * none.step_time_s);
 	assert_true(slow.offload_wait_s > 0.1 * none.step_time_s);
-	assert_true(slow.peak_bytes[0] > none.stages[0].peak_bytes);
+	printf("# slow link: full offload %.4f s against none %.4f s, stage 0 peak %.2f GiB "
+	       "(none %.2f, budget %.2f)\n",
+	       slow.step_time_s, none.step_time_s, slow.peak_bytes[0] / 1073741824.0,
+	       none.stages[0].peak_bytes / 1073741824.0, p.budget_bytes / 1073741824.0);
+	assert_true(slow.peak_bytes[0] <= p.budget_bytes);
+	assert_true(slow.peak_bytes[0] < none.stages[0].peak_bytes);
 	plan_offload(&p, &off);
-	assert_false(off.fits);
-	assert_non_null(strstr(off.note, "no offload ratio fits"));
 	assert_checked(&p, &off);
 	lynx_plan_free(&off);
 
@@ -364,8 +367,10 @@ static void test_offload_costs_time_on_slow_links_and_little_on_fast_ones(void *
 
 /*
  * On a link that keeps up, full offload is the floor: two micro-batches' activations on stage
- * 0 (the one being produced and the one prefetched), whatever budget the planner is given. At
- * that floor it fits; a byte below, it says it does not.
+ * 0 (the one being produced and the one prefetched), whatever budget the planner is given.
+ * Replayed at a budget no plan can meet (stage 0's static memory), every allocation waits for
+ * every copy out in flight, so its peak is that floor. At the floor the planner fits; a byte
+ * below, it says it does not.
  */
 static void test_no_plan_fits_below_what_full_offload_reaches(void **state)
 {
@@ -379,14 +384,18 @@ static void test_no_plan_fits_below_what_full_offload_reaches(void **state)
 	build(&j, &p);
 	p.d2h.busbw = p.h2d.busbw = 10e12;
 	full_offload(&p, &full);
+	p.budget_bytes = p.stages[0].static_bytes;
 	assert_int_equal(lynx_checker_replay(&p, &full, &c, why, sizeof(why)), 0);
 	for (uint32_t s = 0; s < p.n_stages; s++)
 		floor = c.peak_bytes[s] > floor ? c.peak_bytes[s] : floor;
 	assert_true(floor == c.peak_bytes[0]);
+	assert_false(c.fits);
 
 	p.budget_bytes = floor;
 	plan_offload(&p, &off);
-	assert_true(off.fits);
+	if (!off.fits)
+		fail_msg("at the floor %llu: stage 0 peaks %llu (%s)", (unsigned long long)floor,
+		         (unsigned long long)off.stages[0].peak_bytes, off.note);
 	assert_checked(&p, &off);
 	lynx_plan_free(&off);
 
