@@ -621,6 +621,41 @@ static void keep_budget(bool examined)
 		               lynx_prof_mib(short_by), short_at);
 }
 
+/* What scripted activation b now gets: a planned rebuild whose examination refused it is
+ * offloaded for good. */
+static enum lynx_exec_action followed_action(const struct exec_buf *b)
+{
+	return b->action == LYNX_EXEC_RECOMPUTE && b->producer == PRODUCER_REFUSED
+	               ? LYNX_EXEC_OFFLOAD
+	               : b->action;
+}
+
+/*
+ * At the end of a followed iteration: when more activations than at the last prediction get
+ * another action than planned (refused rebuilds, kept ones offloaded to hold the budget,
+ * evictions below a granule kept), the plan is predicted again as followed, so that the
+ * summary sets beside what is achieved a prediction of what ran.
+ */
+static void predict_as_followed(void)
+{
+	uint32_t deviations = ex.too_small + (uint32_t)ex.stats.promoted;
+	enum lynx_exec_action *actions;
+
+	for (size_t i = 0; i < ex.script.n_buffers; i++)
+		deviations += followed_action(&ex.bufs[i]) != ex.bufs[i].action;
+	if (!ex.expect.repredict || deviations == ex.deviations)
+		return;
+	actions = malloc(ex.script.n_buffers * sizeof(*actions) + 1);
+	if (!actions)
+		return; /* tried again at the next iteration's end */
+	for (size_t i = 0; i < ex.script.n_buffers; i++)
+		actions[i] = followed_action(&ex.bufs[i]);
+	ex.followed_known = ex.expect.repredict(actions, ex.script.n_buffers, &ex.followed_slowdown,
+	                                        &ex.followed_peak_bytes);
+	ex.deviations = deviations;
+	free(actions);
+}
+
 /* ---- Measuring what is achieved ---------------------------------------------------------- */
 
 /* Device memory in use now (on a GPU: the whole device's, this rank's in practice), kept
@@ -833,6 +868,7 @@ void lynx_exec_after(const struct lynx_event *ev)
 		bool examined = ex.started && ex.examined_in[(ex.started - 1) % 3];
 		curve_iteration_ended(examined);
 		keep_budget(examined);
+		predict_as_followed();
 	}
 out:
 	pthread_mutex_unlock(&ex.lock);
@@ -1314,6 +1350,8 @@ fail:
 	free_script();
 	memset(ex.planned, 0, sizeof(ex.planned));
 	ex.too_small = 0;
+	ex.deviations = 0;
+	ex.followed_known = false;
 	lynx_nested_end();
 	return err;
 }
@@ -1351,11 +1389,17 @@ static void print_achieved(FILE *f, const char *tag, const struct lynx_exec_stat
 		return;
 	}
 	double achieved = (double)s->iteration_ns;
+	char followed[160] = "";
+	if (ex.followed_known)
+		snprintf(followed, sizeof(followed),
+		         " (%+.1f%% and %.2f MiB as followed: %u activations not as planned)",
+		         100.0 * (ex.followed_slowdown - 1.0),
+		         lynx_prof_mib(ex.followed_peak_bytes), ex.deviations);
 	fprintf(f,
-	        "%s: executor: time: warm-up iteration %.3f ms; planned %+.1f%%; achieved %.3f "
-	        "ms (%+.1f%%, the median of %" PRIu64 " followed iterations, device time)\n",
+	        "%s: executor: time: warm-up iteration %.3f ms; planned %+.1f%%%s; achieved "
+	        "%.3f ms (%+.1f%%, the median of %" PRIu64 " followed iterations, device time)\n",
 	        tag, (double)e->measured_iteration_ns / 1e6, 100.0 * (e->predicted_slowdown - 1.0),
-	        achieved / 1e6, percent(achieved, (double)e->measured_iteration_ns),
+	        followed, achieved / 1e6, percent(achieved, (double)e->measured_iteration_ns),
 	        s->timed_iterations);
 	if (e->max_slowdown > 0 && achieved > e->max_slowdown * (double)e->measured_iteration_ns)
 		lynx_warn("recompute mode: the followed iterations took %+.1f%%, over "
@@ -1595,12 +1639,23 @@ int lynx_exec_write_summary(const char *path, int rank)
 	if ((o = cJSON_AddObjectToObject(root, "memory"))) {
 		cJSON_AddNumberToObject(o, "measured_peak_bytes", (double)e->measured_peak_bytes);
 		cJSON_AddNumberToObject(o, "predicted_peak_bytes", (double)e->predicted_peak_bytes);
+		if (ex.followed_known)
+			cJSON_AddNumberToObject(o, "followed_peak_bytes",
+			                        (double)ex.followed_peak_bytes);
+		else
+			cJSON_AddNullToObject(o, "followed_peak_bytes");
 		cJSON_AddNumberToObject(o, "achieved_peak_bytes", (double)s.peak_used_bytes);
 		add_curve(o);
 	}
 	if ((o = cJSON_AddObjectToObject(root, "step"))) {
 		cJSON_AddNumberToObject(o, "measured_ns", (double)e->measured_iteration_ns);
 		cJSON_AddNumberToObject(o, "predicted_slowdown", e->predicted_slowdown);
+		/* The plan as followed (null: followed as planned, or not predicted). */
+		if (ex.followed_known)
+			cJSON_AddNumberToObject(o, "followed_slowdown", ex.followed_slowdown);
+		else
+			cJSON_AddNullToObject(o, "followed_slowdown");
+		cJSON_AddNumberToObject(o, "not_as_planned", ex.deviations);
 		if (s.timed_iterations)
 			cJSON_AddNumberToObject(o, "achieved_ns", (double)s.iteration_ns);
 		else

@@ -183,6 +183,17 @@ struct lynx_exec_expectation {
 	double max_slowdown;
 	char max_slowdown_text[16];
 	char planner[32]; /* the plan's planner, or "LYNX_PLAN" */
+	/*
+	 * Predicts the iteration again as the executor follows the plan: actions[i] is what
+	 * scripted activation i now gets (an examination's refusal offloads a planned rebuild
+	 * for good, lynx_exec's budget keeper offloads kept ones, one below a granule is kept).
+	 * Sets *slowdown (over keeping everything) and *peak_bytes (device terms); returns
+	 * false when it cannot. Called at the end of a followed iteration in which the actions
+	 * changed, on the trainer's thread under the executor's lock: no CUDA call. NULL: the
+	 * summary shows the plan's prediction alone.
+	 */
+	bool (*repredict)(const enum lynx_exec_action *actions, size_t n, double *slowdown,
+	                  uint64_t *peak_bytes);
 	/* The job these files are of, as the profile names it (the run its ranks share) and
 	 * its world size (-1: unknown), written into the summary and the trace. */
 	struct lynx_profile_run run;

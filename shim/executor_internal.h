@@ -242,8 +242,14 @@ struct exec_state {
 	int curve_now;
 	bool curve_done;
 	uint32_t planned[LYNX_EXEC_ACTION_COUNT];
-	uint64_t plan_hash;           /* the decisions armed (executor.c's plan_hash()) */
-	uint32_t too_small;           /* evictions planned for activations below a granule: kept */
+	uint64_t plan_hash; /* the decisions armed (executor.c's plan_hash()) */
+	uint32_t too_small; /* evictions planned for activations below a granule: kept */
+	/* The plan as followed (expect.repredict): how many activations got another action
+	 * than planned when it was last predicted, and its prediction then. */
+	uint32_t deviations;
+	bool followed_known;
+	double followed_slowdown;
+	uint64_t followed_peak_bytes;
 	bool serves[LYNX_HOOK_COUNT]; /* device allocations the arena may serve */
 	bool frees[LYNX_HOOK_COUNT];  /* frees of such allocations; async_free: stream-ordered */
 	bool async_free[LYNX_HOOK_COUNT];

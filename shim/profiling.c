@@ -29,6 +29,7 @@
 #include "run.h"
 #include "summary.h"
 #include "timing.h"
+#include "checker.h"
 #include "whatif.h"
 
 /* Two marks per timed call: room for half a million timed calls of warm-up. */
@@ -947,13 +948,118 @@ static const char *keeps_everything_because(char *why, size_t len)
 	return why;
 }
 
+/* The plan armed on this rank, kept to predict it again as the executor follows it
+ * (predict_followed()); read-only once armed. */
+static struct {
+	struct lynx_whatif_plan wp;
+	uint32_t stage;
+	double keep_step_s; /* the checker's step of keeping everything */
+	/* Each scripted activation's stage-local layer and group (buffer_decision_of()), or
+	 * -1: the script itself is freed once planning is done. */
+	size_t n;
+	int32_t *layer, *group;
+} armed;
+
+/* The problem group and stage-local layer of scripted activation i: false for the
+ * embedding's and the head's, and for buffers beyond the mapping. */
+static bool buffer_decision_of(const struct lynx_problem *p, const struct lynx_problem_stage *st,
+                               size_t i, uint32_t *layer, uint32_t *group)
+{
+	const struct lynx_prof_script_buffer *b = &prof.script.buffers[i];
+	int64_t l = (int64_t)b->layer - st->profile_first_layer;
+	int g = b->index < p->layer.n_buffers ? p->layer.buffer_group[b->index] : -1;
+
+	if (l < 0 || l >= st->layers || g < 0)
+		return false;
+	*layer = (uint32_t)l;
+	*group = (uint32_t)g;
+	return true;
+}
+
+/*
+ * The executor's lynx_exec_expectation.repredict: the armed plan with each layer's group
+ * given what the executor does with its activations (an OFFLOAD where any of them is
+ * offloaded, a KEEP where one planned for eviction is kept), replayed by the checker.
+ */
+static bool predict_followed(const enum lynx_exec_action *actions, size_t n, double *slowdown,
+                             uint64_t *peak_bytes)
+{
+	const struct lynx_problem *p = armed.wp.problem;
+	struct lynx_checker_result r;
+	struct lynx_plan plan;
+	char why[192];
+	int err;
+
+	if (!p || n != armed.n || !(armed.keep_step_s > 0) ||
+	    lynx_plan_init(&plan, p, armed.wp.plan->planner, false))
+		return false;
+	for (uint32_t s = 0; s < p->n_stages; s++)
+		for (uint32_t l = 0; l < p->stages[s].layers; l++)
+			for (uint32_t k = 0; k < p->layer.n_groups; k++)
+				*lynx_plan_decision(&plan, s, l, k) =
+				        *lynx_plan_get(armed.wp.plan, s, l, k);
+	for (size_t i = 0; i < n; i++) {
+		struct lynx_decision *d;
+
+		if (armed.layer[i] < 0)
+			continue;
+		d = lynx_plan_decision(&plan, armed.stage, (uint32_t)armed.layer[i],
+		                       (uint32_t)armed.group[i]);
+		if (actions[i] == LYNX_EXEC_OFFLOAD && d->action != LYNX_ACTION_OFFLOAD)
+			*d = (struct lynx_decision){.action = LYNX_ACTION_OFFLOAD};
+		else if (actions[i] == LYNX_EXEC_KEEP && d->action != LYNX_ACTION_OFFLOAD)
+			*d = (struct lynx_decision){.action = LYNX_ACTION_KEEP};
+	}
+	err = lynx_checker_replay(p, &plan, &r, why, sizeof(why));
+	lynx_plan_free(&plan);
+	if (err) {
+		lynx_info("recompute mode: the plan as followed cannot be predicted: %s",
+		          err == -ENOMEM ? "out of memory" : why);
+		return false;
+	}
+	*slowdown = r.step_time_s / armed.keep_step_s;
+	*peak_bytes = in_device_terms(r.peak_bytes[armed.stage]);
+	lynx_checker_free(&r);
+	return true;
+}
+
 /*
  * The plan's decision for each of this rank's scripted activations: the k-th saved buffer
  * of profile layer l is buffer k of the stage's problem layer l - profile_first_layer,
  * which from_profile maps to a problem group (problem.h). The embedding's and the head's,
  * and buffers beyond the mapping, are kept. A window becomes the token of its call.
  */
-static void arm_executor(const struct lynx_whatif_plan *wp, const struct lynx_whatif_row *row,
+/* Keeps wp (taken from the caller, whose copy is emptied) and each activation's layer and
+ * group for predict_followed(). Returns false, keeping nothing, when out of memory. */
+static bool keep_armed(struct lynx_whatif_plan *wp, uint32_t s, const struct lynx_whatif_row *keep)
+{
+	const struct lynx_problem_stage *st = &wp->problem->stages[s];
+	size_t n = prof.script.n_buffers;
+	uint32_t layer, g;
+
+	armed.layer = malloc((n ? n : 1) * sizeof(*armed.layer));
+	armed.group = malloc((n ? n : 1) * sizeof(*armed.group));
+	if (!armed.layer || !armed.group) {
+		free(armed.layer);
+		free(armed.group);
+		armed.layer = armed.group = NULL;
+		return false;
+	}
+	for (size_t i = 0; i < n; i++) {
+		bool mapped = buffer_decision_of(wp->problem, st, i, &layer, &g);
+
+		armed.layer[i] = mapped ? (int32_t)layer : -1;
+		armed.group[i] = mapped ? (int32_t)g : -1;
+	}
+	armed.n = n;
+	armed.stage = s;
+	armed.keep_step_s = keep->step_s;
+	armed.wp = *wp;
+	*wp = (struct lynx_whatif_plan){0};
+	return true;
+}
+
+static void arm_executor(struct lynx_whatif_plan *wp, const struct lynx_whatif_row *row,
                          const struct lynx_whatif_row *keep)
 {
 	const struct lynx_problem *p = wp->problem;
@@ -989,15 +1095,13 @@ static void arm_executor(const struct lynx_whatif_plan *wp, const struct lynx_wh
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {
-		const struct lynx_prof_script_buffer *b = &prof.script.buffers[i];
-		int64_t layer = (int64_t)b->layer - st->profile_first_layer;
-		int g = b->index < p->layer.n_buffers ? p->layer.buffer_group[b->index] : -1;
+		uint32_t layer, g;
 		const struct lynx_decision *d;
 
 		decisions[i] = (struct lynx_exec_decision){LYNX_EXEC_KEEP, LYNX_EXEC_NO_WINDOW};
-		if (layer < 0 || layer >= st->layers || g < 0)
+		if (!buffer_decision_of(p, st, i, &layer, &g))
 			continue;
-		d = lynx_plan_get(wp->plan, s, (uint32_t)layer, (uint32_t)g);
+		d = lynx_plan_get(wp->plan, s, layer, g);
 		switch (d->action) {
 		case LYNX_ACTION_OFFLOAD:
 			decisions[i].action = LYNX_EXEC_OFFLOAD;
@@ -1038,8 +1142,19 @@ static void arm_executor(const struct lynx_whatif_plan *wp, const struct lynx_wh
 	         prof.max_slowdown);
 	snprintf(expect.planner, sizeof(expect.planner), "%s",
 	         prof.plan_path[0] ? "LYNX_PLAN" : wp->plan->planner);
+	/* What the summary predicts again as the executor follows the plan; without the room
+	 * to keep the plan, the plan's prediction alone. */
+	struct lynx_whatif_plan kept_plan = *wp;
+	if (keep_armed(wp, s, keep))
+		expect.repredict = predict_followed;
 	err = lynx_exec_arm(&prof.script, decisions, &expect, (enum lynx_exec_fault)prof.fault);
 	free(decisions);
+	if (err && expect.repredict) { /* not armed: the caller frees the plan */
+		*wp = kept_plan;
+		free(armed.layer);
+		free(armed.group);
+		memset(&armed, 0, sizeof(armed));
+	}
 	if (err == -EINVAL && expect.measured_peak_bytes > expect.budget_bytes)
 		lynx_warn("recompute mode: the plan evicts nothing on this rank, whose measured "
 		          "peak %.2f MiB is over the budget %.2f MiB: the budget is not held",

@@ -69,6 +69,9 @@ static void test_recompute_mode_is_bit_identical_and_saves_memory(void **state)
 			continue;
 		assert_true(stat_of(o.err, rank, "examined and replayed") > 0);
 		assert_true(stat_of(o.err, rank, "refused (offloaded instead)") > 0);
+		/* What the executor did instead is predicted again, beside what is achieved. */
+		assert_true(stat_of(o.err, rank, "activations not as planned") >=
+		            stat_of(o.err, rank, "refused (offloaded instead)"));
 		assert_true(stat_of(o.err, rank, "evicted without a copy") > 0);
 		assert_true(stat_of(o.err, rank, "restored by replay") > 0);
 		assert_int_equal(stat_of(o.err, rank, "launches failed"), 0);
@@ -107,6 +110,15 @@ static void test_recompute_mode_is_bit_identical_and_saves_memory(void **state)
 		assert_non_null(strstr(text, "\"actions_left_out\": 0}"));
 		free(text);
 	}
+	/* Rank 0's summary carries the plan as followed: a number, as its refusals changed it. */
+	char summary_path[1300];
+	snprintf(summary_path, sizeof(summary_path), "%s/pp2tp2/summary.0.json", scratch);
+	char *summary = slurp(summary_path);
+	assert_non_null(summary);
+	assert_non_null(strstr(summary, "\"followed_slowdown\":\t1."));
+	assert_non_null(strstr(summary, "\"followed_peak_bytes\":\t"));
+	assert_null(strstr(summary, "\"followed_slowdown\":\tnull"));
+	free(summary);
 	/* Each rank's summary file, as lynx report reads it: one row per rank. */
 	char cmd[2600];
 	snprintf(cmd, sizeof(cmd), "%s/bin/lynx report %s/pp2tp2", build_dir, scratch);

@@ -204,6 +204,30 @@ static int warn_lines(const char *err, const char *what)
 	return n;
 }
 
+/* The lines of text that contain any of needles (NULL-terminated), in a static buffer: what a
+ * failure message shows of a long stderr, which cmocka would cut short. */
+static const char *lines_with(const char *text, const char *const *needles)
+{
+	static char buf[4000];
+	size_t used = 0;
+
+	buf[0] = '\0';
+	for (const char *line = text; line && *line; line = strchr(line, '\n'), line += !!line) {
+		size_t len = strcspn(line, "\n");
+		bool hit = false;
+
+		for (const char *const *n = needles; *n && !hit; n++) {
+			const char *at = strstr(line, *n);
+
+			hit = at && at < line + len;
+		}
+		if (hit && used + len + 2 < sizeof(buf))
+			used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%.*s\n", (int)len,
+			                         line);
+	}
+	return buf;
+}
+
 /*
  * Never silent: each reason Lynx does nothing (no profile, no plan, no eviction, a budget
  * not held) is one WARN line per rank at the default log level, and training goes on with
@@ -273,9 +297,14 @@ static void test_every_reason_to_do_nothing_is_one_warn_line_per_rank(void **sta
 		assert_int_equal(parse_lines(o.out, b, MAX_LINES), n);
 		for (size_t k = 0; k < n; k++) /* loss and gradients; times may differ */
 			assert_string_equal(a[k].results, b[k].results);
-		if (warn_lines(o.err, cases[i].reason) != 2)
-			fail_msg("%s: want one WARN line per rank with '%s':\n%s", cases[i].name,
-			         cases[i].reason, o.err);
+		if (warn_lines(o.err, cases[i].reason) != 2) {
+			printf("# %s: the run's stderr:\n%s", cases[i].name, o.err);
+			fail_msg(
+			        "%s: want one WARN line per rank with '%s', got %d; its WARN lines "
+			        "(the whole stderr is above):\n%s",
+			        cases[i].name, cases[i].reason, warn_lines(o.err, cases[i].reason),
+			        lines_with(o.err, (const char *[]){" WARN ", NULL}));
+		}
 		/* No plan from a profile made at exit. */
 		snprintf(path, sizeof(path), "%s/%s/plan.json", scratch, cases[i].name);
 		if (!strcmp(cases[i].name, "short"))
