@@ -472,15 +472,16 @@ static bool offloaded(enum lynx_action a)
 }
 
 /*
- * GPT-13B on four stages of the NVLink cluster at 10 GiB: HEU fits, rebuilding some groups
+ * GPT-13B on four stages of the NVLink cluster at 9 GiB: HEU fits, rebuilding some groups
  * on demand. The mixed planner offloads a few of them over the cluster's host link and the
- * step is shorter, within the same budget (by 0.1%: offloading holds memory until its copy
+ * step is shorter, within the same budget (by 0.007%: offloading holds memory until its copy
  * out ends and from its prefetch one backward ahead, so at a budget that binds little of it
- * fits). On the PCIe cluster it is never slower than HEU either.
+ * fits; at 10 GiB HEU's polish now leaves it nothing to gain). On the PCIe cluster it is
+ * never slower than HEU either.
  */
 static void test_mixed_offloads_where_that_is_faster(void **state)
 {
-	const struct job fast = {"a100-nvlink", 4, 16, 10}, slow = {"a100-pcie", 4, 16, 10};
+	const struct job fast = {"a100-nvlink", 4, 16, 9}, slow = {"a100-pcie", 4, 16, 10};
 	struct lynx_problem p;
 	struct lynx_plan heu, mixed;
 
