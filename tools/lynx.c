@@ -52,9 +52,10 @@ static const struct lynx_command commands[] = {
          lynx_report_help},
         {"plan", lynx_plan_main,
          "PROFILE|DIR... [--run ID] [--budget BYTES|--budget-percent N] [--granule BYTES] "
-         "[--planner P] "
+         "[--contention PCT] [--planner P] "
          "[--out FILE] | --model NAME|--hf-config FILE --cluster NAME "
-         "[--tp T] [--pp P] [--budget BYTES] [--planner P] [--out FILE] [--partition]",
+         "[--tp T] [--pp P] [--budget BYTES] [--contention PCT] [--planner P] [--out FILE] "
+         "[--partition]",
          "plan a job, from its profiles or a model description, and write the plan",
          lynx_plan_help},
         {"version", version_main, "", "print lynx's version (as --version)", NULL},
