@@ -14,6 +14,7 @@
 
 #include "atomic_file.h"
 #include "build.h"
+#include "checker.h"
 #include "chrome_trace.h"
 #include "event.h"
 #include "executor.h"
@@ -29,7 +30,6 @@
 #include "run.h"
 #include "summary.h"
 #include "timing.h"
-#include "checker.h"
 #include "whatif.h"
 
 /* Two marks per timed call: room for half a million timed calls of warm-up. */
@@ -1023,12 +1023,6 @@ static bool predict_followed(const enum lynx_exec_action *actions, size_t n, dou
 	return true;
 }
 
-/*
- * The plan's decision for each of this rank's scripted activations: the k-th saved buffer
- * of profile layer l is buffer k of the stage's problem layer l - profile_first_layer,
- * which from_profile maps to a problem group (problem.h). The embedding's and the head's,
- * and buffers beyond the mapping, are kept. A window becomes the token of its call.
- */
 /* Keeps wp (taken from the caller, whose copy is emptied) and each activation's layer and
  * group for predict_followed(). Returns false, keeping nothing, when out of memory. */
 static bool keep_armed(struct lynx_whatif_plan *wp, uint32_t s, const struct lynx_whatif_row *keep)
@@ -1059,6 +1053,14 @@ static bool keep_armed(struct lynx_whatif_plan *wp, uint32_t s, const struct lyn
 	return true;
 }
 
+/*
+ * The plan's decision for each of this rank's scripted activations: the k-th saved buffer
+ * of profile layer l is buffer k of the stage's problem layer l - profile_first_layer,
+ * which from_profile maps to a problem group (problem.h). The embedding's and the head's,
+ * and buffers beyond the mapping, are kept. A window becomes the token of its call. Once
+ * armed, the plan stays with the executor's prediction as followed (keep_armed(): *wp is
+ * emptied); otherwise the caller frees it.
+ */
 static void arm_executor(struct lynx_whatif_plan *wp, const struct lynx_whatif_row *row,
                          const struct lynx_whatif_row *keep)
 {
