@@ -164,10 +164,11 @@ static size_t cell_of(const struct stage_sim *ss, uint32_t j, uint32_t l, uint32
 }
 
 /*
- * Offloaded group g of layer l, micro-batch j, brought back now for a rebuild that reads it,
- * as the executor brings back what a replay names: its buffer allocated, and its copy
- * queued on the host-to-device engine behind earlier copies and its own copy out. Its later
- * prefetch finds it there. Returns when the copy ends.
+ * Offloaded group g of layer l, micro-batch j, brought back now, by its prefetch or for a
+ * rebuild that reads it (as the executor brings back what a replay names): its buffer
+ * allocated, and its copy queued on the host-to-device engine behind earlier copies and its
+ * own copy out. A prefetch later finds a group brought back for a rebuild there. Returns when
+ * the copy ends.
  */
 static double bring_back(struct stage_sim *ss, uint32_t j, uint32_t l, uint32_t g)
 {
@@ -371,18 +372,10 @@ static void prefetch_layer(struct stage_sim *ss, uint32_t j, uint32_t l)
 	uint8_t *st = state_of(ss, j, l);
 
 	for (uint32_t op = L->n_ops; op-- > 0;)
-		for (uint32_t g = 0; g < L->n_groups; g++) {
-			size_t c = cell_of(ss, j, l, g);
-
-			if (L->groups[g].consumer != (int32_t)op ||
-			    action_of(ss, l, g) != LYNX_ACTION_OFFLOAD || (st[g] & INBOUND))
-				continue;
-			take(ss, L->groups[g].bytes);
-			st[g] |= RESIDENT | INBOUND;
-			ss->h2d_free = max2(max2(ss->now, ss->h2d_free), ss->d2h_end[c]) +
-			               copy_s(&ss->p->h2d, L->groups[g].bytes);
-			ss->h2d_end[c] = ss->h2d_free;
-		}
+		for (uint32_t g = 0; g < L->n_groups; g++)
+			if (L->groups[g].consumer == (int32_t)op &&
+			    action_of(ss, l, g) == LYNX_ACTION_OFFLOAD && !(st[g] & INBOUND))
+				bring_back(ss, j, l, g);
 }
 
 /* Micro-batch j's offloaded groups, every layer's, last layer first (Kuaishou's prefetch). */

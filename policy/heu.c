@@ -107,8 +107,9 @@ struct heu_layer {
 	struct lynx_unit units[MAX_UNITS];
 	struct lwin wins[MAX_WINDOWS];
 	uint64_t input_bytes; /* groups that cannot be rebuilt: always kept */
-	/* The problem's: how a window's rebuilds and its transfer slow each other. */
-	struct lynx_interference interference;
+	/* The problem planned: its interference (how a window's rebuilds and its transfer slow
+	 * each other), host link and layer times. */
+	const struct lynx_problem *p;
 	/*
 	 * Units (bit u) whose groups the executor cannot replay (reads_freed): dropping one
 	 * offloads it (lynx_plan_lower()), so it costs copies, not reruns, and takes no window.
@@ -116,16 +117,16 @@ struct heu_layer {
 	 * the backward of the layer above it (back), on the problem's host link.
 	 */
 	uint32_t offloaded;
-	struct lynx_link d2h, h2d;
-	double hide_d2h_s, hide_h2d_s;
 	struct policy *pol;
 	size_t n_pol, cap_pol;
 	size_t *hull, n_hull; /* knapsack(): indices into pol */
 };
 
 /* HEU keeps the units in its per-layer state, next to its windows and policies. */
-static void find_units(const struct lynx_problem_layer *L, struct heu_layer *h)
+static void find_units(struct heu_layer *h)
 {
+	const struct lynx_problem_layer *L = &h->p->layer;
+	bool host_link = h->p->d2h.busbw > 0 && h->p->h2d.busbw > 0;
 	struct lynx_layer_units lu;
 
 	lynx_layer_units_find(L, &lu);
@@ -137,7 +138,7 @@ static void find_units(const struct lynx_problem_layer *L, struct heu_layer *h)
 		for (uint32_t g = 0; g < L->n_groups; g++)
 			if (lu.units[u].groups & (1u << g))
 				freed = freed && L->groups[g].reads_freed;
-		if (freed && h->d2h.busbw > 0 && h->h2d.busbw > 0)
+		if (freed && host_link)
 			h->offloaded |= 1u << u;
 	}
 	h->input_bytes += lu.input_bytes;
@@ -218,12 +219,13 @@ static bool fits_window(const struct heu_layer *h, const int8_t *choice, uint32_
  * its copies take beyond the compute they hide behind. */
 static double offload_stall(const struct heu_layer *h, uint64_t bytes, uint32_t copies)
 {
+	const struct lynx_problem *p = h->p;
 	double out, back;
 
 	if (!bytes)
 		return 0;
-	out = copies * h->d2h.latency_s + (double)bytes / h->d2h.busbw - h->hide_d2h_s;
-	back = copies * h->h2d.latency_s + (double)bytes / h->h2d.busbw - h->hide_h2d_s;
+	out = copies * p->d2h.latency_s + (double)bytes / p->d2h.busbw - p->layer.fwd_s;
+	back = copies * p->h2d.latency_s + (double)bytes / p->h2d.busbw - p->layer.bwd_s;
 	return (out > 0 ? out : 0) + (back > 0 ? back : 0);
 }
 
@@ -260,7 +262,7 @@ static void evaluate(const struct heu_layer *h, struct policy *pol)
 	}
 	pol->time_s += offload_stall(h, offloaded, copies);
 	for (uint32_t w = 0; w < h->n_wins; w++) {
-		double over = lynx_window_delay(&h->interference, work[w], h->wins[w].idle_s);
+		double over = lynx_window_delay(&h->p->interference, work[w], h->wins[w].idle_s);
 
 		pol->time_s += h->wins[w].served * over + (1 - h->wins[w].served) * work[w];
 	}
@@ -293,8 +295,8 @@ static void window_work(const struct heu_layer *h, const struct policy *pol, dou
 /* The time saved by moving an on-demand rerun of r seconds into window w holding `work`. */
 static double saving(const struct heu_layer *h, const struct lwin *w, double work, double r)
 {
-	double before = lynx_window_delay(&h->interference, work, w->idle_s);
-	double after = lynx_window_delay(&h->interference, work + r, w->idle_s);
+	double before = lynx_window_delay(&h->p->interference, work, w->idle_s);
+	double after = lynx_window_delay(&h->p->interference, work + r, w->idle_s);
 
 	return r - w->served * (after - before) - (1 - w->served) * r;
 }
@@ -550,12 +552,8 @@ static int build_layer(const struct lynx_problem *p, uint32_t s, bool windows, s
 	int err = 0;
 
 	memset(h, 0, sizeof(*h));
-	h->interference = p->interference;
-	h->d2h = p->d2h;
-	h->h2d = p->h2d;
-	h->hide_d2h_s = p->layer.fwd_s;
-	h->hide_h2d_s = p->layer.bwd_s;
-	find_units(&p->layer, h);
+	h->p = p;
+	find_units(h);
 	if (windows)
 		find_windows(p, &p->stages[s], h);
 	for (uint32_t drop = 0; !err && drop < (1u << h->n_units); drop++)

@@ -114,8 +114,8 @@ static int parse_number(const char *text, bool allow_size, uint64_t *out)
 
 enum kind { KIND_ENUM, KIND_SIZE, KIND_SHARE, KIND_PERCENT, KIND_UINT, KIND_PATH, KIND_TEXT };
 
-/* "<0 to 100>[.<one or two digits>]%" into hundredths of a percent; -EINVAL otherwise. */
-static int parse_basis_points(const char *text, uint32_t *out)
+/* config.h: "<0 to 100>[.<one or two digits>]%" into hundredths of a percent. */
+int lynx_percent_parse(const char *text, uint32_t *out)
 {
 	uint32_t whole = 0, hundredths = 0, digits = 0;
 	const char *p = text;
@@ -195,7 +195,7 @@ static int parse_one(struct lynx_config *cfg, int i, const char *text)
 		return 0;
 	}
 	case KIND_PERCENT:
-		return parse_basis_points(text, (uint32_t *)field);
+		return lynx_percent_parse(text, (uint32_t *)field);
 	case KIND_PATH:
 	case KIND_TEXT:
 		*(const char **)field = text;

@@ -71,6 +71,13 @@ int lynx_size_parse(const char *text, uint64_t *out);
 	"bytes, or a number, decimals allowed, with K, M, G or T (powers of 1024, also " \
 	"written KiB...), or KB, MB, GB or TB (powers of 1000): 512M, 4.5GiB, 70GB"
 
+/*
+ * A percentage from "0%" to "100%", at most two decimals ("2%", "0.5%", "1.25%"), in
+ * hundredths of a percent (2% is 200): the PERCENT settings' form. Returns 0, or -EINVAL (out
+ * untouched).
+ */
+int lynx_percent_parse(const char *text, uint32_t *out);
+
 /* Writes the value of option id in cfg as text (for `lynx env`). */
 void lynx_config_format(const struct lynx_config *cfg, enum lynx_option_id id, char *buf,
                         size_t len);

@@ -1549,6 +1549,15 @@ int lynx_exec_write_trace(const char *path, int rank)
 	return lynx_atomic_file_commit(&file); /* a write error shows in its ferror */
 }
 
+/* key: value where known, else null. */
+static void add_number_or_null(cJSON *o, const char *key, bool known, double value)
+{
+	if (known)
+		cJSON_AddNumberToObject(o, key, value);
+	else
+		cJSON_AddNullToObject(o, key);
+}
+
 /*
  * "curve": the last whole followed iteration's device memory in use (null when none was
  * followed to its end without an examination): its length and at most SUMMARY_CURVE points
@@ -1639,11 +1648,8 @@ int lynx_exec_write_summary(const char *path, int rank)
 	if ((o = cJSON_AddObjectToObject(root, "memory"))) {
 		cJSON_AddNumberToObject(o, "measured_peak_bytes", (double)e->measured_peak_bytes);
 		cJSON_AddNumberToObject(o, "predicted_peak_bytes", (double)e->predicted_peak_bytes);
-		if (ex.followed_known)
-			cJSON_AddNumberToObject(o, "followed_peak_bytes",
-			                        (double)ex.followed_peak_bytes);
-		else
-			cJSON_AddNullToObject(o, "followed_peak_bytes");
+		add_number_or_null(o, "followed_peak_bytes", ex.followed_known,
+		                   (double)ex.followed_peak_bytes);
 		cJSON_AddNumberToObject(o, "achieved_peak_bytes", (double)s.peak_used_bytes);
 		add_curve(o);
 	}
@@ -1651,15 +1657,9 @@ int lynx_exec_write_summary(const char *path, int rank)
 		cJSON_AddNumberToObject(o, "measured_ns", (double)e->measured_iteration_ns);
 		cJSON_AddNumberToObject(o, "predicted_slowdown", e->predicted_slowdown);
 		/* The plan as followed (null: followed as planned, or not predicted). */
-		if (ex.followed_known)
-			cJSON_AddNumberToObject(o, "followed_slowdown", ex.followed_slowdown);
-		else
-			cJSON_AddNullToObject(o, "followed_slowdown");
+		add_number_or_null(o, "followed_slowdown", ex.followed_known, ex.followed_slowdown);
 		cJSON_AddNumberToObject(o, "not_as_planned", ex.deviations);
-		if (s.timed_iterations)
-			cJSON_AddNumberToObject(o, "achieved_ns", (double)s.iteration_ns);
-		else
-			cJSON_AddNullToObject(o, "achieved_ns");
+		add_number_or_null(o, "achieved_ns", s.timed_iterations, (double)s.iteration_ns);
 		cJSON_AddNumberToObject(o, "timed_iterations", (double)s.timed_iterations);
 	}
 	if ((o = cJSON_AddObjectToObject(root, "evictions"))) {

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The shared command line of a model's job: its parser and the description it makes. */
 #include <errno.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -170,22 +169,22 @@ int lynx_jobargs_model(const struct lynx_job_args *a, const struct lynx_model_pr
 	return 0;
 }
 
-/* A whole percentage from 0 to 100, "%" optional, as a slowdown factor (19 -> 1.19). */
+/* A percentage as the PERCENT settings take it (lynx_percent_parse()), "%" optional here,
+ * as a slowdown factor (19% -> 1.19). */
 static int parse_contention(const char *opt, const char *text, double *factor, char *why,
                             size_t len)
 {
-	char *end;
-	unsigned long pct;
+	char with_sign[32];
+	uint32_t bp;
 
-	errno = 0;
-	pct = text[0] >= '0' && text[0] <= '9' ? strtoul(text, &end, 10) : ULONG_MAX;
-	if (pct != ULONG_MAX && !errno && *end == '%')
-		end++;
-	if (pct == ULONG_MAX || errno || *end || pct > 100) {
+	snprintf(with_sign, sizeof(with_sign), "%s%%", text);
+	if (lynx_percent_parse(text, &bp) &&
+	    (strchr(text, '%') || strlen(text) >= sizeof(with_sign) - 1 ||
+	     lynx_percent_parse(with_sign, &bp))) {
 		snprintf(why, len, "%s '%s' is not a percentage from 0 to 100", opt, text);
 		return -EINVAL;
 	}
-	*factor = 1.0 + (double)pct / 100.0;
+	*factor = 1.0 + bp / 10000.0;
 	return 0;
 }
 

@@ -130,8 +130,8 @@ int lynx_jobargs_model(const struct lynx_job_args *a, const struct lynx_model_pr
 /*
  * The contention planning assumes (presets.h's struct lynx_interference): base (the cluster's,
  * or LYNX_INTERFERENCE_DEFAULT for profiles) with a->contention and a->contention_comm applied,
- * each a whole percentage from 0 to 100, "%" optional. Returns 0, or -EINVAL with a sentence in
- * why naming the option.
+ * each a percentage from 0 to 100 as LYNX_CONTENTION takes it (two decimals at most), "%"
+ * optional. Returns 0, or -EINVAL with a sentence in why naming the option.
  */
 int lynx_jobargs_interference(const struct lynx_job_args *a, struct lynx_interference base,
                               struct lynx_interference *out, char *why, size_t len);
