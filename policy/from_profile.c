@@ -412,7 +412,8 @@ struct layer_src {
 	uint32_t start[MAX_OPS + 1]; /* op i runs kernels [start[i], start[i + 1]) */
 	uint32_t n_ops;
 	bool tp_fwd[MAX_OPS], tp_bwd[MAX_OPS]; /* a collective was seen there */
-	uint64_t granule;     /* buffers below it are no groups (options' granule_bytes) */
+	uint64_t granule;     /* buffers below it are no groups (options' granule_bytes)... */
+	bool pack;            /* ...unless they are worth a pack: then they are one group */
 	uint64_t small_bytes; /* the layer's saved bytes in such buffers, per micro-batch */
 	bool host_link;       /* every profile measured one: reads_freed groups can be offloaded */
 };
@@ -549,10 +550,45 @@ static int cut_runs(struct layer_src *ls, uint8_t *cut)
 	return 0;
 }
 
+static int32_t produced_by(const struct lynx_profile_group *g);
+
+/*
+ * A buffer of the chosen layer below the granule that a pack may hold: one its layer
+ * produces (the layer's input is the layer below's, rebuilt by none of these runs), and
+ * not beside a larger one of the same launch (a normalisation's statistics beside its
+ * output): such a one stays, as without packs, since in a pack it would have a decision
+ * of its own, and its examination a sibling to hold room for, for a few bytes. O(buffers)
+ * per call.
+ */
+static bool packable(const struct layer_src *ls, const struct lynx_profile_group *g)
+{
+	if (g->layer != ls->index || !g->bytes || g->bytes >= ls->granule || produced_by(g) < 0)
+		return false;
+	for (size_t q = 0; q < ls->pr->group_count; q++) {
+		const struct lynx_profile_group *o = &ls->pr->groups[q];
+		if (o->layer == g->layer && o->producer == g->producer && o->bytes >= ls->granule)
+			return false;
+	}
+	return true;
+}
+
 /* The groups of the chosen layer, before they become the problem's. */
 static bool group_of_layer(const struct layer_src *ls, const struct lynx_profile_group *g)
 {
-	return g->layer == ls->index && g->bytes > 0 && g->bytes >= ls->granule;
+	return g->layer == ls->index && g->bytes > 0 &&
+	       (g->bytes >= ls->granule || (ls->pack && packable(ls, g)));
+}
+
+/* Whether the chosen layer's buffers below the granule are worth a pack (problem.h's
+ * lynx_problem_pack_worth(), as the executor decides it for each layer and micro-batch). */
+static bool layer_packs(const struct layer_src *ls)
+{
+	uint64_t small = 0;
+
+	for (size_t g = 0; g < ls->pr->group_count; g++)
+		if (packable(ls, &ls->pr->groups[g]))
+			small += lynx_problem_pack_aligned(ls->pr->groups[g].bytes);
+	return lynx_problem_pack_worth(small, ls->granule);
 }
 
 /* The last kernel of g's producer run (profile.h's producer_end), at least its producer
@@ -797,6 +833,10 @@ struct item {
 	uint32_t merged;  /* buffers besides the first */
 	uint32_t id;      /* index into into[] */
 	bool reads_freed; /* one of its buffers' producer runs reads a temporary (profile.h) */
+	/* A pack of buffers below the granule: rebuilt by replaying each member's producer
+	 * run, the ops `runs` (each member's first op to its producer's). */
+	bool pack;
+	uint32_t runs;
 };
 
 static int by_producer(const void *a, const void *b)
@@ -831,6 +871,7 @@ static void fold(struct item *it, size_t *n, uint32_t *into, size_t a, size_t b)
 	it[a].first = it[a].first < it[b].first ? it[a].first : it[b].first;
 	it[a].consumer = it[a].consumer < it[b].consumer ? it[a].consumer : it[b].consumer;
 	it[a].reads_freed = it[a].reads_freed || it[b].reads_freed;
+	it[a].runs |= it[b].runs;
 	memmove(&it[b], &it[b + 1], (*n - b - 1) * sizeof(*it));
 	(*n)--;
 }
@@ -965,9 +1006,24 @@ static int fill_groups(struct layer_src *ls, struct lynx_problem_layer *L)
 		                      .order = g,
 		                      .kernel = gr->producer,
 		                      .id = (uint32_t)n,
-		                      .reads_freed = gr->reads_freed};
+		                      .reads_freed = gr->reads_freed,
+		                      .pack = gr->bytes < ls->granule};
+		for (int32_t op = it[n].first; it[n].pack && op >= 0 && op <= it[n].producer; op++)
+			it[n].runs |= 1u << op;
 		n++;
 	}
+	/* The buffers below the granule are packed (the executor evicts a pack's together):
+	 * those whose runs can be replayed in one group, those that read a temporary in
+	 * another, so that one of the latter does not make the others unreplayable. */
+	for (int freed = 0; freed < 2; freed++)
+		for (size_t a = 0; a < n; a++) {
+			if (!it[a].pack || it[a].reads_freed != freed)
+				continue;
+			for (size_t b = n; b-- > a + 1;)
+				if (it[b].pack && it[b].reads_freed == freed)
+					fold(it, &n, into, a, b);
+			break;
+		}
 	qsort(it, n, sizeof(*it), by_producer);
 	merge_groups(it, &n, into);
 	for (uint32_t k = 0; k < L->n_buffers; k++)
@@ -1002,8 +1058,10 @@ static int fill_groups(struct layer_src *ls, struct lynx_problem_layer *L)
 		 * ops and a plan that rebuilds it is lowered to OFFLOAD (problem.h), without one it
 		 * cannot be rebuilt. Nothing saved before it: what it reads was not kept. */
 		if (it[g].producer >= 0 && before && (!pg->reads_freed || ls->host_link))
-			for (int32_t op = it[g].first > prev ? it[g].first : prev + 1;
-			     op <= it[g].producer; op++) {
+			for (int32_t op = it[g].pack || it[g].first > prev ? it[g].first : prev + 1;
+			     op >= 0 && op <= it[g].producer; op++) {
+				if (it[g].pack && !(it[g].runs & (1u << op)))
+					continue;
 				pg->ops |= 1u << op;
 				pg->recompute_s += L->ops[op].rerun_s;
 			}
@@ -1225,6 +1283,7 @@ int lynx_problem_from_profile(const struct lynx_profile *const *ranks, size_t n_
 		goto out_free_src;
 	pick_layer(&c, n_stages, src, &ls);
 	ls.granule = c.opt->granule_bytes;
+	ls.pack = ls.granule && !c.opt->unpacked && layer_packs(&ls);
 	fill_host_link(&c, p);
 	ls.host_link = p->d2h.busbw > 0 && p->h2d.busbw > 0;
 	if ((err = fill_layer(&c, &ls, &p->layer)))

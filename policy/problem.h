@@ -249,8 +249,12 @@ struct lynx_problem_options {
 	/* lynx_problem_from_profile(): saved buffers smaller than this are no group. Lynx's
 	 * executor evicts whole VMM granules and keeps a smaller buffer, which would take a
 	 * whole one, so such buffers count as memory no plan changes (in static_bytes, for the
-	 * micro-batches a stage holds at once). 0: every buffer of bytes > 0 is a group. */
+	 * micro-batches a stage holds at once), unless together they are worth a pack
+	 * (lynx_problem_pack_worth(), as the executor packs them): then a layer's buffers below
+	 * the granule are one group. 0: every buffer of bytes > 0 is a group. */
 	uint64_t granule_bytes;
+	/* The executor keeps every buffer below the granule (LYNX_PACK=off): no packs. */
+	bool unpacked;
 	/* lynx_whatif_plan() without a budget (budget_bytes and budget_percent 0): plan at the
 	 * smallest budget whose plan is predicted at most this many hundredths of a percent
 	 * slower than keeping everything (LYNX_MAX_SLOWDOWN); 0: at the measured peak. */
@@ -320,7 +324,10 @@ int lynx_problem_from_model(const struct lynx_model_desc *m, const struct lynx_c
  *   are held at least until the last rebuild that needs them. Over LYNX_PROBLEM_MAX_GROUPS,
  *   groups with the same producer and consumer ops merge, then all with the same producer (freed
  *   after the later consumer), then the two adjacent producers with the fewest bytes. The
- *   layer's buffer_group says which group each buffer ended up in.
+ *   layer's buffer_group says which group each buffer ended up in. With a granule, the
+ *   buffers below it are one group when they are worth a pack (the options' granule_bytes):
+ *   it exists after the last of their producers, is freed after the last of their consumers,
+ *   and is rebuilt by rerunning each one's producer run; otherwise they are no group.
  * - Windows. A collective's idle time is the least of its measured `idle` (any source but
  *   "unknown") over the layers and micro-batches of that profile, the transfer itself, which
  *   every peer measures alike; unmeasured, 0. TP_FWD
@@ -368,6 +375,26 @@ void lynx_problem_free(struct lynx_problem *p);
 static inline uint64_t lynx_problem_stage_budget(const struct lynx_problem *p, uint32_t s)
 {
 	return p->stages[s].budget_bytes ? p->stages[s].budget_bytes : p->budget_bytes;
+}
+
+/*
+ * Packs (shim/pack.h). Lynx's executor evicts whole VMM granules; activations below one
+ * that a (layer, micro-batch) evicts alike share granules, each at an offset aligned to
+ * LYNX_PROBLEM_PACK_ALIGN. A set of them is worth a pack when the granules it takes are
+ * at most twice its bytes: evicted it frees them all, resident it holds at most as much
+ * again. The executor and the problem built from profiles apply this one rule.
+ */
+#define LYNX_PROBLEM_PACK_ALIGN 512u
+
+static inline uint64_t lynx_problem_pack_aligned(uint64_t bytes)
+{
+	return (bytes + LYNX_PROBLEM_PACK_ALIGN - 1) & ~(uint64_t)(LYNX_PROBLEM_PACK_ALIGN - 1);
+}
+
+static inline bool lynx_problem_pack_worth(uint64_t aligned_bytes, uint64_t granule)
+{
+	return granule && aligned_bytes &&
+	       (aligned_bytes + granule - 1) / granule * granule <= 2 * aligned_bytes;
 }
 
 const char *lynx_problem_window_kind_name(enum lynx_window_kind kind);

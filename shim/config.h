@@ -13,6 +13,7 @@
 
 enum lynx_mode { LYNX_MODE_OFF, LYNX_MODE_PROFILE, LYNX_MODE_RECOMPUTE };
 enum lynx_timing { LYNX_TIMING_OFF, LYNX_TIMING_DEVICE }; /* LYNX_TIMING, in its values' order */
+enum lynx_pack_mode { LYNX_PACK_OFF, LYNX_PACK_ON };      /* LYNX_PACK, likewise */
 enum lynx_log_level {
 	LYNX_LOG_ERROR,
 	LYNX_LOG_WARN,

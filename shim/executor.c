@@ -182,11 +182,107 @@ void evicted_add(int64_t bytes)
 		ex.stats.peak_evicted_bytes = ex.evicted_now;
 }
 
+/* ---- Packs' shared memory (pack.h) ------------------------------------------------------ */
+
+/* Whether b's instance needs its memory mapped: resident, or its copy out running. */
+static bool needs_mapping(const struct exec_buf *b)
+{
+	return b->addr && (b->state == BUF_RESIDENT || b->state == BUF_OFFLOADING);
+}
+
+/* Whether a member of p other than b needs p mapped (needed), or has an instance (live). */
+static bool pack_others(const struct exec_pack *p, const struct exec_buf *b, bool live)
+{
+	for (uint32_t i = 0; i < p->count; i++) {
+		const struct exec_buf *m = &ex.bufs[ex.packing.member[p->first + i]];
+		if (m != b && (live ? m->addr != 0 : needs_mapping(m)))
+			return true;
+	}
+	return false;
+}
+
+/* Whether p's memory is mapped, as the arena has it. */
+static bool pack_mapped(const struct exec_pack *p)
+{
+	struct lynx_arena_range range;
+
+	return lynx_arena_find(ex.arena, p->base, &range) && range.state == LYNX_ARENA_RESIDENT;
+}
+
+int exec_map(struct exec_buf *b)
+{
+	struct exec_pack *p = b->pack;
+	int err;
+
+	if (!p)
+		return lynx_arena_restore(ex.arena, b->addr);
+	if (p->mapped)
+		return 0;
+	err = lynx_arena_restore(ex.arena, p->base);
+	p->mapped = pack_mapped(p);
+	return err;
+}
+
+int exec_unmap(struct exec_buf *b)
+{
+	struct exec_pack *p = b->pack;
+	int err;
+
+	if (!p)
+		return lynx_arena_evict(ex.arena, b->addr);
+	if (!p->mapped || pack_others(p, b, false))
+		return 0;
+	err = lynx_arena_evict(ex.arena, p->base);
+	p->mapped = pack_mapped(p);
+	return err;
+}
+
+/* A member's instance is gone (b->addr already 0): the pack's memory goes back with its
+ * last member, and is unmapped once no member left needs it. */
+static int pack_release(struct exec_pack *p)
+{
+	int err = 0;
+
+	if (!pack_others(p, NULL, true)) {
+		err = lynx_arena_free(ex.arena, p->base);
+		HASH_DEL(ex.packs_by_base, p);
+		p->base = 0;
+		p->mapped = false;
+	} else if (p->mapped && !pack_others(p, NULL, false)) {
+		err = lynx_arena_evict(ex.arena, p->base);
+		p->mapped = pack_mapped(p);
+	}
+	return err;
+}
+
+/* A new instance of packed b: its place in its pack, whose memory is taken or mapped again
+ * if need be. Returns 0 or the arena's error (nothing then changed for b). */
+static int pack_alloc(struct exec_buf *b, CUdeviceptr *addr)
+{
+	struct exec_pack *p = b->pack;
+	int err = 0;
+
+	if (!p->mapped)
+		reclaim_for(p->bytes, false); /* new memory: room for it within the budget */
+	if (!p->base) {
+		if ((err = lynx_arena_alloc(ex.arena, p->bytes, &p->base)))
+			return err;
+		HASH_ADD(hh, ex.packs_by_base, base, sizeof(p->base), p);
+	} else if (!p->mapped && (err = lynx_arena_restore(ex.arena, p->base))) {
+		return err;
+	}
+	p->mapped = true;
+	*addr = p->base + b->pack_offset;
+	return 0;
+}
+
 /* Gives b's memory back to the arena; its stream and side streams are done with it. */
 static void finish_free(struct exec_buf *b)
 {
-	int err = lynx_arena_free(ex.arena, b->addr);
+	int err = 0;
 
+	if (!b->pack)
+		err = lynx_arena_free(ex.arena, b->addr);
 	if (err)
 		lynx_warn_once("recompute mode: an activation could not be freed: %s",
 		               strerror(-err));
@@ -197,6 +293,10 @@ static void finish_free(struct exec_buf *b)
 	b->ready_pending = b->free_pending = b->donated = false;
 	b->examine = false; /* an examination belongs to the instance that was restored */
 	b->addr = 0;
+	if (b->pack && (err = pack_release(b->pack)))
+		lynx_warn_once("recompute mode: a pack of small activations could not be freed "
+		               "or unmapped: %s",
+		               strerror(-err));
 	exec_update(b);
 }
 
@@ -204,7 +304,7 @@ static void finish_free(struct exec_buf *b)
  * was given to). */
 static void evict(struct exec_buf *b)
 {
-	int err = lynx_arena_evict(ex.arena, b->addr);
+	int err = exec_unmap(b);
 	struct lynx_arena_range range;
 
 	/* A failed unmap leaves it mapped: tried again (a transient driver failure), since a
@@ -213,7 +313,7 @@ static void evict(struct exec_buf *b)
 	     err && attempt < EVICT_ATTEMPTS && lynx_arena_find(ex.arena, b->addr, &range) &&
 	     range.state == LYNX_ARENA_RESIDENT;
 	     attempt++)
-		err = lynx_arena_evict(ex.arena, b->addr);
+		err = exec_unmap(b);
 
 	/* Unmapped, but its memory could not be released: evicted all the same (touching it
 	 * faults until it is restored, which maps that memory again; the free releases it). */
@@ -494,7 +594,8 @@ struct exec_buf *take_spare(size_t bytes, CUstream stream, struct exec_buf * not
 	struct exec_buf *b;
 
 	DL_FOREACH (ex.polled, b) {
-		if (b == not || b->donated || ((b->sb->bytes + g - 1) & ~(g - 1)) != size)
+		if (b == not || b->donated || b->pack ||
+		    ((b->sb->bytes + g - 1) & ~(g - 1)) != size)
 			continue;
 		CUevent until = b->free_pending && b->state == BUF_RESIDENT      ? b->freed
 		                : b->state == BUF_OFFLOADING && !b->free_pending ? b->copied
@@ -931,8 +1032,13 @@ bool lynx_exec_alloc_slow(enum lynx_hook_id id, void *out, uint64_t bytes, uint6
 		goto out;
 	}
 	struct exec_buf *donor =
-	        ex.async_alloc[id] ? take_spare(bytes, stream_of(id, stream), b) : NULL;
-	if (donor && !lynx_arena_alloc_from(ex.arena, donor->addr, bytes, &addr)) {
+	        ex.async_alloc[id] && !b->pack ? take_spare(bytes, stream_of(id, stream), b) : NULL;
+	if (b->pack) {
+		if (pack_alloc(b, &addr)) {
+			ex.stats.route_failures++;
+			goto out;
+		}
+	} else if (donor && !lynx_arena_alloc_from(ex.arena, donor->addr, bytes, &addr)) {
 		donor->donated = true;
 		ex.stats.reused++;
 	} else if ((reclaim_for(bytes, false), lynx_arena_alloc(ex.arena, bytes, &addr))) {
@@ -958,8 +1064,10 @@ bool lynx_exec_free_slow(enum lynx_hook_id id, uint64_t ptr, uint64_t stream)
 	struct exec_buf *b;
 	bool served = false;
 
+	/* A pack's member lies inside its pack's allocation: found by its own address. */
 	if (!ex.frees[id] || !ptr || lynx_call_own() || lynx_call_depth() != 1 ||
-	    !lynx_arena_find(ex.arena, (CUdeviceptr)ptr, &range) || range.base != ptr)
+	    !lynx_arena_find(ex.arena, (CUdeviceptr)ptr, &range) ||
+	    (range.base != ptr && !ex.packed))
 		return false;
 	lynx_nested_begin();
 	pthread_mutex_lock(&ex.lock);
@@ -1049,7 +1157,7 @@ void lynx_exec_guard_slow(enum lynx_hook_id id, uint64_t addr, uint64_t stream)
 		return;
 	lynx_nested_begin();
 	pthread_mutex_lock(&ex.lock);
-	if ((b = find_buf(range.base)))
+	if ((b = buf_at((CUdeviceptr)addr, range.base)))
 		make_resident(b, stream_of(id, stream));
 	pthread_mutex_unlock(&ex.lock);
 	lynx_nested_end();
@@ -1168,6 +1276,10 @@ static void free_script(void)
 	ex.bufs = NULL;
 	ex.evict_order = ex.restore_order = ex.window_order = NULL;
 	ex.n_windowed = 0;
+	lynx_packing_free(&ex.packing);
+	free(ex.packs);
+	ex.packs = ex.packs_by_base = NULL;
+	ex.packed = 0;
 }
 
 /* The streams and each evicted buffer's events. */
@@ -1301,14 +1413,38 @@ int lynx_exec_arm(const struct lynx_prof_script *script, const struct lynx_exec_
 		          strerror(-err));
 		goto fail;
 	}
-	/* An activation smaller than a granule would take a whole one: it stays. */
+	/* Activations smaller than a granule share granules where a pack is worth it
+	 * (pack.h); any other would take a whole one: it stays. */
+	if (expect->pack_small &&
+	    (err = lynx_pack_build(ex.script.buffers, decisions, ex.script.n_buffers,
+	                           lynx_arena_granularity(ex.arena), &ex.packing))) {
+		lynx_warn("recompute mode: cannot pack the activations below a granule: %s; "
+		          "training goes on unchanged",
+		          strerror(-err));
+		goto fail;
+	}
+	if (ex.packing.n_packs && !(ex.packs = calloc(ex.packing.n_packs, sizeof(*ex.packs)))) {
+		lynx_warn("recompute mode: out of memory for the packs; training goes on "
+		          "unchanged");
+		err = -ENOMEM;
+		goto fail;
+	}
+	for (uint32_t k = 0; k < ex.packing.n_packs; k++)
+		ex.packs[k] = (struct exec_pack){.bytes = ex.packing.packs[k].bytes,
+		                                 .first = ex.packing.packs[k].first,
+		                                 .count = ex.packing.packs[k].count};
 	evict_bytes = 0;
 	for (size_t i = 0; i < script->n_buffers; i++) {
 		struct exec_buf *b = &ex.bufs[i];
 		b->sb = &ex.script.buffers[i];
 		b->action = decisions[i].action;
-		if (b->action != LYNX_EXEC_KEEP &&
-		    b->sb->bytes < lynx_arena_granularity(ex.arena)) {
+		if (b->action != LYNX_EXEC_KEEP && ex.packing.pack_of &&
+		    ex.packing.pack_of[i] != LYNX_PACK_NONE) {
+			b->pack = &ex.packs[ex.packing.pack_of[i]];
+			b->pack_offset = ex.packing.offset[i];
+			ex.packed++;
+		} else if (b->action != LYNX_EXEC_KEEP &&
+		           b->sb->bytes < lynx_arena_granularity(ex.arena)) {
 			b->action = LYNX_EXEC_KEEP;
 			ex.too_small++;
 		}
@@ -1464,10 +1600,12 @@ void lynx_exec_print_summary(FILE *f, const char *tag)
 	fprintf(f,
 	        "%s: executor: %" PRIu64 " iterations followed (%" PRIu64 " times lost); of %zu "
 	        "scripted activations %u kept (%u of them below a %zu KiB granule), %u offloaded "
-	        "(%" PRIu64 " of them to hold the budget), %u planned for recompute\n",
+	        "(%" PRIu64 " of them to hold the budget), %u planned for recompute; %u below "
+	        "a granule evicted in %u packs\n",
 	        tag, s.iterations, s.lost, ex.script.n_buffers, ex.planned[LYNX_EXEC_KEEP],
 	        ex.too_small, lynx_arena_granularity(ex.arena) / 1024,
-	        ex.planned[LYNX_EXEC_OFFLOAD], s.promoted, ex.planned[LYNX_EXEC_RECOMPUTE]);
+	        ex.planned[LYNX_EXEC_OFFLOAD], s.promoted, ex.planned[LYNX_EXEC_RECOMPUTE],
+	        ex.packed, ex.packing.n_packs);
 	print_replay(f, tag, &s);
 	fprintf(f,
 	        "%s: executor: %" PRIu64 " allocations served by the arena (%" PRIu64
@@ -1643,6 +1781,9 @@ int lynx_exec_write_summary(const char *path, int rank)
 			cJSON_AddNumberToObject(d, "offload", ex.planned[LYNX_EXEC_OFFLOAD]);
 			cJSON_AddNumberToObject(d, "recompute", ex.planned[LYNX_EXEC_RECOMPUTE]);
 			cJSON_AddNumberToObject(d, "offloaded_to_hold_budget", (double)s.promoted);
+			cJSON_AddNumberToObject(d, "kept_below_granule", ex.too_small);
+			cJSON_AddNumberToObject(d, "packed", ex.packed);
+			cJSON_AddNumberToObject(d, "packs", ex.packing.n_packs);
 		}
 	}
 	if ((o = cJSON_AddObjectToObject(root, "memory"))) {
@@ -1707,6 +1848,7 @@ void lynx_exec_after_fork(void)
 	lynx_slow_path_switch(LYNX_SLOW_GUARD, false);
 	pthread_mutex_init(&ex.lock, NULL);
 	ex.by_addr = NULL;
+	ex.packs_by_base = NULL;
 	ex.polled = NULL;
 	ex.arena = NULL;
 	free(ex.traced);

@@ -178,6 +178,9 @@ struct lynx_exec_expectation {
 	/* The budget is the user's (LYNX_BUDGET), not one the planner chose: an examination
 	 * that would take the device over it is refused (executor_replay.c). */
 	bool budget_asked;
+	/* Activations below a VMM granule that the plan evicts share granules (shim/pack.h,
+	 * LYNX_PACK); false: each is kept, as it would take a whole granule. */
+	bool pack_small;
 	/* The slowdown asked for (LYNX_MAX_SLOWDOWN, 1.02 for 2%), and its text; 0: none. An
 	 * achieved one above it is warned at exit. */
 	double max_slowdown;

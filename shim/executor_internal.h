@@ -24,6 +24,7 @@
 #include "arena.h"
 #include "executor.h"
 #include "launch_attrs.h"
+#include "pack.h"
 #include "replay.h"
 
 /* Actions kept for the executor's trace: the first ones of a run (about 3 MB). */
@@ -133,12 +134,24 @@ enum window_state {
 	WINDOW_CHECKED,   /* replayed in its window */
 };
 
+/* A pack's shared arena allocation (pack.h): taken at the first member's allocation, given
+ * back when no member lives; unmapped while every living member is evicted. */
+struct exec_pack {
+	CUdeviceptr base; /* 0: none */
+	uint64_t bytes;
+	bool mapped;
+	uint32_t first, count; /* its members: ex.packing.member[first .. first + count) */
+	UT_hash_handle hh;     /* by base, while it has one */
+};
+
 /* One script buffer: its instance in the current iteration, and what it owns across
  * iterations (pinned host memory and events, made once). */
 struct exec_buf {
 	const struct lynx_prof_script_buffer *sb;
 	enum lynx_exec_action action;
-	CUdeviceptr addr; /* in the arena; 0: none */
+	CUdeviceptr addr;       /* in the arena; 0: none */
+	struct exec_pack *pack; /* NULL: an arena allocation of its own */
+	uint64_t pack_offset;   /* its place in its pack */
 	enum buf_state state;
 	bool ready_pending; /* consumers must wait for `ready` */
 	bool free_pending;  /* the trainer freed it; `freed` says when its stream got there */
@@ -244,6 +257,10 @@ struct exec_state {
 	uint32_t planned[LYNX_EXEC_ACTION_COUNT];
 	uint64_t plan_hash; /* the decisions armed (executor.c's plan_hash()) */
 	uint32_t too_small; /* evictions planned for activations below a granule: kept */
+	/* Packs of activations below a granule (pack.h); packs_by_base: those with memory. */
+	struct lynx_packing packing;
+	struct exec_pack *packs, *packs_by_base;
+	uint32_t packed; /* activations in packs */
 	/* The plan as followed (expect.repredict): how many activations got another action
 	 * than planned when it was last predicted, and its prediction then. */
 	uint32_t deviations;
@@ -311,8 +328,17 @@ bool exec_device_in_use(uint64_t *bytes);
 struct exec_buf *take_spare(size_t bytes, CUstream stream, struct exec_buf * not );
 bool make_resident(struct exec_buf *b, CUstream stream);
 
+/* Maps b's memory again (a pack's, when its mapping is gone) and takes b's memory back
+ * (a pack's only when no other member needs it): lynx_arena_restore and lynx_arena_evict
+ * for b, with their returns. */
+int exec_map(struct exec_buf *b);
+int exec_unmap(struct exec_buf *b);
+
 /* executor_replay.c: replay and windows. */
 struct exec_buf *find_buf(CUdeviceptr addr);
+/* The activation whose bytes hold addr, which lies in the arena allocation based at base
+ * (a pack's member, or the allocation's own activation), or NULL. */
+struct exec_buf *buf_at(CUdeviceptr addr, CUdeviceptr base);
 void end_capture(struct exec_buf *b);
 void await_producer(struct exec_buf *b);
 void exec_capture(const struct lynx_event *ev);

@@ -29,6 +29,21 @@ struct exec_buf *find_buf(CUdeviceptr addr)
 	return b;
 }
 
+struct exec_buf *buf_at(CUdeviceptr addr, CUdeviceptr base)
+{
+	struct exec_pack *p = NULL;
+
+	HASH_FIND(hh, ex.packs_by_base, &base, sizeof(base), p);
+	if (!p)
+		return find_buf(base);
+	for (uint32_t i = 0; i < p->count; i++) {
+		struct exec_buf *m = &ex.bufs[ex.packing.member[p->first + i]];
+		if (m->addr && addr - m->addr < m->sb->bytes)
+			return m;
+	}
+	return NULL;
+}
+
 /* Whether a launch names b: an aligned word of its parameter bytes lies inside it. */
 static bool launch_names(const struct lynx_replay_kernel *k, const struct exec_buf *b)
 {
@@ -165,6 +180,27 @@ static bool operands_still_allocated(const struct exec_buf *b, struct lynx_repla
  * ends it. A consumer that happens to follow with the same function joins it harmlessly:
  * what it writes goes to scratch, which the examination shows.
  */
+/* b's producer goes on past the kernels a capture holds (a kernel launched once per
+ * sequence of a large batch): no replay of what was kept could rebuild it whole, so it is
+ * refused (offloaded for good), not examined into a DIFFERS. */
+static void refuse_overlong(struct exec_buf *b)
+{
+	if (!ex.verdicts[LYNX_REPLAY_TOO_LARGE]++)
+		snprintf(ex.verdict_reason[LYNX_REPLAY_TOO_LARGE], sizeof(ex.verdict_reason[0]),
+		         "layer %u activation %u: its producer runs more than %d kernels",
+		         b->sb->layer, b->sb->index, MAX_PRODUCER_KERNELS);
+	if (!b->sb->microbatch)
+		lynx_info("recompute mode: layer %u activation %u: offloaded instead: its producer "
+		          "runs more than %d kernels",
+		          b->sb->layer, b->sb->index, MAX_PRODUCER_KERNELS);
+	b->producer = PRODUCER_REFUSED;
+	for (uint32_t i = 0; i < MAX_PRODUCER_KERNELS; i++) {
+		free(b->launch[i]);
+		b->launch[i] = NULL;
+	}
+	b->n_launches = 0;
+}
+
 void exec_capture(const struct lynx_event *ev)
 {
 	struct lynx_replay_kernel k;
@@ -183,6 +219,11 @@ void exec_capture(const struct lynx_event *ev)
 		    (!b->n_launches || k.function == b->producer_function)) {
 			keep_launch(b, &k);
 			i++;
+		} else if (names && b->n_launches == MAX_PRODUCER_KERNELS &&
+		           b->producer == PRODUCER_UNEXAMINED &&
+		           k.function == b->producer_function) {
+			refuse_overlong(b);
+			end_capture(b); /* moves the last one to i */
 		} else if (!b->n_launches && b->addr) {
 			i++; /* its producer has not started yet */
 		} else {
@@ -284,8 +325,8 @@ static bool bring_back(uint64_t word, CUstream stream, const struct exec_buf *ow
 	struct lynx_arena_range range;
 	struct exec_buf *c;
 
-	if (lynx_arena_find(ex.arena, (CUdeviceptr)word, &range) && (c = find_buf(range.base)) &&
-	    c != owner)
+	if (lynx_arena_find(ex.arena, (CUdeviceptr)word, &range) &&
+	    (c = buf_at((CUdeviceptr)word, range.base)) && c != owner)
 		return make_resident(c, stream);
 	return true;
 }
@@ -387,12 +428,20 @@ static bool range_of(CUdeviceptr addr, CUdeviceptr *base, size_t *size, void *ar
 
 	(void)arg;
 	if (lynx_arena_find(ex.arena, addr, &range)) {
-		b = find_buf(range.base);
-		*base = range.base;
+		struct exec_pack *p = NULL;
+		CUdeviceptr at = range.base;
+
+		HASH_FIND(hh, ex.packs_by_base, &at, sizeof(at), p);
+		b = buf_at(addr, range.base);
+		if (p && !b)
+			return false; /* a pack's place that no activation holds now */
+		*base = b ? b->addr : range.base;
 		*size = b ? b->sb->bytes : range.size;
-		/* Freed by the trainer (its free queued), or its memory given away: gone. */
+		/* Freed by the trainer (its free queued), or its memory given away: gone. A pack's
+		 * member evicted while its pack stays mapped: its bytes may be another's. */
 		return range.state == LYNX_ARENA_RESIDENT && addr - *base < *size &&
-		       !(b && (b->free_pending || b->donated));
+		       !(b && (b->free_pending || b->donated)) &&
+		       !(b && b->pack && b->state == BUF_EVICTED);
 	}
 	return ex.address_range(base, size, addr) == CUDA_SUCCESS;
 }
@@ -419,8 +468,8 @@ static int sibling_redirects(const struct exec_buf *b, struct lynx_replay_redire
 		for (uint32_t at = 0; at + 8 <= b->launch[i]->kernel.param_bytes; at += 8) {
 			__builtin_memcpy(&word, b->launch[i]->params + at, 8);
 			if (!lynx_arena_find(ex.arena, (CUdeviceptr)word, &range) ||
-			    !(c = find_buf(range.base)) || c == b || !c->n_launches ||
-			    c->producer_serial != b->producer_serial ||
+			    !(c = buf_at((CUdeviceptr)word, range.base)) || c == b ||
+			    !c->n_launches || c->producer_serial != b->producer_serial ||
 			    word - c->addr >= c->sb->bytes || *n_operands == MAX_OPERANDS)
 				continue;
 			operands[(*n_operands)++] = (struct lynx_replay_operand){
@@ -536,8 +585,8 @@ void exec_examine(struct exec_buf *b, CUstream stream)
 		word = lynx_replay_segment_word(b->segment, found[i].kernel, found[i].offset);
 		if (found[i].role == LYNX_REPLAY_INPUT &&
 		    lynx_arena_find(ex.arena, (CUdeviceptr)word, &range) &&
-		    (c = find_buf(range.base)) && c->producer == PRODUCER_REPLAYED &&
-		    c->chain + 1 > b->chain)
+		    (c = buf_at((CUdeviceptr)word, range.base)) &&
+		    c->producer == PRODUCER_REPLAYED && c->chain + 1 > b->chain)
 			b->chain = c->chain + 1;
 	}
 	if (check.verdict == LYNX_REPLAY_REPRODUCES && b->chain > MAX_REPLAY_DEPTH / 2) {
@@ -591,15 +640,16 @@ void exec_examine(struct exec_buf *b, CUstream stream)
  */
 int exec_restore(struct exec_buf *b, CUstream stream)
 {
-	struct exec_buf *donor = take_spare(b->sb->bytes, stream, b);
+	/* A pack's memory is shared: it takes none given away. */
+	struct exec_buf *donor = b->pack ? NULL : take_spare(b->sb->bytes, stream, b);
 	int err = -ENOMEM;
 	CUresult r;
 
 	if (donor && !(err = lynx_arena_restore_from(ex.arena, b->addr, donor->addr))) {
 		donor->donated = true;
 	} else {
-		reclaim_for(b->sb->bytes, false);
-		err = lynx_arena_restore(ex.arena, b->addr);
+		reclaim_for(b->pack ? b->pack->bytes : b->sb->bytes, false);
+		err = exec_map(b);
 	}
 	/* Out of memory: the frees the host has seen done, then every one pending, then the
 	 * whole device idle (a transient failure, another process's memory), a few times.
@@ -611,7 +661,7 @@ int exec_restore(struct exec_buf *b, CUstream stream)
 		complete_frees(attempt > 0);
 		if (attempt > 1)
 			ex.drv.ctx_synchronize();
-		err = lynx_arena_restore(ex.arena, b->addr);
+		err = exec_map(b);
 	}
 	if (err)
 		return err;
@@ -620,7 +670,7 @@ int exec_restore(struct exec_buf *b, CUstream stream)
 	if (b->by_replay) {
 		/* In a window, a replay that could not start leaves b evicted for the guard. */
 		err = replay_into(b, stream, stream == ex.replay_stream);
-		if (err == -EAGAIN && !lynx_arena_evict(ex.arena, b->addr)) {
+		if (err == -EAGAIN && !exec_unmap(b)) {
 			b->state = BUF_EVICTED;
 			evicted_add((int64_t)b->sb->bytes);
 			exec_update(b);

@@ -91,6 +91,7 @@ static struct {
 	bool profile_at_exit;
 	struct lynx_prof_script script; /* the chosen iteration's, for the executor */
 	int fault;                      /* LYNX_FAULT, for the executor */
+	bool pack;                      /* LYNX_PACK */
 	/* Recompute mode, during warm-up: the most device memory in use (cuMemGetInfo) seen
 	 * before the program's timed stream work (lynx_profiling_sample_memory). */
 	_Atomic uint64_t device_peak_used;
@@ -214,6 +215,7 @@ bool lynx_profiling_start(const struct lynx_config *cfg, bool output_ok)
 	prof.interference = (struct lynx_interference){1.0 + cfg->contention / 10000.0,
 	                                               1.0 + cfg->contention_comm / 10000.0};
 	prof.fault = cfg->fault;
+	prof.pack = cfg->pack == LYNX_PACK_ON;
 	lynx_config_format(cfg, LYNX_OPT_LYNX_PLANNER, prof.planner, sizeof(prof.planner));
 	snprintf(prof.plan_path, sizeof(prof.plan_path), "%s", cfg->plan ? cfg->plan : "");
 	/* LYNX_MAX_SLOWDOWN chooses the budget of a planner that takes one, when none is
@@ -1136,6 +1138,7 @@ static void arm_executor(struct lynx_whatif_plan *wp, const struct lynx_whatif_r
 	        .budget_bytes = held_budget(wp, s, row),
 	        .replay_scratch_bytes = prof.profile.memory.at_peak[LYNX_PROFILE_MEMORY_WORKSPACE],
 	        .budget_asked = prof.budget || prof.budget_percent,
+	        .pack_small = prof.pack,
 	        .max_slowdown = prof.max_slowdown_bp ? 1.0 + prof.max_slowdown_bp / 10000.0 : 0.0,
 	        .run = prof.profile.run,
 	        .world = prof.profile.world,
@@ -1355,6 +1358,7 @@ static void try_plan(bool at_exit)
 	                                   .max_slowdown_bp = prof.max_slowdown_bp,
 	                                   .solo = solo,
 	                                   .granule_bytes = granule,
+	                                   .unpacked = !prof.pack,
 	                                   .search_seconds = SEARCH_SECONDS,
 	                                   .interference = prof.interference};
 	const struct lynx_planner *pl = lynx_planner_find(prof.planner);

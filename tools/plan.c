@@ -54,8 +54,9 @@ static const struct lynx_option options[] = {
                     "profiles only: each stage's budget is N% (1 to 100) of its own measured "
                     "peak, as LYNX_BUDGET=N% (stages peak differently)"),
         LYNX_OPTION(struct plan_args, "--granule", "BYTES", SIZE, granule,
-                    "profiles only: activations below this VMM granule are kept, as recompute "
-                    "mode plans them on the device (2M on a GPU; default 0: none)"),
+                    "profiles only: activations below this VMM granule are packed, a layer's "
+                    "into one group (kept where a pack is not worth it), as recompute mode "
+                    "plans them on the device (2M on a GPU; default 0: none)"),
         LYNX_OPTION(struct plan_args, "--run", "ID", NAME, run,
                     "profiles only: plan the run ID among profiles of several (default: the "
                     "newest)"),

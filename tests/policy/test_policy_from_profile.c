@@ -886,16 +886,17 @@ static void test_maps_each_buffer_to_its_group(void **state)
 }
 
 /*
- * With granule_bytes (the executor's VMM granularity), a buffer below it is no group: the
- * executor keeps it, so the plan must count it as kept. It maps to no group, and its bytes,
- * in every layer of the stage and every micro-batch held at once, are static memory.
+ * With granule_bytes (the executor's VMM granularity) and no packs (LYNX_PACK=off), a buffer
+ * below it is no group: the executor keeps it, so the plan must count it as kept. It maps to
+ * no group, and its bytes, in every layer of the stage and every micro-batch held at once,
+ * are static memory.
  */
 static void test_buffers_below_a_granule_count_as_kept(void **state)
 {
 	struct lynx_profile *pr = stage(2, 6, 8, 2, 0, 1000);
 	const struct lynx_profile *ranks[] = {pr};
 	static const uint64_t bytes[] = {300, 100, 200, 400, 0, 500};
-	struct lynx_problem_options opt = {.granule_bytes = 256};
+	struct lynx_problem_options opt = {.granule_bytes = 256, .unpacked = true};
 	struct lynx_problem p, q;
 
 	add_group(pr, 0, 50, 0, 7);
@@ -942,6 +943,55 @@ static void test_buffers_below_a_granule_count_as_kept(void **state)
 	assert_non_null(strstr(why, "of activations smaller than the device's 256 B VMM granule, "
 	                            "which Lynx cannot evict"));
 	lynx_problem_free(&p);
+	drop(pr);
+}
+
+/*
+ * With packs (the default), a layer's buffers below the granule that together are worth a
+ * pack are groups, as the executor packs them: those whose runs can be replayed in one, the
+ * ones that read a temporary in another (so that they do not make the others unreplayable).
+ * The layer's input stays out: the layer below produces it. A pack is rebuilt by rerunning
+ * each member's own run, not the big groups' runs between them.
+ */
+static void test_buffers_below_a_granule_are_packed_into_groups(void **state)
+{
+	struct lynx_profile *pr = stage(2, 6, 8, 2, 0, 1000);
+	const struct lynx_profile *ranks[] = {pr};
+	/* The input (800), then one buffer per kernel 0-4; 1500 reads a temporary. */
+	static const uint64_t bytes[] = {800, 1000, 1500, 5000, 2000, 6000};
+	struct lynx_problem_options plain = {.budget_bytes = 64 << 20},
+	                            opt = {.budget_bytes = 64 << 20, .granule_bytes = 4096};
+	struct lynx_problem p, q;
+
+	add_group(pr, 0, 50, 0, 7);
+	for (size_t k = 0; k < 6; k++) {
+		add_group(pr, 1, bytes[k], (int32_t)k - 1, 3);
+		pr->groups[pr->group_count - 1].reads_freed = k == 2;
+	}
+	build(ranks, 1, &plain, &p);
+	build(ranks, 1, &opt, &q);
+	const int16_t *bg = q.layer.buffer_group;
+	assert_int_equal(q.layer.n_groups, 4); /* 5000, 6000, 1000 + 2000, 1500 */
+	assert_int_equal(bg[0], -1);
+	assert_true(bg[1] >= 0 && bg[2] >= 0 && bg[3] >= 0 && bg[5] >= 0);
+	assert_int_equal(bg[1], bg[4]);
+	assert_true(bg[2] != bg[1]);
+	assert_int_equal(q.layer.groups[bg[1]].bytes, 3000);
+	assert_false(q.layer.groups[bg[1]].reads_freed);
+	assert_int_equal(q.layer.groups[bg[2]].bytes, 1500);
+	assert_true(q.layer.groups[bg[2]].reads_freed);
+	assert_int_equal(q.layer.groups[bg[1]].ops, (1u << 0) | (1u << 3));
+	assert_int_equal(q.layer.groups[bg[1]].producer, 3);
+	/* The input, in both layers: static. */
+	assert_int_equal(q.stages[0].static_bytes, p.stages[0].static_bytes + 800 * 2);
+	/* A plan for it fits and reads back. */
+	struct lynx_plan plan;
+	char why[256];
+	assert_int_equal(lynx_planner_run(lynx_planner_find("heu"), &q, &plan, why, sizeof(why)),
+	                 0);
+	lynx_plan_free(&plan);
+	lynx_problem_free(&p);
+	lynx_problem_free(&q);
 	drop(pr);
 }
 
@@ -1439,6 +1489,7 @@ int main(void)
 	        cmocka_unit_test(test_merges_kernels_and_groups_past_the_limits),
 	        cmocka_unit_test(test_maps_each_buffer_to_its_group),
 	        cmocka_unit_test(test_buffers_below_a_granule_count_as_kept),
+	        cmocka_unit_test(test_buffers_below_a_granule_are_packed_into_groups),
 	        cmocka_unit_test(test_maps_at_most_max_buffers),
 	        cmocka_unit_test(test_maps_each_collective_to_its_op),
 	        cmocka_unit_test(test_stage_layers_in_the_profile),
