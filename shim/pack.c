@@ -71,12 +71,11 @@ int lynx_pack_build(const struct lynx_prof_script_buffer *buffers,
 		if (decisions[i].action == LYNX_EXEC_KEEP || !buffers[i].bytes ||
 		    buffers[i].bytes >= granule)
 			continue;
-		c[k++] = (struct candidate){buffers[i].layer, buffers[i].microbatch,
-		                            (uint32_t)decisions[i].action,
-		                            decisions[i].action == LYNX_EXEC_RECOMPUTE
-		                                    ? decisions[i].window_token
-		                                    : LYNX_EXEC_NO_WINDOW,
-		                            (uint32_t)i};
+		c[k++] = (struct candidate){
+		        buffers[i].layer, buffers[i].microbatch, (uint32_t)decisions[i].action,
+		        decisions[i].action == LYNX_EXEC_RECOMPUTE ? decisions[i].window_token
+		                                                   : LYNX_EXEC_NO_WINDOW,
+		        (uint32_t)i};
 	}
 	qsort(c, k, sizeof(*c), by_class);
 	uint32_t members = 0;

@@ -18,8 +18,8 @@
 
 static struct lynx_prof_script_buffer buf(uint32_t layer, uint32_t microbatch, uint64_t bytes)
 {
-	return (struct lynx_prof_script_buffer){.layer = layer, .microbatch = microbatch,
-	                                        .bytes = bytes};
+	return (struct lynx_prof_script_buffer){
+	        .layer = layer, .microbatch = microbatch, .bytes = bytes};
 }
 
 static struct lynx_exec_decision evict(enum lynx_exec_action action, uint32_t window)
@@ -56,15 +56,13 @@ static void test_small_activations_of_a_layer_share_one_pack(void **state)
 static void test_packs_part_by_layer_microbatch_action_and_window(void **state)
 {
 	(void)state;
-	struct lynx_prof_script_buffer b[] = {
-	        buf(0, 0, 1200 * KIB), buf(0, 1, 1200 * KIB), buf(1, 0, 1200 * KIB),
-	        buf(1, 0, 1200 * KIB), buf(1, 0, 1200 * KIB), buf(1, 0, 1200 * KIB)};
-	struct lynx_exec_decision d[] = {evict(LYNX_EXEC_RECOMPUTE, 7),
-	                                 evict(LYNX_EXEC_RECOMPUTE, 7),
-	                                 evict(LYNX_EXEC_RECOMPUTE, 7),
-	                                 evict(LYNX_EXEC_RECOMPUTE, 9),
-	                                 evict(LYNX_EXEC_OFFLOAD, 7),
-	                                 evict(LYNX_EXEC_OFFLOAD, LYNX_EXEC_NO_WINDOW)};
+	struct lynx_prof_script_buffer b[] = {buf(0, 0, 1200 * KIB), buf(0, 1, 1200 * KIB),
+	                                      buf(1, 0, 1200 * KIB), buf(1, 0, 1200 * KIB),
+	                                      buf(1, 0, 1200 * KIB), buf(1, 0, 1200 * KIB)};
+	struct lynx_exec_decision d[] = {
+	        evict(LYNX_EXEC_RECOMPUTE, 7), evict(LYNX_EXEC_RECOMPUTE, 7),
+	        evict(LYNX_EXEC_RECOMPUTE, 7), evict(LYNX_EXEC_RECOMPUTE, 9),
+	        evict(LYNX_EXEC_OFFLOAD, 7),   evict(LYNX_EXEC_OFFLOAD, LYNX_EXEC_NO_WINDOW)};
 	struct lynx_packing p;
 
 	assert_int_equal(lynx_pack_build(b, d, 6, GRANULE, &p), 0);
