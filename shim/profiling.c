@@ -1208,14 +1208,58 @@ static struct {
 
 /* LYNX_PLANNER (or plan_json) over the job's profiles j, or this rank's own alone when
  * opt->solo: lynx_whatif_plan's result. */
+static uint32_t stages_fitting(const struct lynx_whatif_plan *wp)
+{
+	uint32_t n = 0;
+
+	for (uint32_t s = 0; s < wp->problem->n_stages; s++)
+		n += stage_fits(wp, s);
+	return n;
+}
+
+/*
+ * LYNX_PLANNER's plan (or LYNX_PLAN's). HEU keeps or rebuilds, and offloads only what cannot
+ * be replayed; where its plan leaves a stage over the budget asked for and the profiles
+ * measured a host link, HEU with offloads (mixed, which starts from HEU's plan and keeps a
+ * change only where the checker finds it no worse) is tried too, and taken when more stages
+ * fit: a plan that holds the budget rather than none. Every rank plans from the same
+ * profiles, so every rank takes the same one.
+ */
 static int plan_job(const struct job_profiles *j, const struct lynx_problem_options *opt,
                     const char *plan_json, struct lynx_whatif_plan *wp, struct lynx_whatif_row *row,
                     struct lynx_whatif_row *keep, char *why, size_t len)
 {
 	const struct lynx_profile *own = &prof.profile;
+	const struct lynx_profile *const *ranks = opt->solo ? &own : j->ranks;
+	size_t n = opt->solo ? 1 : (size_t)j->read;
+	struct lynx_whatif_row alt_row, alt_keep;
+	struct lynx_whatif_plan alt;
+	uint32_t heu_fit, alt_fit;
+	char alt_why[192];
+	int err = lynx_whatif_plan(ranks, n, opt, prof.planner, plan_json, wp, row, keep, why, len);
 
-	return lynx_whatif_plan(opt->solo ? &own : j->ranks, opt->solo ? 1 : (size_t)j->read, opt,
-	                        prof.planner, plan_json, wp, row, keep, why, len);
+	if (err || plan_json || strcmp(prof.planner, "heu") ||
+	    !(prof.budget || prof.budget_percent) ||
+	    (heu_fit = stages_fitting(wp)) == wp->problem->n_stages ||
+	    !(wp->problem->d2h.busbw > 0 && wp->problem->h2d.busbw > 0))
+		return err;
+	if (lynx_whatif_plan(ranks, n, opt, "mixed", NULL, &alt, &alt_row, &alt_keep, alt_why,
+	                     sizeof(alt_why)))
+		return 0; /* HEU's, which says why it does not fit */
+	alt_fit = stages_fitting(&alt);
+	if (alt_fit <= heu_fit) {
+		lynx_whatif_plan_free(&alt);
+		return 0;
+	}
+	lynx_info(
+	        "recompute mode: HEU's plan fits the budget on %u of %u stages, HEU with offloads "
+	        "(mixed) on %u: that plan is taken",
+	        heu_fit, wp->problem->n_stages, alt_fit);
+	lynx_whatif_plan_free(wp);
+	*wp = alt;
+	*row = alt_row;
+	*keep = alt_keep;
+	return 0;
 }
 
 static void *search_thread(void *arg)

@@ -14,6 +14,8 @@
  *    all-reduces, each checked there once;
  *  - without a budget, a plan within LYNX_MAX_SLOWDOWN (2%): said, evicting on the first
  *    stage, the same results, and a slowdown achieved above it warned;
+ *  - where HEU's plan does not fit (the first stage at --recompute full's peak), HEU with
+ *    offloads (mixed) is taken, and holds the budget;
  *  - a budget no plan can reach: a warning on every rank, no plan, the same results;
  *  - every other reason to do nothing: one WARN line per rank;
  *  - without a shared directory, each rank plans its own stage, and a stage's peers follow
@@ -176,6 +178,48 @@ static void test_without_a_budget_plans_within_the_max_slowdown(void **state)
 	for (int rank = 0; rank < 4; rank++)
 		over += achieved_percent(o.err, rank) > 2.0; /* false for NAN */
 	assert_int_equal(count_of(o.err, "over LYNX_MAX_SLOWDOWN=2%"), over);
+	release(&o);
+}
+
+/*
+ * At tinytrain's --recompute full peak as the budget, HEU's plan does not fit the first stage
+ * (it only keeps or rebuilds what it can replay); HEU with offloads (mixed) does, and is taken:
+ * that stage holds the budget from its first planned step, bit-identically.
+ */
+static void test_where_heu_does_not_fit_its_plan_with_offloads_is_taken(void **state)
+{
+	struct step_line none[MAX_LINES], b[MAX_LINES];
+	struct output o_none = run_baseline("none", "");
+	char env[4096], cmd[1600];
+	const long long budget = 4374528; /* --recompute full's peak on the first stage */
+
+	(void)state;
+	snprintf(env, sizeof(env),
+	         "%s LD_PRELOAD=%s/liblynx.so LYNX_MODE=recompute LYNX_OUT=%s/atfull "
+	         "LYNX_BUDGET=%lld",
+	         simgpu_env(), build_dir, scratch, budget);
+	snprintf(cmd, sizeof(cmd), "%s/bin/tinytrain " PP2_TP2 " " MODEL " --seq 64 --batch 4",
+	         build_dir);
+	struct output o = run(env, cmd);
+	size_t n = assert_identical(&o_none, &o, none, b);
+
+	for (int rank = 0; rank < 2; rank++) {
+		char line[64];
+		snprintf(line, sizeof(line), "lynx[rank %d]: recompute plan (mixed, ", rank);
+		assert_non_null(strstr(o.err, line));
+		assert_true(stat_of(o.err, rank, "evicted (") > 0);
+	}
+	bool planned[2] = {false, false};
+	for (size_t i = 0; i < n; i++) {
+		if (i % 4 >= 2)
+			continue;
+		planned[i % 4] |= b[i].peak_bytes < none[i].peak_bytes;
+		if (planned[i % 4] && b[i].peak_bytes > budget)
+			fail_msg("rank %zu peaks %lld bytes at step %zu, over the %lld budget",
+			         i % 4, b[i].peak_bytes, i / 4, budget);
+	}
+	assert_true(planned[0] && planned[1]);
+	release(&o_none);
 	release(&o);
 }
 
@@ -424,6 +468,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_long_sequences_meet_the_memory_and_time_targets),
 	        cmocka_unit_test(test_without_a_budget_plans_within_the_max_slowdown),
+	        cmocka_unit_test(test_where_heu_does_not_fit_its_plan_with_offloads_is_taken),
 	        cmocka_unit_test(test_a_budget_out_of_reach_warns_and_changes_nothing),
 	        cmocka_unit_test(test_every_reason_to_do_nothing_is_one_warn_line_per_rank),
 	        cmocka_unit_test(test_each_rank_plans_alone_without_a_shared_directory),
