@@ -55,6 +55,7 @@ otherwise, 2 for bad usage.
 
   tests/faults/sweep.py [--build DIR] [--quick] [--symbols REGEX] [--counts N,...]
                         [--max-points N] [--timeout S] [--jobs N] [--json FILE]
+                        [--granule SIZE] [--budget BUDGET] [--job-args "ARGS"]
 """
 import argparse
 import concurrent.futures
@@ -75,6 +76,9 @@ NPROC = 4
 JOB = ["--nproc", str(NPROC), "--pp", "2", "--tp", "2", "--dp", "1", "--layers", "8",
        "--microbatches", "4", "--virtual-model", "gpt-1.3b", "--steps", "13"]
 BUDGET = "2300K"
+# simgpu's VMM granule: 4K evicts tinytrain's activations one by one; --granule 256K with
+# --job-args "--seq 64 --batch 4" and --budget 70% evicts them in packs (shim/pack.h).
+GRANULE = "4K"
 # A rank that dies stalls its peers this long (simgpu's default is a minute).
 NCCL_TIMEOUT_MS = "5000"
 # The hang threshold: this many times the fault-free Lynx run, and at least MIN_TIMEOUT_S.
@@ -179,7 +183,7 @@ class Jobs:
         work = os.path.abspath(tempfile.mkdtemp(dir=self.scratch))
         env = dict(os.environ)
         env.update({"LD_LIBRARY_PATH": os.path.join(self.build, "simgpu"),
-                    "SIMGPU_VMM_GRANULARITY": "4K",
+                    "SIMGPU_VMM_GRANULARITY": GRANULE,
                     "SIMGPU_NCCL_TIMEOUT_MS": NCCL_TIMEOUT_MS,
                     "SIMGPU_COUNTERS": os.path.join(work, "counters")})
         env.pop("SIMGPU_FAULTS", None)
@@ -427,6 +431,10 @@ def parse_args():
                     help="the hang threshold in seconds (default: max(60, 6x the fault-free "
                          "Lynx run))")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--granule", default=GRANULE, help="simgpu's VMM granule (default 4K)")
+    ap.add_argument("--budget", default=BUDGET, help="LYNX_BUDGET (default 2300K)")
+    ap.add_argument("--job-args", default="",
+                    help="more tinytrain arguments, e.g. \"--seq 64 --batch 4\"")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
     try:
@@ -438,7 +446,10 @@ def parse_args():
 
 
 def main():
+    global BUDGET, GRANULE
     a = parse_args()
+    BUDGET, GRANULE = a.budget, a.granule
+    JOB.extend(a.job_args.split())
     # A sweep killed by SIGTERM (make's, a CI timeout's) still kills its runs.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     started = time.monotonic()
@@ -462,7 +473,8 @@ def main():
     elapsed = time.monotonic() - started
     symbols = len({r["symbol"] for r in rows})
     print_report(rows, f"Fault sweep: {len(rows)} points over {symbols} symbols, tinytrain "
-                       f"{' '.join(JOB)}, recompute at LYNX_BUDGET={BUDGET}; timeout "
+                       f"{' '.join(JOB)}, recompute at LYNX_BUDGET={BUDGET}, granule "
+                       f"{GRANULE}; timeout "
                        f"{timeout:.1f} s; {elapsed:.0f} s in all")
     if a.json:
         with open(a.json, "w") as f:
