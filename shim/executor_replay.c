@@ -648,7 +648,8 @@ int exec_restore(struct exec_buf *b, CUstream stream)
 	if (donor && !(err = lynx_arena_restore_from(ex.arena, b->addr, donor->addr))) {
 		donor->donated = true;
 	} else {
-		reclaim_for(b->pack ? b->pack->bytes : b->sb->bytes, false);
+		if (!b->pack || !b->pack->mapped) /* new memory: room for it within the budget */
+			reclaim_for(b->pack ? b->pack->bytes : b->sb->bytes, false);
 		err = exec_map(b);
 	}
 	/* Out of memory: the frees the host has seen done, then every one pending, then the
@@ -755,8 +756,10 @@ static bool reads_window_buffers(const struct exec_buf *b)
 			continue;
 		uint64_t word = lynx_replay_segment_word(b->segment, op->kernel, op->offset);
 		if (lynx_arena_find(ex.arena, (CUdeviceptr)word, &range)) {
-			base = range.base;
-			size = range.size;
+			/* A pack's member: its own bytes, not its neighbours'. */
+			const struct exec_buf *c = buf_at((CUdeviceptr)word, range.base);
+			base = c && c->pack ? c->addr : range.base;
+			size = c && c->pack ? c->sb->bytes : range.size;
 		} else if (ex.address_range(&base, &size, (CUdeviceptr)word) != CUDA_SUCCESS) {
 			base = (CUdeviceptr)word; /* unknown: the word itself */
 			size = 1;
