@@ -1056,6 +1056,40 @@ static bool keep_armed(struct lynx_whatif_plan *wp, uint32_t s, const struct lyn
 }
 
 /*
+ * The ranks of a stage whose plan misses the budget arm nothing and train unchanged (above),
+ * so the step this rank's stage s will see is the plan's with those stages keeping every
+ * activation: their decisions in wp's plan become KEEP (what the executor's prediction as
+ * followed starts from too), and the checker's step of that (step_s when every stage fits,
+ * or when it cannot be replayed). plan.json and the plan line have the plan as made.
+ */
+static double others_unchanged(struct lynx_whatif_plan *wp, uint32_t s, double step_s)
+{
+	const struct lynx_problem *p = wp->problem;
+	struct lynx_checker_result r;
+	bool changed = false;
+	char why[192];
+
+	for (uint32_t t = 0; t < p->n_stages; t++) {
+		if (t == s || stage_fits(wp, t))
+			continue;
+		for (uint32_t l = 0; l < (wp->plan->stages[t].uniform ? 1 : p->stages[t].layers);
+		     l++)
+			for (uint32_t g = 0; g < p->layer.n_groups; g++)
+				*lynx_plan_decision(wp->plan, t, l, g) =
+				        (struct lynx_decision){.action = LYNX_ACTION_KEEP};
+		changed = true;
+	}
+	if (!changed || lynx_checker_replay(p, wp->plan, &r, why, sizeof(why)))
+		return step_s;
+	lynx_info("recompute mode: stages whose plan misses the budget train unchanged: the "
+	          "iteration is predicted at %.3f ms with them so, %.3f ms as planned",
+	          r.step_time_s * 1e3, step_s * 1e3);
+	step_s = r.step_time_s;
+	lynx_checker_free(&r);
+	return step_s;
+}
+
+/*
  * The plan's decision for each of this rank's scripted activations: the k-th saved buffer
  * of profile layer l is buffer k of the stage's problem layer l - profile_first_layer,
  * which from_profile maps to a problem group (problem.h). The embedding's and the head's,
@@ -1092,6 +1126,7 @@ static void arm_executor(struct lynx_whatif_plan *wp, const struct lynx_whatif_r
 		          lynx_prof_mib(in_device_terms(wp->plan->stages[s].peak_bytes)), s);
 		return;
 	}
+	double step_s = others_unchanged(wp, s, row->step_s);
 	decisions = calloc(n ? n : 1, sizeof(*decisions));
 	if (!decisions) {
 		lynx_warn("recompute mode: out of memory arming the executor; training goes on "
@@ -1133,7 +1168,7 @@ static void arm_executor(struct lynx_whatif_plan *wp, const struct lynx_whatif_r
 	        .measured_peak_bytes = measured_peak(),
 	        .predicted_peak_bytes = in_device_terms(wp->plan->stages[s].peak_bytes),
 	        .measured_iteration_ns = prof.profile.iteration.time.ns,
-	        .predicted_slowdown = keep->step_s > 0 ? row->step_s / keep->step_s : 1.0,
+	        .predicted_slowdown = keep->step_s > 0 ? step_s / keep->step_s : 1.0,
 	        /* Kept in cuMemGetInfo's terms: LYNX_BUDGET itself. */
 	        .budget_bytes = held_budget(wp, s, row),
 	        .replay_scratch_bytes = prof.profile.memory.at_peak[LYNX_PROFILE_MEMORY_WORKSPACE],
