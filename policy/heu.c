@@ -812,6 +812,66 @@ static int polish(const struct lynx_problem *p, struct lynx_plan *plan, char *wh
 	return err;
 }
 
+/*
+ * A stage where keeping every activation fits its budget keeps them all: nothing is faster
+ * there, and nothing needs its peak lowered. (The knapsack can take an offload of a group
+ * the executor cannot replay at no time cost where its copies hide, and the checker then
+ * finds that stage's peak above keeping's: a copy out still running holds the group beside
+ * its copy back.) A checker replay of keeping everything where a stage may fit so, and
+ * one of the plan when a stage changed.
+ */
+static int keep_where_it_fits(const struct lynx_problem *p, struct lynx_plan *plan, char *why,
+                              size_t len)
+{
+	struct lynx_checker_result r;
+	struct lynx_plan keep;
+	bool changed = false, may_fit = false;
+	uint64_t layer_bytes = 0;
+	int err;
+
+	/* Keeping holds at least every group of every layer for the micro-batches a stage has
+	 * in flight, beside its static memory: where that is over the budget, no replay. */
+	for (uint32_t g = 0; g < p->layer.n_groups; g++)
+		layer_bytes += p->layer.groups[g].bytes;
+	for (uint32_t s = 0; s < p->n_stages && !may_fit; s++) {
+		const struct lynx_problem_stage *st = &p->stages[s];
+		uint64_t emb = st->embedding.present ? st->embedding.act_bytes : 0;
+		may_fit = st->static_bytes +
+		                  (uint64_t)st->inflight * (st->layers * layer_bytes + emb) <=
+		          lynx_problem_stage_budget(p, s);
+	}
+	if (!may_fit)
+		return 0;
+	if ((err = lynx_plan_init(&keep, p, plan->planner, true)))
+		return err;
+	err = lynx_checker_replay(p, &keep, &r, why, len);
+	lynx_plan_free(&keep);
+	if (err)
+		return err;
+	for (uint32_t s = 0; s < p->n_stages; s++) {
+		const struct lynx_plan_stage *st = &plan->stages[s];
+		bool kept = true;
+
+		if (r.peak_bytes[s] > lynx_problem_stage_budget(p, s))
+			continue;
+		for (uint32_t l = 0; l < (st->uniform ? 1 : st->layers); l++)
+			for (uint32_t g = 0; g < p->layer.n_groups; g++) {
+				struct lynx_decision *d = lynx_plan_decision(plan, s, l, g);
+				kept = kept && d->action == LYNX_ACTION_KEEP;
+				*d = (struct lynx_decision){.action = LYNX_ACTION_KEEP};
+			}
+		changed = changed || !kept;
+	}
+	lynx_checker_free(&r);
+	if (!changed)
+		return 0;
+	if ((err = lynx_checker_replay(p, plan, &r, why, len)))
+		return err;
+	lynx_checker_store(&r, plan);
+	lynx_checker_free(&r);
+	return 0;
+}
+
 int lynx_planner_heu(const struct lynx_problem *p, struct lynx_plan *plan, char *why, size_t len)
 {
 	struct lynx_plan alt;
@@ -832,6 +892,8 @@ int lynx_planner_heu(const struct lynx_problem *p, struct lynx_plan *plan, char 
 		lynx_plan_free(&alt);
 	}
 	err = polish(p, plan, why, len);
+	if (!err)
+		err = keep_where_it_fits(p, plan, why, len);
 	if (err) {
 		lynx_plan_free(plan);
 		return err;
