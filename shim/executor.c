@@ -190,51 +190,50 @@ static bool needs_mapping(const struct exec_buf *b)
 	return b->addr && (b->state == BUF_RESIDENT || b->state == BUF_OFFLOADING);
 }
 
-/* Whether a member of p other than b needs p mapped (needed), or has an instance (live). */
-static bool pack_others(const struct exec_pack *p, const struct exec_buf *b, bool live)
+/* Whether a member of p other than but has an instance that needs p mapped. */
+static bool pack_needed(const struct exec_pack *p, const struct exec_buf *but)
 {
 	for (uint32_t i = 0; i < p->count; i++) {
 		const struct exec_buf *m = &ex.bufs[ex.packing.member[p->first + i]];
-		if (m != b && (live ? m->addr != 0 : needs_mapping(m)))
+		if (m != but && needs_mapping(m))
 			return true;
 	}
 	return false;
 }
 
-/* Whether p's memory is mapped, as the arena has it. */
-static bool pack_mapped(const struct exec_pack *p)
+/* Whether a member of p has an instance (allocated, not yet freed). */
+static bool pack_lives(const struct exec_pack *p)
+{
+	for (uint32_t i = 0; i < p->count; i++)
+		if (ex.bufs[ex.packing.member[p->first + i]].addr)
+			return true;
+	return false;
+}
+
+bool exec_pack_mapped(const struct exec_pack *p)
 {
 	struct lynx_arena_range range;
 
-	return lynx_arena_find(ex.arena, p->base, &range) && range.state == LYNX_ARENA_RESIDENT;
+	return p->base && lynx_arena_find(ex.arena, p->base, &range) &&
+	       range.state == LYNX_ARENA_RESIDENT;
 }
 
 int exec_map(struct exec_buf *b)
 {
-	struct exec_pack *p = b->pack;
-	int err;
-
-	if (!p)
+	if (!b->pack)
 		return lynx_arena_restore(ex.arena, b->addr);
-	if (p->mapped)
-		return 0;
-	err = lynx_arena_restore(ex.arena, p->base);
-	p->mapped = pack_mapped(p);
-	return err;
+	return exec_pack_mapped(b->pack) ? 0 : lynx_arena_restore(ex.arena, b->pack->base);
 }
 
 int exec_unmap(struct exec_buf *b)
 {
 	struct exec_pack *p = b->pack;
-	int err;
 
 	if (!p)
 		return lynx_arena_evict(ex.arena, b->addr);
-	if (!p->mapped || pack_others(p, b, false))
+	if (!exec_pack_mapped(p) || pack_needed(p, b))
 		return 0;
-	err = lynx_arena_evict(ex.arena, p->base);
-	p->mapped = pack_mapped(p);
-	return err;
+	return lynx_arena_evict(ex.arena, p->base);
 }
 
 /* A member's instance is gone (b->addr already 0): the pack's memory goes back with its
@@ -243,14 +242,12 @@ static int pack_release(struct exec_pack *p)
 {
 	int err = 0;
 
-	if (!pack_others(p, NULL, true)) {
+	if (!pack_lives(p)) {
 		err = lynx_arena_free(ex.arena, p->base);
 		HASH_DEL(ex.packs_by_base, p);
 		p->base = 0;
-		p->mapped = false;
-	} else if (p->mapped && !pack_others(p, NULL, false)) {
+	} else if (exec_pack_mapped(p) && !pack_needed(p, NULL)) {
 		err = lynx_arena_evict(ex.arena, p->base);
-		p->mapped = pack_mapped(p);
 	}
 	return err;
 }
@@ -260,18 +257,18 @@ static int pack_release(struct exec_pack *p)
 static int pack_alloc(struct exec_buf *b, CUdeviceptr *addr)
 {
 	struct exec_pack *p = b->pack;
+	bool mapped = exec_pack_mapped(p);
 	int err = 0;
 
-	if (!p->mapped)
+	if (!mapped)
 		reclaim_for(p->bytes, false); /* new memory: room for it within the budget */
 	if (!p->base) {
 		if ((err = lynx_arena_alloc(ex.arena, p->bytes, &p->base)))
 			return err;
 		HASH_ADD(hh, ex.packs_by_base, base, sizeof(p->base), p);
-	} else if (!p->mapped && (err = lynx_arena_restore(ex.arena, p->base))) {
+	} else if (!mapped && (err = lynx_arena_restore(ex.arena, p->base))) {
 		return err;
 	}
-	p->mapped = true;
 	*addr = p->base + b->pack_offset;
 	return 0;
 }

@@ -135,11 +135,11 @@ enum window_state {
 };
 
 /* A pack's shared arena allocation (pack.h): taken at the first member's allocation, given
- * back when no member lives; unmapped while every living member is evicted. */
+ * back when no member lives; unmapped while every living member is evicted (the arena says
+ * which: exec_pack_mapped()). */
 struct exec_pack {
 	CUdeviceptr base; /* 0: none */
 	uint64_t bytes;
-	bool mapped;
 	uint32_t first, count; /* its members: ex.packing.member[first .. first + count) */
 	UT_hash_handle hh;     /* by base, while it has one */
 };
@@ -333,9 +333,13 @@ bool make_resident(struct exec_buf *b, CUstream stream);
  * for b, with their returns. */
 int exec_map(struct exec_buf *b);
 int exec_unmap(struct exec_buf *b);
+/* Whether p has memory mapped now. */
+bool exec_pack_mapped(const struct exec_pack *p);
 
 /* executor_replay.c: replay and windows. */
 struct exec_buf *find_buf(CUdeviceptr addr);
+/* The pack whose allocation is based at base, or NULL. */
+struct exec_pack *pack_based_at(CUdeviceptr base);
 /* The activation whose bytes hold addr, which lies in the arena allocation based at base
  * (a pack's member, or the allocation's own activation), or NULL. */
 struct exec_buf *buf_at(CUdeviceptr addr, CUdeviceptr base);

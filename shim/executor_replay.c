@@ -29,19 +29,30 @@ struct exec_buf *find_buf(CUdeviceptr addr)
 	return b;
 }
 
-struct exec_buf *buf_at(CUdeviceptr addr, CUdeviceptr base)
+struct exec_pack *pack_based_at(CUdeviceptr base)
 {
 	struct exec_pack *p = NULL;
 
 	HASH_FIND(hh, ex.packs_by_base, &base, sizeof(base), p);
-	if (!p)
-		return find_buf(base);
+	return p;
+}
+
+/* The member of p whose live instance holds addr, or NULL. */
+static struct exec_buf *member_at(const struct exec_pack *p, CUdeviceptr addr)
+{
 	for (uint32_t i = 0; i < p->count; i++) {
 		struct exec_buf *m = &ex.bufs[ex.packing.member[p->first + i]];
 		if (m->addr && addr - m->addr < m->sb->bytes)
 			return m;
 	}
 	return NULL;
+}
+
+struct exec_buf *buf_at(CUdeviceptr addr, CUdeviceptr base)
+{
+	const struct exec_pack *p = pack_based_at(base);
+
+	return p ? member_at(p, addr) : find_buf(base);
 }
 
 /* Whether a launch names b: an aligned word of its parameter bytes lies inside it. */
@@ -428,11 +439,9 @@ static bool range_of(CUdeviceptr addr, CUdeviceptr *base, size_t *size, void *ar
 
 	(void)arg;
 	if (lynx_arena_find(ex.arena, addr, &range)) {
-		struct exec_pack *p = NULL;
-		CUdeviceptr at = range.base;
+		const struct exec_pack *p = pack_based_at(range.base);
 
-		HASH_FIND(hh, ex.packs_by_base, &at, sizeof(at), p);
-		b = buf_at(addr, range.base);
+		b = p ? member_at(p, addr) : find_buf(range.base);
 		if (p && !b)
 			return false; /* a pack's place that no activation holds now */
 		*base = b ? b->addr : range.base;
@@ -648,7 +657,7 @@ int exec_restore(struct exec_buf *b, CUstream stream)
 	if (donor && !(err = lynx_arena_restore_from(ex.arena, b->addr, donor->addr))) {
 		donor->donated = true;
 	} else {
-		if (!b->pack || !b->pack->mapped) /* new memory: room for it within the budget */
+		if (!b->pack || !exec_pack_mapped(b->pack)) /* new memory: room within the budget */
 			reclaim_for(b->pack ? b->pack->bytes : b->sb->bytes, false);
 		err = exec_map(b);
 	}
