@@ -236,6 +236,11 @@ static double rebuild(struct stage_sim *ss, uint32_t j, uint32_t l, uint32_t wan
 	for (uint32_t g = 0; g < L->n_groups; g++)
 		if ((read & resident & (1u << g)) && (st[g] & INBOUND))
 			copied = max2(copied, ss->h2d_end[cell_of(ss, j, l, g)]);
+	/* The rebuild's scratch, beside everything it rebuilt, while it runs. */
+	if (ops && ss->st->rebuild_scratch_bytes) {
+		take(ss, ss->st->rebuild_scratch_bytes);
+		give(ss, ss->st->rebuild_scratch_bytes);
+	}
 	/* A dependency rebuilt after its own consumer is needed only for this rebuild. */
 	for (uint32_t g = 0; g < L->n_groups; g++)
 		if ((set & consumed) & (1u << g)) {

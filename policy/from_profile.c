@@ -1163,6 +1163,7 @@ static int fill_stage(const struct ctx *c, const struct layer_src *ls, const str
 			st->static_bytes += pr->memory.at_peak[cls];
 	if (pr->memory.non_saved_peak_bytes > st->static_bytes)
 		st->static_bytes = pr->memory.non_saved_peak_bytes;
+	st->rebuild_scratch_bytes = pr->memory.largest_workspace_bytes;
 	/* Buffers below the executor's granule stay, in every layer and held micro-batch. */
 	uint64_t small = ls->small_bytes * st->layers * st->inflight;
 	char small_clause[192] = "", g[64], sm[64];

@@ -58,6 +58,9 @@
  *    contention charged, windows there add nothing, and only shares down to a quarter and
  *    16 replays made HEU match it on every job of bench_policy (llama3-8b, a100-nvlink, at
  *    a quarter of the way from full's peak to none's had trailed it by 0.0016%).
+ * 8. Where keeping everything fits a stage, the stage keeps everything
+ *    (keep_where_it_fits()); where the plan misses a stage's budget, the stage takes full
+ *    recomputation's plan if the checker finds that lower (floor_at_full()).
  *
  * Search time: 2^10 drop sets · a few chain steps, a Pareto filter and the knapsack: about a
  * millisecond per stage on the GPT presets, plus the checker's replays.
@@ -98,6 +101,7 @@ struct lwin {
 
 struct policy {
 	uint64_t kept, held, transient;
+	uint64_t scratch; /* the stage's rebuild scratch when the policy rebuilds anything */
 	double time_s;
 	int8_t choice[MAX_UNITS]; /* KEEP, ON_DEMAND or a window of struct heu_layer */
 };
@@ -106,7 +110,8 @@ struct heu_layer {
 	uint32_t n_units, n_wins;
 	struct lynx_unit units[MAX_UNITS];
 	struct lwin wins[MAX_WINDOWS];
-	uint64_t input_bytes; /* groups that cannot be rebuilt: always kept */
+	uint64_t input_bytes;   /* groups that cannot be rebuilt: always kept */
+	uint64_t scratch_bytes; /* what a rebuild holds while it runs (the stage's) */
 	/* The problem planned: its interference (how a window's rebuilds and its transfer slow
 	 * each other), host link and layer times. */
 	const struct lynx_problem *p;
@@ -237,7 +242,7 @@ static void evaluate(const struct heu_layer *h, struct policy *pol)
 	uint32_t copies = 0;
 
 	pol->kept = h->input_bytes;
-	pol->held = pol->transient = 0;
+	pol->held = pol->transient = pol->scratch = 0;
 	pol->time_s = 0;
 	for (uint32_t u = 0; u < h->n_units; u++) {
 		int c = pol->choice[u];
@@ -252,6 +257,7 @@ static void evaluate(const struct heu_layer *h, struct policy *pol)
 			copies += (uint32_t)__builtin_popcount(h->units[u].groups);
 			continue;
 		}
+		pol->scratch = h->scratch_bytes;
 		if (c == ON_DEMAND) {
 			pol->time_s += h->units[u].rerun_s;
 			continue;
@@ -395,7 +401,8 @@ static void pareto(struct heu_layer *h)
 
 		for (size_t k = 0; k < kept && !dominated; k++)
 			dominated = h->pol[k].kept <= x->kept && h->pol[k].held <= x->held &&
-			            h->pol[k].transient <= x->transient;
+			            h->pol[k].transient + h->pol[k].scratch <=
+			                    x->transient + x->scratch;
 		if (!dominated)
 			h->pol[kept++] = *x;
 	}
@@ -412,11 +419,12 @@ static uint64_t estimate_peak(const struct lynx_problem_stage *st, const struct 
 	uint64_t kept = c * a->kept + (n - c) * b->kept, held = c * a->held + (n - c) * b->held;
 	uint64_t worst = kept + head;
 
-	/* At the end of a layer's forward: the layers below it, its kept and dropped bytes. */
-	if (c > 0 && c * a->kept + a->transient > worst)
-		worst = c * a->kept + a->transient;
-	if (c < n && kept + b->transient > worst)
-		worst = kept + b->transient;
+	/* At the end of a layer's forward: the layers below it, its kept and dropped bytes (and
+	 * as its backward rebuilds them, a rebuild's scratch). */
+	if (c > 0 && c * a->kept + a->transient + a->scratch > worst)
+		worst = c * a->kept + a->transient + a->scratch;
+	if (c < n && kept + b->transient + b->scratch > worst)
+		worst = kept + b->transient + b->scratch;
 	return st->static_bytes + (uint64_t)st->inflight * emb +
 	       (uint64_t)(st->inflight - 1) * kept + worst + held;
 }
@@ -553,6 +561,7 @@ static int build_layer(const struct lynx_problem *p, uint32_t s, bool windows, s
 
 	memset(h, 0, sizeof(*h));
 	h->p = p;
+	h->scratch_bytes = p->stages[s].rebuild_scratch_bytes;
 	find_units(h);
 	if (windows)
 		find_windows(p, &p->stages[s], h);
@@ -872,6 +881,51 @@ static int keep_where_it_fits(const struct lynx_problem *p, struct lynx_plan *pl
 	return 0;
 }
 
+/*
+ * Step 8: the floor. Where the plan misses a stage's budget, the knapsack's least estimated
+ * peak need not be the least the checker finds (on a last stage, with one micro-batch in
+ * flight and the head's activations beside the layers', the estimate's terms rank wrongly),
+ * yet the least memory a rebuild plan reaches is known: every unit rebuilt on demand, as
+ * Megatron's full recomputation, lowered as the executor runs it. A stage over its budget
+ * takes that wherever the checker finds it lower, so HEU never plans more memory than full
+ * recomputation; `mixed` then offloads from there.
+ */
+static int floor_at_full(const struct lynx_problem *p, struct lynx_plan *plan, char *why,
+                         size_t len)
+{
+	struct lynx_plan full;
+	uint64_t *budget;
+	bool *redo, again, changed = false;
+	int err;
+
+	if (plan->fits)
+		return 0;
+	budget = calloc(p->n_stages, sizeof(*budget));
+	redo = calloc(p->n_stages, sizeof(*redo));
+	err = budget && redo ? lynx_planner_full(p, &full, why, len) : -ENOMEM;
+	if (!err) {
+		err = lynx_checker_settle(p, &full, false, budget, redo, &again, why, len);
+		for (uint32_t s = 0; !err && s < p->n_stages; s++) {
+			uint64_t mine = plan->stages[s].peak_bytes;
+
+			if (mine <= lynx_problem_stage_budget(p, s) ||
+			    full.stages[s].peak_bytes >= mine)
+				continue;
+			for (uint32_t l = 0; l < plan->stages[s].layers; l++)
+				for (uint32_t g = 0; g < p->layer.n_groups; g++)
+					*lynx_plan_decision(plan, s, l, g) =
+					        *lynx_plan_get(&full, s, l, g);
+			changed = true;
+		}
+		lynx_plan_free(&full);
+	}
+	if (!err && changed)
+		err = lynx_checker_settle(p, plan, false, budget, redo, &again, why, len);
+	free(budget);
+	free(redo);
+	return err;
+}
+
 int lynx_planner_heu(const struct lynx_problem *p, struct lynx_plan *plan, char *why, size_t len)
 {
 	struct lynx_plan alt;
@@ -894,6 +948,8 @@ int lynx_planner_heu(const struct lynx_problem *p, struct lynx_plan *plan, char 
 	err = polish(p, plan, why, len);
 	if (!err)
 		err = keep_where_it_fits(p, plan, why, len);
+	if (!err)
+		err = floor_at_full(p, plan, why, len);
 	if (err) {
 		lynx_plan_free(plan);
 		return err;

@@ -14,7 +14,8 @@
  * does not fit, closer to the budget; then fitting and no slower); else in each stage alone.
  * A rebuild that reads an offloaded group waits for it to be brought back (checker.h), which
  * the checker weighs too. Without a host link (busbw 0) the plan is HEU's. At most G · (S + 1)
- * replays after HEU's: milliseconds each on the GPT presets.
+ * replays after HEU's: milliseconds each on the GPT presets. A stage where HEU keeps
+ * everything within its budget is left so: an offload there could only tie.
  *
  * The plan's numbers are the last accepted replay's, so the checker confirms them.
  */
@@ -68,13 +69,25 @@ static bool may_offload(const struct lynx_problem_group *g, enum lynx_action a)
 	return is_rebuilt(a) || (a == LYNX_ACTION_KEEP && !g->ops);
 }
 
+/* Whether stage s keeps every group, within its budget: HEU found nothing to gain there. */
+static bool keeps_all_within(const struct lynx_problem *p, const struct lynx_plan *plan, uint32_t s)
+{
+	const struct lynx_plan_stage *st = &plan->stages[s];
+
+	for (uint32_t r = 0; r < rows_of(st); r++)
+		for (uint32_t g = 0; g < p->layer.n_groups; g++)
+			if (st->rows[r][g].action != LYNX_ACTION_KEEP)
+				return false;
+	return st->peak_bytes <= lynx_problem_stage_budget(p, s);
+}
+
 /*
  * Offloads group g where it may be (may_offload), in stage `only` (or every stage: p->n_stages),
- * and keeps that if the checker finds it better than *best (which it then becomes); else puts the
- * decisions back. Returns 0 or -ENOMEM.
+ * except in the stages `left` marks, and keeps that if the checker finds it better than *best
+ * (which it then becomes); else puts the decisions back. Returns 0 or -ENOMEM.
  */
 static int try_offload(const struct lynx_problem *p, struct lynx_plan *plan, uint32_t g,
-                       uint32_t only, struct lynx_checker_result *best)
+                       uint32_t only, const bool *left, struct lynx_checker_result *best)
 {
 	struct lynx_checker_result tried;
 	struct lynx_decision *saved;
@@ -91,7 +104,7 @@ static int try_offload(const struct lynx_problem *p, struct lynx_plan *plan, uin
 		for (uint32_t r = 0; r < rows_of(&plan->stages[s]); r++) {
 			struct lynx_decision *row = plan->stages[s].rows[r];
 			saved[k++] = row[g];
-			if ((only == p->n_stages || s == only) &&
+			if ((only == p->n_stages || s == only) && !left[s] &&
 			    may_offload(&p->layer.groups[g], row[g].action)) {
 				row[g] = (struct lynx_decision){.action = LYNX_ACTION_OFFLOAD};
 				changed++;
@@ -119,6 +132,7 @@ int lynx_planner_mixed(const struct lynx_problem *p, struct lynx_plan *plan, cha
 	const struct lynx_problem_layer *L = &p->layer;
 	struct lynx_checker_result best;
 	uint32_t order[LYNX_PROBLEM_MAX_GROUPS], n = 0;
+	bool *left;
 	int err = lynx_planner_heu(p, plan, why, len);
 
 	if (err)
@@ -128,7 +142,15 @@ int lynx_planner_mixed(const struct lynx_problem *p, struct lynx_plan *plan, cha
 		snprintf(plan->note, sizeof(plan->note), "no host link: HEU's plan");
 		return 0;
 	}
+	if (!(left = calloc(p->n_stages, sizeof(*left)))) {
+		lynx_plan_free(plan);
+		snprintf(why, len, "out of memory");
+		return -ENOMEM;
+	}
+	for (uint32_t s = 0; s < p->n_stages; s++)
+		left[s] = keeps_all_within(p, plan, s);
 	if ((err = lynx_checker_replay(p, plan, &best, why, len))) {
+		free(left);
 		lynx_plan_free(plan);
 		return err;
 	}
@@ -142,10 +164,11 @@ int lynx_planner_mixed(const struct lynx_problem *p, struct lynx_plan *plan, cha
 		order[i] = g;
 	}
 	for (uint32_t i = 0; i < n && !err; i++) {
-		err = try_offload(p, plan, order[i], p->n_stages, &best);
+		err = try_offload(p, plan, order[i], p->n_stages, left, &best);
 		for (uint32_t s = 0; s < p->n_stages && !err && p->n_stages > 1; s++)
-			err = try_offload(p, plan, order[i], s, &best);
+			err = try_offload(p, plan, order[i], s, left, &best);
 	}
+	free(left);
 	if (err) {
 		lynx_checker_free(&best);
 		lynx_plan_free(plan);

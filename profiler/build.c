@@ -1149,6 +1149,7 @@ static void fill_memory(const struct build *b, struct lynx_profile *p)
 	p->memory.peak_bytes = b->lt.peak_bytes;
 	p->memory.buffers = b->lt.count;
 	p->memory.non_saved_peak_bytes = b->lt.non_saved_peak_bytes;
+	p->memory.largest_workspace_bytes = b->lt.largest_workspace_bytes;
 	for (int c = 0; c < LYNX_PROF_CLASS_COUNT; c++)
 		for (int m = 0; m < LYNX_PROFILE_MEMORY_CLASS_COUNT; m++)
 			if (!strcmp(lynx_prof_class_name(c), lynx_profile_memory_class_name(m)))

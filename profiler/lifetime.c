@@ -751,6 +751,9 @@ int lynx_prof_lifetimes_classify(struct lynx_prof_lifetimes *lt,
 
 		buf->span = LYNX_PROF_NONE;
 		buf->cls = classify(&c, buf);
+		if (buf->cls == LYNX_PROF_CLASS_WORKSPACE &&
+		    buf->bytes > lt->largest_workspace_bytes)
+			lt->largest_workspace_bytes = buf->bytes;
 		if (buf->cls == LYNX_PROF_CLASS_SAVED)
 			lt->saved_bytes[buf->span] += buf->bytes;
 	}

@@ -120,6 +120,9 @@ struct lynx_prof_lifetimes {
 	 * (anywhere without them), often in a backward, with its gradients: what evicting
 	 * activations cannot lower. */
 	uint64_t non_saved_peak_bytes;
+	/* The largest WORKSPACE buffer: the scratch that one replay of a kernel writing a
+	 * workspace takes (a replay writes workspaces to scratch of their size). */
+	uint64_t largest_workspace_bytes;
 	/* Diagnostics. */
 	size_t duplicates;      /* nested ALLOC/FREE events counted as their enclosing call */
 	size_t unmatched_frees; /* FREE of an address that starts no live buffer */

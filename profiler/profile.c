@@ -21,7 +21,7 @@
  *    "memory": {"source": "host", "peak_bytes": 123456, "buffers": 1206,
  *               "at_peak": {"weight": ..., "saved_activation": ..., "workspace": ...,
  *                           "temporary": ..., "other": ...},
- *               "non_saved_peak_bytes": 45678},
+ *               "non_saved_peak_bytes": 45678, "largest_workspace_bytes": 262144},
  *    "host_link": {"d2h_bytes_per_s": 50000000000, "h2d_bytes_per_s": 48000000000,
  *                  "latency_s": 1.2e-05}}
  *
@@ -55,7 +55,9 @@
  * the other groups of its layer that its producer run reads, ascending, and true when the
  * run names memory freed before the group's first consumer; "reads" is written exactly when
  * reads_known, after "last_consumer", and "reads_freed" after it exactly when true. Absent,
- * what the run reads is unknown.
+ * what the run reads is unknown. Memory's "largest_workspace_bytes" came last: the largest
+ * single workspace buffer, always written; absent, the at_peak workspace bytes (one replay's
+ * scratch counted as every workspace at once).
  */
 #include <errno.h>
 #include <locale.h>
@@ -299,7 +301,8 @@ static bool add_memory(cJSON *root, const struct lynx_profile_memory *m)
 	ok = at != NULL;
 	for (int c = 0; ok && c < LYNX_PROFILE_MEMORY_CLASS_COUNT; c++)
 		ok = add_num(at, lynx_profile_memory_class_name(c), (double)m->at_peak[c]);
-	return ok && add_num(o, "non_saved_peak_bytes", (double)m->non_saved_peak_bytes);
+	return ok && add_num(o, "non_saved_peak_bytes", (double)m->non_saved_peak_bytes) &&
+	       add_num(o, "largest_workspace_bytes", (double)m->largest_workspace_bytes);
 }
 
 /* The host link, or nothing when it was not measured. */
@@ -876,9 +879,13 @@ static int read_memory(struct reader *r, const cJSON *root, struct lynx_profile_
 		if (c != LYNX_PROFILE_MEMORY_SAVED)
 			m->non_saved_peak_bytes += m->at_peak[c];
 	}
-	if (cJSON_GetObjectItemCaseSensitive(o, "non_saved_peak_bytes"))
-		return get_u64(r, o, "memory", "non_saved_peak_bytes", &m->non_saved_peak_bytes);
-	return 0;
+	if (cJSON_GetObjectItemCaseSensitive(o, "non_saved_peak_bytes") &&
+	    (err = get_u64(r, o, "memory", "non_saved_peak_bytes", &m->non_saved_peak_bytes)))
+		return err;
+	m->largest_workspace_bytes = m->at_peak[LYNX_PROFILE_MEMORY_WORKSPACE];
+	if (!cJSON_GetObjectItemCaseSensitive(o, "largest_workspace_bytes"))
+		return 0;
+	return get_u64(r, o, "memory", "largest_workspace_bytes", &m->largest_workspace_bytes);
 }
 
 /* The optional host link: absent, not measured (all 0). */

@@ -182,6 +182,9 @@ struct lynx_profile_memory {
 	 * sum of the other classes): what a plan cannot evict. */
 	uint64_t non_saved_peak_bytes;
 	uint64_t buffers; /* allocations counted */
+	/* The largest single workspace buffer: the scratch one replay of a kernel that writes a
+	 * workspace takes, since a replay writes it to scratch of its size. */
+	uint64_t largest_workspace_bytes;
 };
 
 /* The link to pinned host memory as warm-up measured it (one timed copy each way on an idle

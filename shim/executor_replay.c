@@ -367,17 +367,24 @@ static int relaunch(struct exec_buf *b, CUstream stream, CUdeviceptr into)
 		goto out;
 	if (into)
 		redirects[n++] = (struct lynx_replay_redirect){b->addr, b->sb->bytes, into};
+	/* Inputs first: a nested replay that brings one back takes its scratch and gives it
+	 * back before this one takes any, so one replay's scratch is held at a time. */
+	for (uint32_t i = 0; i < b->n_operands; i++) {
+		const struct lynx_replay_operand *op = &b->operands[i];
+
+		if (op->role == LYNX_REPLAY_INPUT &&
+		    !bring_back(lynx_replay_segment_word(b->segment, op->kernel, op->offset),
+		                stream, b))
+			goto out; /* an input is not there: launching would fault */
+	}
 	for (uint32_t i = 0; i < b->n_operands; i++) {
 		const struct lynx_replay_operand *op = &b->operands[i];
 		uint64_t word = lynx_replay_segment_word(b->segment, op->kernel, op->offset);
 		CUdeviceptr from = (CUdeviceptr)(word - op->displacement);
 		size_t j = 0;
 
-		if (op->role == LYNX_REPLAY_INPUT) {
-			if (!bring_back(word, stream, b))
-				goto out; /* an input is not there: launching would fault */
+		if (op->role == LYNX_REPLAY_INPUT)
 			continue;
-		}
 		while (j < n && redirects[j].from != from)
 			j++;
 		if (j < n)

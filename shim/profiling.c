@@ -750,17 +750,17 @@ void lynx_profiling_sample_memory(void)
  * The budget the plan is made for: LYNX_BUDGET counts the device memory in use, as
  * cuMemGetInfo and the executor's budget do, while a plan counts the profile's tensors.
  * Taken off it: what warm-up saw in use beyond the profile's peak (the CUDA context, NCCL's
- * buffers, the allocator's rounding and caching), and the profile's workspaces, since a
- * replay that writes a workspace writes it to scratch of its size, at the consumer, where
- * the peak is. *beyond says how much in all; 0 (no budget) stays 0.
+ * buffers, the allocator's rounding and caching). A replay's scratch is the plan's own to
+ * count: the checker holds the profile's largest workspace beside each rebuild while it
+ * runs (policy/problem.h, rebuild_scratch_bytes), since a replay writes a workspace to
+ * scratch of its size. *beyond says how much; 0 (no budget) stays 0.
  */
 static uint64_t planning_budget(uint64_t *beyond)
 {
 	uint64_t used = atomic_load(&prof.device_peak_used),
 	         tensors = prof.profile.memory.peak_bytes;
 
-	*beyond = (used > tensors ? used - tensors : 0) +
-	          prof.profile.memory.at_peak[LYNX_PROFILE_MEMORY_WORKSPACE];
+	*beyond = used > tensors ? used - tensors : 0;
 	if (!prof.budget || *beyond >= prof.budget || prof.fault == LYNX_EXEC_FAULT_PLAN_LOW)
 		return prof.budget;
 	return prof.budget - *beyond;
@@ -845,7 +845,7 @@ static void print_plan(const struct lynx_whatif_plan *wp, const struct lynx_what
 	else if (budget != prof.budget)
 		snprintf(planned_for, sizeof(planned_for),
 		         "; planned for %.2f MiB: %.2f MiB for what warm-up had in use beyond its "
-		         "tensors and for replays' workspace scratch",
+		         "tensors",
 		         lynx_prof_mib(budget), lynx_prof_mib(beyond));
 	/* Said of this rank's stage: a rank arms its own stage's plan (arm_executor). */
 	bool budgeted = prof.budget || prof.budget_percent;
@@ -1171,7 +1171,7 @@ static void arm_executor(struct lynx_whatif_plan *wp, const struct lynx_whatif_r
 	        .predicted_slowdown = keep->step_s > 0 ? step_s / keep->step_s : 1.0,
 	        /* Kept in cuMemGetInfo's terms: LYNX_BUDGET itself. */
 	        .budget_bytes = held_budget(wp, s, row),
-	        .replay_scratch_bytes = prof.profile.memory.at_peak[LYNX_PROFILE_MEMORY_WORKSPACE],
+	        .replay_scratch_bytes = prof.profile.memory.largest_workspace_bytes,
 	        .budget_asked = prof.budget || prof.budget_percent,
 	        .pack_small = prof.pack,
 	        .max_slowdown = prof.max_slowdown_bp ? 1.0 + prof.max_slowdown_bp / 10000.0 : 0.0,
@@ -1254,11 +1254,11 @@ static uint32_t stages_fitting(const struct lynx_whatif_plan *wp)
 
 /*
  * LYNX_PLANNER's plan (or LYNX_PLAN's). HEU keeps or rebuilds, and offloads only what cannot
- * be replayed; where its plan leaves a stage over the budget asked for and the profiles
- * measured a host link, HEU with offloads (mixed, which starts from HEU's plan and keeps a
- * change only where the checker finds it no worse) is tried too, and taken when more stages
- * fit: a plan that holds the budget rather than none. Every rank plans from the same
- * profiles, so every rank takes the same one.
+ * be replayed; with a budget asked for and a host link the profiles measured, HEU with
+ * offloads (mixed, which starts from HEU's plan and keeps a change only where the checker
+ * finds it no worse) is tried too, and taken when more stages fit (a plan that holds the
+ * budget rather than none), or as many and the checker predicts a shorter step. Every rank
+ * plans from the same profiles, so every rank takes the same one.
  */
 static int plan_job(const struct job_profiles *j, const struct lynx_problem_options *opt,
                     const char *plan_json, struct lynx_whatif_plan *wp, struct lynx_whatif_row *row,
@@ -1275,21 +1275,25 @@ static int plan_job(const struct job_profiles *j, const struct lynx_problem_opti
 
 	if (err || plan_json || strcmp(prof.planner, "heu") ||
 	    !(prof.budget || prof.budget_percent) ||
-	    (heu_fit = stages_fitting(wp)) == wp->problem->n_stages ||
 	    !(wp->problem->d2h.busbw > 0 && wp->problem->h2d.busbw > 0))
 		return err;
 	if (lynx_whatif_plan(ranks, n, opt, "mixed", NULL, &alt, &alt_row, &alt_keep, alt_why,
 	                     sizeof(alt_why)))
 		return 0; /* HEU's, which says why it does not fit */
+	heu_fit = stages_fitting(wp);
 	alt_fit = stages_fitting(&alt);
-	if (alt_fit <= heu_fit) {
+	if (alt_fit < heu_fit || (alt_fit == heu_fit && !(alt_row.step_s < row->step_s))) {
 		lynx_whatif_plan_free(&alt);
 		return 0;
 	}
-	lynx_info(
-	        "recompute mode: HEU's plan fits the budget on %u of %u stages, HEU with offloads "
-	        "(mixed) on %u: that plan is taken",
-	        heu_fit, wp->problem->n_stages, alt_fit);
+	if (alt_fit > heu_fit)
+		lynx_info("recompute mode: HEU's plan fits the budget on %u of %u stages, HEU "
+		          "with offloads (mixed) on %u: that plan is taken",
+		          heu_fit, wp->problem->n_stages, alt_fit);
+	else
+		lynx_info("recompute mode: HEU with offloads (mixed) is predicted at %.3f ms per "
+		          "iteration, HEU at %.3f: that plan is taken",
+		          1e3 * alt_row.step_s, 1e3 * row->step_s);
 	lynx_whatif_plan_free(wp);
 	*wp = alt;
 	*row = alt_row;

@@ -75,7 +75,7 @@ import time
 NPROC = 4
 JOB = ["--nproc", str(NPROC), "--pp", "2", "--tp", "2", "--dp", "1", "--layers", "8",
        "--microbatches", "4", "--virtual-model", "gpt-1.3b", "--steps", "13"]
-BUDGET = "2300K"
+BUDGET = "2150K"
 # simgpu's VMM granule: 4K evicts tinytrain's activations one by one; --granule 256K with
 # --job-args "--seq 64 --batch 4" and --budget 70% evicts them in packs (shim/pack.h).
 GRANULE = "4K"
@@ -432,7 +432,7 @@ def parse_args():
                          "Lynx run))")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--granule", default=GRANULE, help="simgpu's VMM granule (default 4K)")
-    ap.add_argument("--budget", default=BUDGET, help="LYNX_BUDGET (default 2300K)")
+    ap.add_argument("--budget", default=BUDGET, help="LYNX_BUDGET (default 2150K)")
     ap.add_argument("--job-args", default="",
                     help="more tinytrain arguments, e.g. \"--seq 64 --batch 4\"")
     ap.add_argument("--json", default="")

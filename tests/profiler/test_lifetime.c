@@ -600,6 +600,7 @@ static void test_lifetime_peak_is_taken_in_a_steady_iteration(void **state)
 	assert_true(lt.peak_event >= m->iterations[1].begin);
 	assert_true(lt.peak_event < m->iterations[1].end);
 	assert_int_equal(lt.non_saved_peak_bytes, 2 * W_BYTES + WS_BYTES + G_BYTES);
+	assert_int_equal(lt.largest_workspace_bytes, WS_BYTES);
 	lynx_prof_lifetimes_free(&lt);
 	free(m);
 }

@@ -302,7 +302,7 @@ static void small_profile(struct lynx_profile *p)
 	        .group_count = 1,
 	        .windows = windows,
 	        .window_count = 2,
-	        .memory = {LYNX_PROFILE_SOURCE_HOST, 1000, {600, 300, 50, 50, 0}, 700, 9}};
+	        .memory = {LYNX_PROFILE_SOURCE_HOST, 1000, {600, 300, 50, 50, 0}, 700, 9, 40}};
 }
 
 static int count_occurrences(const char *text, const char *needle)
@@ -424,7 +424,7 @@ static void test_profile_round_trip_keeps_the_host_link(void **state)
 	 * memory. */
 	small_profile(&p);
 	text = lynx_profile_to_json(&p);
-	assert_non_null(strstr(text, "\"non_saved_peak_bytes\":\t700\n\t}\n}\n"));
+	assert_non_null(strstr(text, "\"largest_workspace_bytes\":\t40\n\t}\n}\n"));
 	free(text);
 	assert_true(lynx_profile_host_link_measured(&example_link));
 }
@@ -442,9 +442,10 @@ static char *replace(const char *text, const char *from, const char *to)
 	return out;
 }
 
-/* A profile written before warmup_forwards, the kernels' device times and the non-saved
- * peak existed still reads: no pipeline position (0), no per-kernel times (NULL), the
- * non-saved peak taken at the peak (the other classes' sum). */
+/* A profile written before warmup_forwards, the kernels' device times, the non-saved peak
+ * and the largest workspace existed still reads: no pipeline position (0), no per-kernel
+ * times (NULL), the non-saved peak taken at the peak (the other classes' sum), the largest
+ * workspace as the workspaces at the peak. */
 static void test_profile_reads_a_profile_without_the_optional_keys(void **state)
 {
 	struct lynx_profile p, back;
@@ -461,7 +462,10 @@ static void test_profile_reads_a_profile_without_the_optional_keys(void **state)
 	assert_null(strstr(text, "_ns\":\t["));
 	p.memory.non_saved_peak_bytes = 700; /* = 1000 - 300 saved at the peak */
 	char *older = replace(text, "\"warmup_forwards\":\t0,", "");
-	char *oldest = replace(older, ",\n\t\t\"non_saved_peak_bytes\":\t700", "");
+	char *oldest = replace(older,
+	                       ",\n\t\t\"non_saved_peak_bytes\":\t700,\n\t\t"
+	                       "\"largest_workspace_bytes\":\t40",
+	                       "");
 	old = replace(oldest, "\t\t\t\"producer_end\":\t-1,\n", "");
 	free(oldest);
 	free(older);
@@ -473,6 +477,10 @@ static void test_profile_reads_a_profile_without_the_optional_keys(void **state)
 	assert_false(lynx_profile_pipeline_known(&back));
 	assert_null(strstr(text, "\"pipeline\""));
 	assert_int_equal(back.memory.non_saved_peak_bytes, 700);
+	/* One replay's scratch, counted as every workspace at the peak. */
+	assert_int_equal(back.memory.largest_workspace_bytes,
+	                 back.memory.at_peak[LYNX_PROFILE_MEMORY_WORKSPACE]);
+	back.memory.largest_workspace_bytes = 40;
 	assert_int_equal(back.groups[0].producer_end, back.groups[0].producer);
 	assert_null(back.layers[0].fwd_kernels.ns);
 	again = lynx_profile_to_json(&back);
