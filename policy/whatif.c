@@ -13,9 +13,11 @@
 /* The activation share of the peak each ladder row keeps. */
 static const double ladder[LYNX_WHATIF_MAX_ROWS] = {0.75, 0.5, 0.25};
 
-/* The checker's replay of plan on p, as a row. */
-static int replay_row(const struct lynx_problem *p, const struct lynx_plan *plan,
-                      struct lynx_whatif_row *row, char *why, size_t len)
+/* The checker's replay of plan on p, as a row; with store, its numbers also become that
+ * plan's prediction (lynx_checker_store). */
+static int replay_row_store(const struct lynx_problem *p, const struct lynx_plan *plan,
+                            struct lynx_plan *store, struct lynx_whatif_row *row, char *why,
+                            size_t len)
 {
 	struct lynx_checker_result r;
 	int err = lynx_checker_replay(p, plan, &r, why, len);
@@ -29,8 +31,17 @@ static int replay_row(const struct lynx_problem *p, const struct lynx_plan *plan
 	row->peak = 0;
 	for (uint32_t s = 0; s < r.n_stages; s++)
 		row->peak = r.peak_bytes[s] > row->peak ? r.peak_bytes[s] : row->peak;
+	if (store)
+		lynx_checker_store(&r, store);
 	lynx_checker_free(&r);
 	return 0;
+}
+
+/* The checker's replay of plan on p, as a row. */
+static int replay_row(const struct lynx_problem *p, const struct lynx_plan *plan,
+                      struct lynx_whatif_row *row, char *why, size_t len)
+{
+	return replay_row_store(p, plan, NULL, row, why, len);
 }
 
 /* Runs planner name on the profiles' problem (options base, NULL: defaults) at budget;
@@ -241,7 +252,10 @@ int lynx_whatif_plan(const struct lynx_profile *const *ranks, size_t n,
 		lynx_whatif_plan_free(out);
 		return err;
 	}
-	err = replay_row(out->problem, out->plan, row, why, len);
+	/* A plan file's own predictions were made for the job it was planned for: this job's
+	 * are the checker's, on this job's problem (what decides whether a stage is armed). */
+	err = replay_row_store(out->problem, out->plan, plan_json ? out->plan : NULL, row, why,
+	                       len);
 	if (err)
 		lynx_whatif_plan_free(out);
 	return err;

@@ -1472,10 +1472,48 @@ static void test_max_slowdown_picks_the_smallest_budget_within_it(void **state)
 	drop(pr);
 }
 
+/*
+ * A plan file (LYNX_PLAN) carries the predictions of the job it was made for; planned again
+ * on this job's profiles, its peaks and fit are the checker's on this job's problem, which
+ * decide whether a stage is armed, not the numbers in the file.
+ */
+static void test_a_given_plan_is_predicted_on_this_jobs_problem(void **state)
+{
+	struct lynx_profile *pr = tp_stage();
+	const struct lynx_profile *ranks[] = {pr};
+	struct lynx_problem_options opt = {.budget_bytes = pr->memory.peak_bytes};
+	struct lynx_whatif_row row, given_row;
+	struct lynx_whatif_plan wp, given;
+	char why[256];
+
+	if (lynx_whatif_plan(ranks, 1, &opt, "full", NULL, &wp, &row, NULL, why, sizeof(why)))
+		fail_msg("plan: %s", why);
+	wp.plan->stages[0].peak_bytes = 1; /* what another job's file might say */
+	wp.plan->fits = true;
+	char *text = lynx_plan_to_json(wp.plan, wp.problem);
+	assert_non_null(text);
+	const char *peak = strstr(text, "\"peak_bytes\":");
+	assert_non_null(peak);
+	peak += strlen("\"peak_bytes\":");
+	peak += strspn(peak, " \t");
+	assert_true(!strncmp(peak, "1,", 2));
+	if (lynx_whatif_plan(ranks, 1, &opt, "heu", text, &given, &given_row, NULL, why,
+	                     sizeof(why)))
+		fail_msg("given plan: %s", why);
+	assert_int_equal(given.plan->stages[0].peak_bytes, given_row.peak);
+	assert_int_equal(given_row.peak, row.peak);
+	assert_true(given.plan->fits == given_row.fits);
+	free(text);
+	lynx_whatif_plan_free(&given);
+	lynx_whatif_plan_free(&wp);
+	drop(pr);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_maps_kernels_groups_and_collectives),
+	        cmocka_unit_test(test_a_given_plan_is_predicted_on_this_jobs_problem),
 	        cmocka_unit_test(test_a_producer_run_is_rebuilt_whole),
 	        cmocka_unit_test(test_what_producer_runs_read_sets_deps_and_what_cannot_be_rebuilt),
 	        cmocka_unit_test(test_heu_prices_what_it_must_offload_as_copies),
