@@ -43,6 +43,35 @@
 	"build/bin/tinytrain --nproc 4 --pp 2 --tp 2 --dp 1 --layers 8 --microbatches 4 " \
 	"--steps 10 --report-saved"
 
+/*
+ * The commands below name the programs as build/... (the default BUILD): run_built runs
+ * them from this binary's own build directory instead, so that a sanitizer pass
+ * (BUILD=build-san-address) tests its own shim and trainer.
+ */
+static void in_this_build(const char *text, char *out, size_t len)
+{
+	size_t n = 0;
+
+	for (const char *p = text; *p && n + 1 < len; p++) {
+		if (!strncmp(p, "build/", 6) && (p == text || p[-1] == ' ' || p[-1] == '=')) {
+			n += (size_t)snprintf(out + n, len - n, "%s/", build_dir);
+			p += 5;
+			continue;
+		}
+		out[n++] = *p;
+	}
+	out[n < len ? n : len - 1] = '\0';
+}
+
+static struct output run_built(const char *env, const char *cmd)
+{
+	char e[8192], c[4096];
+
+	in_this_build(env, e, sizeof(e));
+	in_this_build(cmd, c, sizeof(c));
+	return run(e, c);
+}
+
 /* A slice of simgpu's timeline, in ns. */
 struct slice {
 	const char *name;
@@ -175,7 +204,7 @@ static struct output run_profiled(void)
 	         "LD_LIBRARY_PATH=build/simgpu LD_PRELOAD=build/liblynx.so LYNX_MODE=profile "
 	         "LYNX_OUT=%s SIMGPU_TRACE=%s/simgpu",
 	         out_dir, out_dir);
-	return run(env, TRAINER_ARGS);
+	return run_built(env, TRAINER_ARGS);
 }
 
 /* tinytrain's own count of the bytes each local layer's forward keeps (--report-saved):
@@ -337,7 +366,7 @@ static size_t parse_lines(const char *text, struct step_line *lines, size_t max)
 
 static void test_profile_mode_leaves_results_unchanged(void **state)
 {
-	struct output plain = run("LD_LIBRARY_PATH=build/simgpu", TRAINER_ARGS);
+	struct output plain = run_built("LD_LIBRARY_PATH=build/simgpu", TRAINER_ARGS);
 	struct output profiled = run_profiled();
 	struct step_line a[STEPS * 4], b[STEPS * 4];
 	size_t n;
@@ -392,7 +421,7 @@ static void test_profile_mode_finds_layers_in_other_layouts(void **state)
 		         "build/bin/tinytrain %s --layers 8 --microbatches 4 --steps 10 "
 		         "--recompute %s --report-saved",
 		         layouts[l].args, layouts[l].recompute);
-		struct output o = run(env, cmd);
+		struct output o = run_built(env, cmd);
 		assert_int_equal(o.exit_code, 0);
 		for (int rank = 0; rank < layouts[l].ranks; rank++) {
 			struct lynx_profile p;
@@ -424,7 +453,7 @@ static void test_recompute_mode_plans_online(void **state)
 	char env[4000], plan[1300], why[1300];
 	struct step_line a[STEPS * 4], b[STEPS * 4];
 	struct output plain =
-	        run("LD_LIBRARY_PATH=build/simgpu SIMGPU_VMM_GRANULARITY=4K", TRAINER_ARGS);
+	        run_built("LD_LIBRARY_PATH=build/simgpu SIMGPU_VMM_GRANULARITY=4K", TRAINER_ARGS);
 
 	/* At the default 2 MiB granule every activation stays: no plan fits, each rank says
 	 * why, and the job runs unchanged. */
@@ -432,7 +461,7 @@ static void test_recompute_mode_plans_online(void **state)
 	         "LD_LIBRARY_PATH=build/simgpu LD_PRELOAD=build/liblynx.so LYNX_MODE=recompute "
 	         "LYNX_OUT=%s/granule LYNX_BUDGET=2180K",
 	         scratch);
-	struct output o = run(env, TRAINER_ARGS);
+	struct output o = run_built(env, TRAINER_ARGS);
 	assert_int_equal(o.exit_code, 0);
 	assert_int_equal(count_of(o.err, "smaller than the device's 2.00 MiB VMM granule, which "
 	                                 "Lynx cannot evict"),
@@ -445,7 +474,7 @@ static void test_recompute_mode_plans_online(void **state)
 	         "LD_PRELOAD=build/liblynx.so "
 	         "LYNX_MODE=recompute LYNX_OUT=%s LYNX_BUDGET=2180K",
 	         out_dir);
-	o = run(env, TRAINER_ARGS);
+	o = run_built(env, TRAINER_ARGS);
 	assert_int_equal(o.exit_code, 0);
 	/* The budget counts the device's memory in use, so the plan is made for less: what
 	 * warm-up had in use beyond its tensors (simgpu's 4 KiB pages) is taken off. */
@@ -493,7 +522,7 @@ static void test_recompute_mode_plans_online(void **state)
 	         "LD_LIBRARY_PATH=build/simgpu LD_PRELOAD=build/liblynx.so LYNX_MODE=recompute "
 	         "LYNX_OUT=%s/given LYNX_PLAN=%s",
 	         scratch, plan);
-	o = run(env, TRAINER_ARGS);
+	o = run_built(env, TRAINER_ARGS);
 	assert_int_equal(o.exit_code, 0);
 	assert_int_equal(count_of(o.err, ": recompute plan (LYNX_PLAN "), PP * TP);
 	release(&o);
@@ -508,7 +537,7 @@ static void test_recompute_mode_plans_online(void **state)
 	         "LD_LIBRARY_PATH=build/simgpu LD_PRELOAD=build/liblynx.so LYNX_MODE=recompute "
 	         "LYNX_OUT=%s/corrupt LYNX_PLAN=%s",
 	         scratch, why);
-	o = run(env, TRAINER_ARGS);
+	o = run_built(env, TRAINER_ARGS);
 	assert_int_equal(o.exit_code, 0);
 	assert_int_equal(count_of(o.err, "recompute mode: no plan: "), PP * TP);
 	assert_int_equal(count_of(o.err, ": recompute plan ("), 0);
