@@ -1258,7 +1258,9 @@ static uint32_t stages_fitting(const struct lynx_whatif_plan *wp)
  * offloads (mixed, which starts from HEU's plan and keeps a change only where the checker
  * finds it no worse) is tried too, and taken when more stages fit (a plan that holds the
  * budget rather than none), or as many and the checker predicts a shorter step. Every rank
- * plans from the same profiles, so every rank takes the same one.
+ * plans from the same profiles, but for its own budget (less what its own warm-up had in
+ * use beyond its tensors), so ranks of different stages may take different planners; a
+ * stage's ranks, measuring alike, take the same one.
  */
 static int plan_job(const struct job_profiles *j, const struct lynx_problem_options *opt,
                     const char *plan_json, struct lynx_whatif_plan *wp, struct lynx_whatif_row *row,
