@@ -847,8 +847,11 @@ int lynx_checker_settle(const struct lynx_problem *p, struct lynx_plan *plan, bo
 		                          ? r.peak_bytes[s] - lynx_problem_stage_budget(p, s)
 		                          : 0;
 
-		redo[s] = tighten && excess && budget[s] > excess;
-		if (redo[s]) {
+		bool lower = tighten && excess && budget[s] > excess;
+
+		if (redo)
+			redo[s] = lower;
+		if (lower) {
 			budget[s] -= excess;
 			*again = true;
 		}

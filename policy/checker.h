@@ -92,7 +92,8 @@ void lynx_checker_store(const struct lynx_checker_result *r, struct lynx_plan *p
  * replays it, stores the checker's step time, fit and
  * per-stage peaks in it, and, when tighten is set, lowers budget[s] by the excess of each
  * stage that overflows p's budget (while the excess is below budget[s]). redo[s] says
- * whether stage s was lowered and must be planned again; *again whether any was. Returns
+ * whether stage s was lowered and must be planned again; *again whether any was. Without
+ * tighten, budget and redo may be NULL (to replay and store only). Returns
  * lynx_checker_replay()'s error, with why.
  */
 int lynx_checker_settle(const struct lynx_problem *p, struct lynx_plan *plan, bool tighten,

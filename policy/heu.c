@@ -764,27 +764,19 @@ _Static_assert(LYNX_PROBLEM_MAX_GROUPS <= 32, "tried[] holds one bit per unit");
 static int polish(const struct lynx_problem *p, struct lynx_plan *plan, char *why, size_t len)
 {
 	struct lynx_layer_units lu;
-	uint64_t *budget = calloc(p->n_stages, sizeof(*budget));
-	bool *redo = calloc(p->n_stages, sizeof(*redo));
 	uint32_t *tried = NULL; /* by stage and layer: units whose moves were refused */
 	uint64_t *peaks = NULL; /* the stages' predicted peaks before a move */
 	struct room *rooms = NULL;
 	uint32_t max_layers = 0;
-	int err = budget && redo ? 0 : -ENOMEM;
+	int err = 0;
 
 	lynx_layer_units_find(&p->layer, &lu);
-	for (uint32_t s = 0; s < p->n_stages; s++) {
+	for (uint32_t s = 0; s < p->n_stages; s++)
 		max_layers = p->stages[s].layers > max_layers ? p->stages[s].layers : max_layers;
-		if (budget)
-			budget[s] = lynx_problem_stage_budget(p, s);
-	}
-	rooms = err ? NULL
-	            : calloc((size_t)max_layers * LYNX_PROBLEM_MAX_GROUPS + 1, sizeof(*rooms));
-	tried = err ? NULL : calloc((size_t)p->n_stages * max_layers + 1, sizeof(*tried));
-	if (!err && (!rooms || !tried))
-		err = -ENOMEM;
-	peaks = err ? NULL : calloc(p->n_stages, sizeof(*peaks));
-	if (!err && !peaks)
+	rooms = calloc((size_t)max_layers * LYNX_PROBLEM_MAX_GROUPS + 1, sizeof(*rooms));
+	tried = calloc((size_t)p->n_stages * max_layers + 1, sizeof(*tried));
+	peaks = calloc(p->n_stages, sizeof(*peaks));
+	if (!rooms || !tried || !peaks)
 		err = -ENOMEM;
 	for (int replay = 0; !err && plan->fits && replay < MAX_POLISH; replay++) {
 		struct move m = {.gain = 0};
@@ -801,7 +793,7 @@ static int polish(const struct lynx_problem *p, struct lynx_plan *plan, char *wh
 		for (uint32_t s = 0; s < p->n_stages; s++)
 			peaks[s] = plan->stages[s].peak_bytes;
 		apply_move(plan, &lu, &m, p->layer.n_groups, false);
-		err = lynx_checker_settle(p, plan, false, budget, redo, &again, why, len);
+		err = lynx_checker_settle(p, plan, false, NULL, NULL, &again, why, len);
 		if (!err && (!plan->fits || plan->step_time_s >= before)) {
 			/* Undone: the plan is again the one replayed before, and so are its numbers
 			 * (the lowering settle did is undone with it), so no replay is spent. */
@@ -816,8 +808,6 @@ static int polish(const struct lynx_problem *p, struct lynx_plan *plan, char *wh
 	free(peaks);
 	free(tried);
 	free(rooms);
-	free(budget);
-	free(redo);
 	return err;
 }
 
@@ -894,17 +884,14 @@ static int floor_at_full(const struct lynx_problem *p, struct lynx_plan *plan, c
                          size_t len)
 {
 	struct lynx_plan full;
-	uint64_t *budget;
-	bool *redo, again, changed = false;
+	bool again, changed = false;
 	int err;
 
 	if (plan->fits)
 		return 0;
-	budget = calloc(p->n_stages, sizeof(*budget));
-	redo = calloc(p->n_stages, sizeof(*redo));
-	err = budget && redo ? lynx_planner_full(p, &full, why, len) : -ENOMEM;
+	err = lynx_planner_full(p, &full, why, len);
 	if (!err) {
-		err = lynx_checker_settle(p, &full, false, budget, redo, &again, why, len);
+		err = lynx_checker_settle(p, &full, false, NULL, NULL, &again, why, len);
 		for (uint32_t s = 0; !err && s < p->n_stages; s++) {
 			uint64_t mine = plan->stages[s].peak_bytes;
 
@@ -920,9 +907,7 @@ static int floor_at_full(const struct lynx_problem *p, struct lynx_plan *plan, c
 		lynx_plan_free(&full);
 	}
 	if (!err && changed)
-		err = lynx_checker_settle(p, plan, false, budget, redo, &again, why, len);
-	free(budget);
-	free(redo);
+		err = lynx_checker_settle(p, plan, false, NULL, NULL, &again, why, len);
 	return err;
 }
 
