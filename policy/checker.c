@@ -48,8 +48,9 @@ struct stage_sim {
 	const struct lynx_problem_stage *st;
 	const struct lynx_plan *plan;
 	uint32_t s, n, m;
+	uint32_t v;    /* model chunks (interleaved 1F1B); 1 */
 	bool timed;    /* false: the numbering walk */
-	uint32_t next; /* next action of the 1F1B sequence, 0 .. 2m - 1 */
+	uint32_t next; /* next pass of the schedule (lynx_problem_pass()), 0 .. 2·m·v - 1 */
 
 	double now; /* when the compute stream is next free */
 	uint64_t mem, peak;
@@ -74,8 +75,12 @@ struct stage_sim {
 	double *d2h_end, *h2d_end; /* [j][l][g]: when the group's copies end */
 	size_t *outq;              /* cells in device-to-host order */
 	size_t out_head, out_tail;
-	uint32_t forwards_done;
-	int64_t deferred; /* micro-batch whose prefetch waits for its forward; -1: none */
+	uint8_t *forward_done; /* [chunk][j]: that forward pass has run */
+	/* Kuaishou's pacing: when the copies out queued by the k-th forward pass end. */
+	double *copied_by_pass;
+	uint32_t forward_passes;
+	bool backward_started;
+	int64_t deferred; /* pass (chunk·m + j) whose prefetch waits for its forward; -1: none */
 	double offload_wait;
 	uint64_t offload_bytes;
 	int err;
@@ -383,64 +388,98 @@ static void prefetch_layer(struct stage_sim *ss, uint32_t j, uint32_t l)
 				bring_back(ss, j, l, g);
 }
 
-/* Micro-batch j's offloaded groups, every layer's, last layer first (Kuaishou's prefetch). */
-static void prefetch(struct stage_sim *ss, uint32_t j)
+/* The stage's layers [*first, *end) that model chunk `chunk` holds. */
+static void chunk_layers(const struct stage_sim *ss, uint32_t chunk, uint32_t *first, uint32_t *end)
 {
+	*first = chunk * (ss->n / ss->v);
+	*end = chunk == ss->v - 1 ? ss->n : *first + ss->n / ss->v;
+}
+
+/* Micro-batch j's offloaded groups in model chunk c, last layer first (Kuaishou's prefetch). */
+static void prefetch(struct stage_sim *ss, uint32_t j, uint32_t c)
+{
+	uint32_t first, end;
+
+	chunk_layers(ss, c, &first, &end);
 	drain(ss);
-	for (uint32_t l = ss->n; l-- > 0;)
+	for (uint32_t l = end; l-- > first;)
 		prefetch_layer(ss, j, l);
 }
 
 /*
- * Kuaishou's prefetch, at the start of action `fwd, j` of the timed walk: the backward of j
- * issues the prefetch of j + 1; the forward just before the first backward issues that of
- * micro-batch 0. A micro-batch whose forward has not run yet (the last stage, which has no
- * warm-up) is prefetched at the end of its forward.
+ * Kuaishou's prefetch, at the start of pass ss->next of the timed walk: a backward pass issues
+ * the prefetch of the stage's next backward pass (1F1B: micro-batch j + 1's); the forward pass
+ * just before the first backward issues that of the first. A pass whose forward has not run
+ * yet (the last stage's, which has no warm-up) is prefetched at the end of its forward.
  */
-static bool action(const struct stage_sim *ss, uint32_t a, uint32_t *j);
-
-static void start_action(struct stage_sim *ss, bool fwd, uint32_t j)
+static void start_action(struct stage_sim *ss, bool fwd)
 {
-	uint32_t target = j + 1, next;
+	const uint32_t passes = 2 * ss->m * ss->v;
+	uint32_t a = ss->next + 1;
+	struct lynx_pass next = {.forward = true};
 
 	if (!ss->timed || !ss->offloads || ss->p->restore_by_layer)
 		return;
-	if (fwd) {
-		if (ss->next + 1 >= 2 * ss->m || action(ss, ss->next + 1, &next) || next != 0)
-			return;
-		target = 0;
-	}
-	if (target >= ss->m)
+	if (fwd && (ss->backward_started || a >= passes ||
+	            (next = lynx_problem_pass(ss->p, ss->s, a)).forward))
 		return;
-	if (target < ss->forwards_done)
-		prefetch(ss, target);
+	while (!fwd && a < passes && (next = lynx_problem_pass(ss->p, ss->s, a)).forward)
+		a++;
+	if (next.forward)
+		return;
+	if (ss->forward_done[(size_t)next.chunk * ss->m + next.microbatch])
+		prefetch(ss, next.microbatch, next.chunk);
 	else
-		ss->deferred = target;
+		ss->deferred = (int64_t)next.chunk * ss->m + next.microbatch;
 }
 
-static void end_forward(struct stage_sim *ss, uint32_t j)
+/*
+ * Kuaishou's pacing, at the start of a forward pass's compute: a pass's copies to host memory
+ * run while the next forward pass runs, so the one after waits for them (the activations
+ * they free are what the next pass's memory reuses).
+ */
+static void pace(struct stage_sim *ss)
+{
+	double end;
+
+	if (!ss->timed || !ss->offloads || ss->p->restore_by_layer || ss->forward_passes < 2)
+		return;
+	end = ss->copied_by_pass[ss->forward_passes - 2];
+	if (end > ss->now) {
+		ss->offload_wait += end - ss->now;
+		ss->now = end;
+	}
+	drain(ss);
+}
+
+static void end_forward(struct stage_sim *ss, uint32_t j, uint32_t chunk)
 {
 	if (!ss->timed || !ss->offloads || ss->p->restore_by_layer)
 		return;
-	ss->forwards_done++;
-	if (ss->deferred == (int64_t)j) {
+	ss->copied_by_pass[ss->forward_passes++] = ss->d2h_free;
+	ss->forward_done[(size_t)chunk * ss->m + j] = 1;
+	if (ss->deferred == (int64_t)chunk * ss->m + j) {
 		ss->deferred = -1;
-		prefetch(ss, j);
+		prefetch(ss, j, chunk);
 	}
 }
 
-static void forward(struct stage_sim *ss, uint32_t j, double ready)
+/* Micro-batch j's forward through model chunk `chunk`, its input ready (received) then. */
+static void forward(struct stage_sim *ss, uint32_t j, uint32_t chunk, double ready)
 {
 	const struct lynx_problem_layer *L = ss->L;
 	const struct lynx_problem_stage *st = ss->st;
+	uint32_t first, end;
 
-	start_action(ss, true, j);
+	chunk_layers(ss, chunk, &first, &end);
+	start_action(ss, true);
 	occur_until(ss, ss->pp_fwd, ready, st->recv_fwd_s);
-	if (ss->timed && st->embedding.present) {
+	pace(ss);
+	if (ss->timed && st->embedding.present && chunk == 0) {
 		take(ss, st->embedding.act_bytes);
 		ss->now += st->embedding.fwd_s;
 	}
-	for (uint32_t l = 0; l < ss->n; l++) {
+	for (uint32_t l = first; l < end; l++) {
 		if (ss->timed)
 			produce(ss, j, l, -1);
 		for (uint32_t op = 0; op < L->n_ops; op++) {
@@ -467,11 +506,11 @@ static void forward(struct stage_sim *ss, uint32_t j, double ready)
 		}
 		ss->drop_seq[(size_t)j * ss->n + l] = ++ss->seq;
 	}
-	if (ss->timed && st->head.present) {
+	if (ss->timed && st->head.present && chunk == ss->v - 1) {
 		take(ss, st->head.act_bytes);
 		ss->now += st->head.fwd_s;
 	}
-	end_forward(ss, j);
+	end_forward(ss, j, chunk);
 }
 
 /* Before the backward of op in layer l: bind window decisions, or rebuild what is missing. */
@@ -514,18 +553,22 @@ static void consume(struct stage_sim *ss, uint32_t j, uint32_t l, uint32_t op)
 	}
 }
 
-static void backward(struct stage_sim *ss, uint32_t j, double ready)
+/* Micro-batch j's backward through model chunk `chunk`, its gradient ready then. */
+static void backward(struct stage_sim *ss, uint32_t j, uint32_t chunk, double ready)
 {
 	const struct lynx_problem_layer *L = ss->L;
 	const struct lynx_problem_stage *st = ss->st;
+	uint32_t first, end;
 
-	start_action(ss, false, j);
+	chunk_layers(ss, chunk, &first, &end);
+	start_action(ss, false);
+	ss->backward_started = ss->backward_started || ss->timed;
 	occur_until(ss, ss->pp_bwd, ready, st->recv_bwd_s);
-	if (ss->timed && st->head.present) {
+	if (ss->timed && st->head.present && chunk == ss->v - 1) {
 		ss->now += st->head.bwd_s;
 		give(ss, st->head.act_bytes);
 	}
-	for (uint32_t l = ss->n; l-- > 0;) {
+	for (uint32_t l = end; l-- > first;) {
 		/* Lynx's executor restores each layer's groups as the host issues that layer's
 		 * backward, and the host runs ahead of the device: a layer's groups count from the
 		 * start of the layer above's backward (the top layer's from its own). */
@@ -557,29 +600,11 @@ static void backward(struct stage_sim *ss, uint32_t j, double ready)
 				ss->now += L->ops[op].wait_bwd_s;
 		}
 	}
-	if (ss->timed && st->embedding.present) {
+	if (ss->timed && st->embedding.present && chunk == 0) {
 		ss->now += st->embedding.bwd_s;
 		give(ss, st->embedding.act_bytes);
 	}
 	ss->prev_bwd_seq = ++ss->seq;
-}
-
-/* Action a of stage's 1F1B sequence: warm-up forwards, one-forward-one-backward, cool-down. */
-static bool action(const struct stage_sim *ss, uint32_t a, uint32_t *j)
-{
-	uint32_t w = ss->st->warmup, steady = ss->m - w, k;
-
-	if (a < w) {
-		*j = a;
-		return true;
-	}
-	k = a - w;
-	if (k < 2 * steady) {
-		*j = k % 2 ? k / 2 : w + k / 2;
-		return k % 2 == 0;
-	}
-	*j = steady + (k - 2 * steady);
-	return false;
 }
 
 static int by_occurrence(const void *a, const void *b)
@@ -610,6 +635,7 @@ static int sim_init(struct stage_sim *ss, const struct lynx_problem *p,
 	        .s = s,
 	        .n = st->layers,
 	        .m = p->micro_batches,
+	        .v = lynx_problem_chunks(p),
 	        .pp_fwd = lynx_problem_find_window(st, LYNX_WINDOW_PP_RECV_FWD, -1, -1),
 	        .pp_bwd = lynx_problem_find_window(st, LYNX_WINDOW_PP_RECV_BWD, -1, -1),
 	        .dp = lynx_problem_find_window(st, LYNX_WINDOW_DP_GRAD, -1, -1),
@@ -632,7 +658,10 @@ static int sim_init(struct stage_sim *ss, const struct lynx_problem *p,
 		ss->d2h_end = calloc(cells * p->layer.n_groups, sizeof(double));
 		ss->h2d_end = calloc(cells * p->layer.n_groups, sizeof(double));
 		ss->outq = calloc(cells * p->layer.n_groups, sizeof(size_t));
-		if (!ss->d2h_end || !ss->h2d_end || !ss->outq)
+		ss->forward_done = calloc((size_t)p->micro_batches * ss->v, 1);
+		ss->copied_by_pass = calloc((size_t)p->micro_batches * ss->v, sizeof(double));
+		if (!ss->d2h_end || !ss->h2d_end || !ss->outq || !ss->forward_done ||
+		    !ss->copied_by_pass)
 			return -ENOMEM;
 	}
 	for (size_t i = 0; i < slots; i++)
@@ -660,18 +689,20 @@ static void sim_free(struct stage_sim *ss)
 	free(ss->d2h_end);
 	free(ss->h2d_end);
 	free(ss->outq);
+	free(ss->forward_done);
+	free(ss->copied_by_pass);
 }
 
 /* The numbering walk of one stage: every action in order, no time, no memory. */
 static void number(struct stage_sim *ss)
 {
-	for (uint32_t a = 0; a < 2 * ss->m; a++) {
-		uint32_t j;
+	for (uint32_t a = 0; a < 2 * ss->m * ss->v; a++) {
+		struct lynx_pass pass = lynx_problem_pass(ss->p, ss->s, a);
 
-		if (action(ss, a, &j))
-			forward(ss, j, 0);
+		if (pass.forward)
+			forward(ss, pass.microbatch, pass.chunk, 0);
 		else
-			backward(ss, j, 0);
+			backward(ss, pass.microbatch, pass.chunk, 0);
 	}
 	occur(ss, ss->dp);
 	if (ss->n_targets)
@@ -682,13 +713,43 @@ static void number(struct stage_sim *ss)
 	ss->mem = ss->peak = ss->st->static_bytes;
 }
 
+/* Where the end of pass (stage s, chunk c, micro-batch j) is kept in end_f and end_b. */
+static size_t pass_at(uint32_t s, uint32_t c, uint32_t j, uint32_t v, uint32_t m)
+{
+	return ((size_t)s * v + c) * m + j;
+}
+
 /*
- * The timed walk of all stages together. A forward of stage s needs the same micro-batch's
- * forward on s - 1 (plus the transfer); a backward needs it on s + 1. 1F1B never deadlocks,
- * so sweeping the stages until every action ran terminates.
+ * The pass whose end pass (s, c, j) waits for, before its transfer: the forward of chunk c on
+ * s - 1, or of chunk c - 1 on the last stage when s is the first; the backward of chunk c on
+ * s + 1, or of chunk c + 1 on the first stage when s is the last. False when it waits for
+ * none (the first chunk's forward on the first stage, the last chunk's backward on the last).
+ */
+static bool waits_for(uint32_t p, uint32_t v, uint32_t s, const struct lynx_pass *pass,
+                      uint32_t *from_s, uint32_t *from_c)
+{
+	if (pass->forward) {
+		if (s == 0 && pass->chunk == 0)
+			return false;
+		*from_s = s ? s - 1 : p - 1;
+		*from_c = s ? pass->chunk : pass->chunk - 1;
+		return true;
+	}
+	if (s == p - 1 && pass->chunk == v - 1)
+		return false;
+	*from_s = s < p - 1 ? s + 1 : 0;
+	*from_c = s < p - 1 ? pass->chunk : pass->chunk + 1;
+	return true;
+}
+
+/*
+ * The timed walk of all stages together. A pass starts once the pass it waits for
+ * (waits_for()) has ended and its transfer arrived. 1F1B and its interleaved form never
+ * deadlock, so sweeping the stages until every pass ran terminates.
  */
 static int run_pipeline(struct stage_sim *ss, uint32_t p, uint32_t m, double *end_f, double *end_b)
 {
+	const uint32_t v = ss[0].v;
 	uint32_t done = 0;
 
 	while (done < p) {
@@ -696,33 +757,30 @@ static int run_pipeline(struct stage_sim *ss, uint32_t p, uint32_t m, double *en
 
 		done = 0;
 		for (uint32_t s = 0; s < p; s++) {
-			while (ss[s].next < 2 * m && !ss[s].err) {
-				uint32_t j;
-				bool fwd = action(&ss[s], ss[s].next, &j);
-				double ready = ss[s].now;
+			while (ss[s].next < 2 * m * v && !ss[s].err) {
+				struct lynx_pass pass = lynx_problem_pass(ss[s].p, s, ss[s].next);
+				const uint32_t j = pass.microbatch, c = pass.chunk;
+				double *ends = pass.forward ? end_f : end_b, ready = ss[s].now;
+				uint32_t from_s, from_c;
 
-				if (fwd && s > 0) {
-					if (end_f[(s - 1) * m + j] < 0)
+				if (waits_for(p, v, s, &pass, &from_s, &from_c)) {
+					double end = ends[pass_at(from_s, from_c, j, v, m)];
+					if (end < 0)
 						break;
-					ready = end_f[(s - 1) * m + j] + ss[s].st->recv_fwd_s;
-				} else if (!fwd && s < p - 1) {
-					if (end_b[(s + 1) * m + j] < 0)
-						break;
-					ready = end_b[(s + 1) * m + j] + ss[s].st->recv_bwd_s;
+					ready = end + (pass.forward ? ss[s].st->recv_fwd_s
+					                            : ss[s].st->recv_bwd_s);
 				}
-				if (fwd) {
-					forward(&ss[s], j, ready);
-					end_f[s * m + j] = ss[s].now;
-				} else {
-					backward(&ss[s], j, ready);
-					end_b[s * m + j] = ss[s].now;
-				}
+				if (pass.forward)
+					forward(&ss[s], j, c, ready);
+				else
+					backward(&ss[s], j, c, ready);
+				ends[pass_at(s, c, j, v, m)] = ss[s].now;
 				ss[s].next++;
 				progress = true;
 			}
 			if (ss[s].err)
 				return ss[s].err;
-			done += ss[s].next == 2 * m;
+			done += ss[s].next == 2 * m * v;
 		}
 		if (!progress && done < p)
 			return -EDEADLK;
@@ -754,9 +812,10 @@ int lynx_checker_replay(const struct lynx_problem *p, const struct lynx_plan *pl
                         struct lynx_checker_result *out, char *why, size_t len)
 {
 	uint32_t n = p->n_stages, m = p->micro_batches;
+	size_t passes = (size_t)n * m * lynx_problem_chunks(p);
 	struct stage_sim *ss = calloc(n, sizeof(*ss));
-	double *end_f = malloc((size_t)n * m * sizeof(double));
-	double *end_b = malloc((size_t)n * m * sizeof(double));
+	double *end_f = malloc(passes * sizeof(double));
+	double *end_b = malloc(passes * sizeof(double));
 	int err = lynx_plan_validate(plan, p, why, len);
 
 	*out = (struct lynx_checker_result){.n_stages = n, .fits = true};
@@ -774,12 +833,12 @@ int lynx_checker_replay(const struct lynx_problem *p, const struct lynx_plan *pl
 		}
 	}
 	if (!err) {
-		for (size_t i = 0; i < (size_t)n * m; i++)
+		for (size_t i = 0; i < passes; i++)
 			end_f[i] = end_b[i] = -1;
 		err = run_pipeline(ss, n, m, end_f, end_b);
 		if (err == -EDEADLK)
-			err = lynx_policy_refuse(why, len,
-			                         "internal error: the 1F1B schedule deadlocked");
+			err = lynx_policy_refuse(
+			        why, len, "internal error: the pipeline schedule deadlocked");
 	}
 	for (uint32_t s = 0; !err && s < n; s++) {
 		occur_fixed(&ss[s], ss[s].dp, ss[s].st->grad_reduce_s);

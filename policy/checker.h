@@ -22,7 +22,10 @@
  * an allocation would take the stage over its budget: as Lynx's executor holds a budget, the
  * allocation first waits for the copies out in flight, which free their groups as they end
  * (counted in offload_wait_s; on a slow link the budget then costs time, not memory).
- * Its prefetch is issued one backward ahead: the offloaded groups of micro-batch j are brought
+ * Kuaishou's offloading (problems from models) also paces itself: a forward pass's copies out
+ * run while the next forward pass runs, and the pass after that waits for them (counted in
+ * offload_wait_s too). Its prefetch is issued one backward pass ahead (under interleaved
+ * 1F1B, the stage's next backward pass's chunk): the offloaded groups of micro-batch j are brought
  * back from the start of the backward of j - 1 (for j = 0, from the start of the forward just
  * before the first backward; never before j's forward ended, which matters on the last stage),
  * in the order the backward consumes them, into buffers allocated at issue and freed after

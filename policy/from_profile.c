@@ -1293,6 +1293,8 @@ int lynx_problem_from_profile(const struct lynx_profile *const *ranks, size_t n_
 	p->micro_batches = ranks[0]->microbatches;
 	p->search_seconds = c.opt->search_seconds;
 	p->search_one_stage = c.opt->search_one_stage;
+	p->offload_share_set = c.opt->offload_share_set;
+	p->offload_share_bp = c.opt->offload_share_bp;
 	p->searched_stage = c.opt->searched_stage;
 	p->granule_bytes = c.opt->granule_bytes;
 	p->gpus = ranks[0]->world > 0 ? (uint32_t)ranks[0]->world : 0;

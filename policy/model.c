@@ -24,6 +24,11 @@ uint32_t lynx_model_cp(const struct lynx_model_desc *m)
 	return m->cp ? m->cp : 1;
 }
 
+uint32_t lynx_model_vp(const struct lynx_model_desc *m)
+{
+	return m->vp ? m->vp : 1;
+}
+
 uint64_t lynx_model_tokens(const struct lynx_model_desc *m)
 {
 	return (uint64_t)m->seq / lynx_model_cp(m) * m->micro_batch;
@@ -149,6 +154,36 @@ static int validate(const struct lynx_model_desc *m, bool even, char *why, size_
 		        "global batch B=%u is not a multiple of micro-batch b=%u times "
 		        "data-parallel size d=%u",
 		        m->global_batch, m->micro_batch, m->dp);
+	if (lynx_model_vp(m) > 1) {
+		uint32_t v = lynx_model_vp(m), micro = lynx_model_micro_batches(m);
+
+		if (v > LYNX_MODEL_MAX_VP)
+			return lynx_policy_refuse(
+			        why, len, "virtual pipeline stages v=%u: at most %d are taken", v,
+			        LYNX_MODEL_MAX_VP);
+		if (m->pp < 2)
+			return lynx_policy_refuse(why, len,
+			                          "virtual pipeline stages v=%u need pipeline "
+			                          "parallelism (p=%u)",
+			                          v, m->pp);
+		if (!even)
+			return lynx_policy_refuse(
+			        why, len,
+			        "virtual pipeline stages v=%u take an even split of "
+			        "the layers, not the partitioner's",
+			        v);
+		if (m->layers % ((uint64_t)m->pp * v))
+			return lynx_policy_refuse(why, len,
+			                          "L=%u layers do not split evenly into p·v=%llu "
+			                          "model chunks",
+			                          m->layers, (unsigned long long)m->pp * v);
+		if (micro % m->pp)
+			return lynx_policy_refuse(
+			        why, len,
+			        "interleaved 1F1B needs the micro-batches m=%u to be "
+			        "a multiple of p=%u",
+			        micro, m->pp);
+	}
 	if (m->sp && (m->seq / lynx_model_cp(m)) % m->tp)
 		return lynx_policy_refuse(
 		        why, len,
@@ -274,13 +309,31 @@ uint32_t lynx_model_stage_layers(const struct lynx_model_desc *m)
 	return m->layers / m->pp;
 }
 
-uint32_t lynx_model_inflight(const struct lynx_model_desc *m, uint32_t stage)
+uint32_t lynx_model_chunk_warmup(const struct lynx_model_desc *m, uint32_t stage)
 {
-	uint32_t micro = lynx_model_micro_batches(m);
+	uint64_t micro = lynx_model_micro_batches(m), v = lynx_model_vp(m), passes = micro * v;
+	uint64_t w;
 
 	if (stage >= m->pp)
 		return 0;
-	return m->pp - stage < micro ? m->pp - stage : micro;
+	if (v == 1)
+		w = m->pp - stage - 1;
+	else if (micro == m->pp) /* Megatron runs every forward first then */
+		w = passes;
+	else
+		w = 2ull * (m->pp - stage - 1) + (v - 1) * m->pp;
+	return (uint32_t)(w < passes ? w : passes);
+}
+
+uint32_t lynx_model_inflight(const struct lynx_model_desc *m, uint32_t stage)
+{
+	uint64_t v = lynx_model_vp(m), passes = lynx_model_micro_batches(m) * v;
+	uint64_t held = lynx_model_chunk_warmup(m, stage) + 1ull;
+
+	if (stage >= m->pp)
+		return 0;
+	held = held < passes ? held : passes;
+	return (uint32_t)((held + v - 1) / v);
 }
 
 /* The ops and groups of job m's layer, evaluated from layer.def (see its names). */

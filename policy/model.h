@@ -105,6 +105,10 @@ struct lynx_model_desc {
 	uint32_t cp;
 	bool sp; /* Megatron sequence parallelism (shards LayerNorm/dropout by t) */
 	struct lynx_layer_arch arch;
+	/* v, virtual pipeline stages per rank (Megatron's --virtual-pipeline-model-parallel-size):
+	 * every rank holds v model chunks of L/(p·v) layers, chunk k of rank r holding global
+	 * chunk k·p + r, and runs Megatron's interleaved 1F1B; 0: 1 (plain 1F1B). */
+	uint32_t vp;
 };
 
 /* The names of the architecture choices ("swiglu", "flash", ...), and the choice called
@@ -121,6 +125,12 @@ enum lynx_position lynx_model_find_position(const char *name);
 /* c: cp, or 1 when 0. */
 uint32_t lynx_model_cp(const struct lynx_model_desc *m);
 
+/* The most virtual pipeline stages a description takes (Megatron's runs use a few). */
+#define LYNX_MODEL_MAX_VP 64
+
+/* v: vp, or 1 when 0. */
+uint32_t lynx_model_vp(const struct lynx_model_desc *m);
+
 /* N, the tokens of one micro-batch on one rank: b·s/c. */
 uint64_t lynx_model_tokens(const struct lynx_model_desc *m);
 
@@ -136,8 +146,10 @@ uint32_t lynx_model_kv_heads(const struct lynx_model_desc *m);
  * as Megatron's query groups), f % t == 0, p <= L, L % p == 0, B % (b·d) == 0, s % t == 0
  * under sequence parallelism; with c > 1, flash attention (Megatron runs context
  * parallelism through Transformer Engine's), s % 2c == 0 (its load-balanced chunks) and
- * (s/c) % t == 0 under sequence parallelism; architecture choices each of its list, and byte and
- * FLOP counts that fit 64 bits. Uneven stage splits are the partitioner's business, not the
+ * (s/c) % t == 0 under sequence parallelism; with v > 1 (interleaved 1F1B, as Megatron
+ * allows it), v <= LYNX_MODEL_MAX_VP, p >= 2, L % (p·v) == 0 and m % p == 0 (m = B/(b·d)
+ * micro-batches), and no uneven split; architecture choices each of its list, and byte and FLOP
+ * counts that fit 64 bits. Uneven stage splits are the partitioner's business, not the
  * description's. Returns 0, or -EINVAL with one sentence naming the first failed check and its
  * values in why (if why is not NULL; truncated to len).
  */
@@ -162,8 +174,16 @@ uint32_t lynx_model_micro_batches(const struct lynx_model_desc *m);
 uint32_t lynx_model_stage_layers(const struct lynx_model_desc *m);
 
 /*
- * Micro-batches whose activations stage (0-based) holds at its peak under 1F1B:
- * min(p - stage, micro-batches). Stage 0 holds the most. 0 for a stage >= p.
+ * Forward passes of one model chunk that stage (0-based) runs before its first backward:
+ * under 1F1B min(p - stage - 1, m); under interleaved 1F1B, Megatron's
+ * min(2·(p - stage - 1) + (v - 1)·p, m·v), or all m·v when m == p. 0 for a stage >= p.
+ */
+uint32_t lynx_model_chunk_warmup(const struct lynx_model_desc *m, uint32_t stage);
+
+/*
+ * Micro-batches whose activations stage (0-based) holds at its peak: under 1F1B
+ * min(p - stage, m); interleaved, the chunks in flight (the warm-up's and one more, at most
+ * m·v) over v, rounded up. Stage 0 holds the most. 0 for a stage >= p.
  */
 uint32_t lynx_model_inflight(const struct lynx_model_desc *m, uint32_t stage);
 

@@ -16,7 +16,8 @@
  * Kuaishou's rules. Their design needs PP >= 3: with one or two stages nothing is offloaded,
  * and the plan's note says so. The last stage's last chunk is not offloaded; without virtual
  * stages the last stage is one chunk, whose forward is followed at once by its backward, so
- * the last stage offloads nothing.
+ * the last stage offloads nothing; with v of them (interleaved 1F1B) its first v - 1 chunks
+ * climb the ladder below, as the other stages' layers do.
  *
  * Search, per stage, by the checker. A stage's memory depends on its own decisions only (and
  * weakly, through timing, on its neighbours'), so all stages are searched in the same replays:
@@ -27,6 +28,10 @@
  * A stage that no step fits takes the step with the lowest peak (not always full offload: when
  * the link cannot keep up, copies queue and groups wait longer on the device) and the plan says
  * fits = false. About G + log2(n) + 2 replays: tens of milliseconds on the GPT presets.
+ *
+ * With α given (the problem's offload_share_bp) there is no search: every stage that may
+ * offload takes the first step whose α reaches it, as Kuaishou's runs set their ratio, and the
+ * checker says what that costs and whether it fits.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -64,14 +69,23 @@ static void rank_groups(const struct lynx_problem_layer *L, struct ladder *ld)
 	}
 }
 
+/* The layers of stage s that may offload, its first ones: all but the last stage's last model
+ * chunk (Kuaishou's rule; without virtual stages that chunk is the whole stage). */
+static uint32_t ladder_layers(const struct lynx_problem *p, uint32_t s)
+{
+	const uint32_t n = p->stages[s].layers, v = lynx_problem_chunks(p);
+
+	return s + 1 < p->n_stages ? n : n / v * (v - 1);
+}
+
 /* Sets stage s of plan to ladder step t. */
 static void set_step(const struct lynx_problem *p, const struct ladder *ld, struct lynx_plan *plan,
                      uint32_t s, uint32_t t)
 {
-	uint32_t n = p->stages[s].layers;
+	uint32_t n = ladder_layers(p, s);
 
-	for (uint32_t l = 0; l < n; l++) {
-		uint32_t k = t / n + (l < t % n);
+	for (uint32_t l = 0; l < p->stages[s].layers; l++) {
+		uint32_t k = l < n ? t / n + (l < t % n) : 0;
 
 		for (uint32_t r = 0; r < ld->n_order; r++)
 			lynx_plan_decision(plan, s, l, ld->order[r])->action =
@@ -84,11 +98,11 @@ static double alpha_of(const struct lynx_problem *p, const struct ladder *ld, ui
                        uint32_t t)
 {
 	const struct lynx_problem_layer *L = &p->layer;
-	uint32_t n = p->stages[s].layers;
+	uint32_t n = ladder_layers(p, s);
 	double off = 0, all = 0;
 
 	for (uint32_t g = 0; g < L->n_groups; g++)
-		all += (double)L->groups[g].bytes * n;
+		all += (double)L->groups[g].bytes * p->stages[s].layers;
 	for (uint32_t l = 0; l < n; l++) {
 		uint32_t k = t / n + (l < t % n);
 
@@ -132,7 +146,7 @@ static int coarse(const struct lynx_problem *p, const struct ladder *ld, struct 
 
 		for (uint32_t s = 0; s < p->n_stages; s++)
 			if (k == 0 || (ss[s].eligible && !ss[s].found)) {
-				ss[s].step = k * p->stages[s].layers;
+				ss[s].step = k * ladder_layers(p, s);
 				set_step(p, ld, plan, s, ss[s].step);
 			}
 		err = replay(p, plan, peak, why, len);
@@ -144,7 +158,7 @@ static int coarse(const struct lynx_problem *p, const struct ladder *ld, struct 
 			if (peak[s] <= lynx_problem_stage_budget(p, s)) {
 				ss[s].found = true;
 				ss[s].hi = ss[s].step;
-				ss[s].lo = k ? ss[s].step - p->stages[s].layers : 0;
+				ss[s].lo = k ? ss[s].step - ladder_layers(p, s) : 0;
 			} else if (k == 0 || peak[s] < ss[s].best_peak) {
 				ss[s].best = ss[s].step;
 				ss[s].best_peak = peak[s];
@@ -194,6 +208,23 @@ static int bisect(const struct lynx_problem *p, const struct ladder *ld, struct 
 	}
 }
 
+/* α given: each stage that may offload at the first step that offloads that share. */
+static void given_share(const struct lynx_problem *p, const struct ladder *ld,
+                        struct lynx_plan *plan, struct stage_search *ss)
+{
+	const double alpha = p->offload_share_bp / 10000.0;
+
+	for (uint32_t s = 0; s < p->n_stages; s++) {
+		uint32_t last = ld->n_order * ladder_layers(p, s);
+
+		ss[s].step = 0;
+		while (ss[s].eligible && ss[s].step < last &&
+		       alpha_of(p, ld, s, ss[s].step) < alpha - 1e-12)
+			ss[s].step++;
+		set_step(p, ld, plan, s, ss[s].step);
+	}
+}
+
 /* The plan's note: Kuaishou's PP rule, whether it fits, α by stage. */
 static void write_note(const struct lynx_problem *p, const struct ladder *ld,
                        struct lynx_plan *plan, const struct stage_search *ss)
@@ -224,10 +255,13 @@ int lynx_planner_offload(const struct lynx_problem *p, struct lynx_plan *plan, c
 		goto out;
 	rank_groups(&p->layer, &ld);
 	for (uint32_t s = 0; s < p->n_stages; s++)
-		ss[s].eligible = p->n_stages >= 3 && s + 1 < p->n_stages && p->d2h.busbw > 0 &&
+		ss[s].eligible = p->n_stages >= 3 && ladder_layers(p, s) > 0 && p->d2h.busbw > 0 &&
 		                 p->h2d.busbw > 0;
-	err = coarse(p, &ld, plan, ss, peak, why, len);
-	if (!err)
+	if (p->offload_share_set)
+		given_share(p, &ld, plan, ss);
+	else
+		err = coarse(p, &ld, plan, ss, peak, why, len);
+	if (!err && !p->offload_share_set)
 		err = bisect(p, &ld, plan, ss, peak, why, len);
 	for (int round = 0; !err && round < MAX_CONFIRM_ROUNDS; round++) {
 		bool again = false;
@@ -236,9 +270,9 @@ int lynx_planner_offload(const struct lynx_problem *p, struct lynx_plan *plan, c
 		if (err)
 			break;
 		for (uint32_t s = 0; s < p->n_stages; s++) {
-			uint32_t coarse_hi = ss[s].hi + p->stages[s].layers - 1;
+			uint32_t n = ladder_layers(p, s), coarse_hi = ss[s].hi + (n ? n : 1) - 1;
 
-			coarse_hi -= coarse_hi % p->stages[s].layers;
+			coarse_hi -= n ? coarse_hi % n : coarse_hi;
 			if (!ss[s].found || r.peak_bytes[s] <= lynx_problem_stage_budget(p, s) ||
 			    ss[s].step == coarse_hi || round + 1 == MAX_CONFIRM_ROUNDS)
 				continue;

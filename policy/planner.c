@@ -109,54 +109,86 @@ static struct layer_terms terms(const struct lynx_problem *p, const struct lynx_
 	return t;
 }
 
-static uint64_t stage_peak(const struct lynx_problem *p, const struct lynx_plan *plan, uint32_t s)
+/*
+ * What layers [first, end) of stage s keep of one micro-batch (*kept), and the most they hold
+ * while one of them runs its backward, the dropped groups of that layer rebuilt beside the
+ * kept ones of the layers below it, and `top` (the head) beside all of them.
+ */
+static uint64_t span_worst(const struct lynx_problem *p, const struct lynx_plan *plan, uint32_t s,
+                           uint32_t first, uint32_t end, uint64_t top, uint64_t *kept)
 {
-	const struct lynx_problem_stage *st = &p->stages[s];
-	uint64_t emb = st->embedding.present ? st->embedding.act_bytes : 0;
-	uint64_t head = st->head.present ? st->head.act_bytes : 0;
-	uint64_t kept = 0, prefix = 0, worst;
+	uint64_t prefix = 0, worst;
 
-	for (uint32_t l = 0; l < st->layers; l++)
-		kept += terms(p, plan, s, l).kept;
-	worst = kept + head;
-	for (uint32_t l = 0; l < st->layers; l++) {
+	*kept = 0;
+	for (uint32_t l = first; l < end; l++)
+		*kept += terms(p, plan, s, l).kept;
+	worst = *kept + top;
+	for (uint32_t l = first; l < end; l++) {
 		struct layer_terms t = terms(p, plan, s, l);
 
 		prefix += t.kept;
 		if (prefix + t.dropped > worst)
 			worst = prefix + t.dropped;
 	}
-	return st->static_bytes + (uint64_t)(st->inflight - 1) * (kept + emb) + emb + worst;
+	return worst;
 }
 
-/* Action a of a stage's 1F1B order: true for a forward; *j its micro-batch. */
-static bool one_f_one_b(uint32_t warmup, uint32_t m, uint32_t a, uint32_t *j)
+static uint64_t stage_peak(const struct lynx_problem *p, const struct lynx_plan *plan, uint32_t s)
 {
-	uint32_t pairs = 2 * (m - warmup);
+	const struct lynx_problem_stage *st = &p->stages[s];
+	const uint32_t v = lynx_problem_chunks(p);
+	uint64_t emb = st->embedding.present ? st->embedding.act_bytes : 0;
+	uint64_t head = st->head.present ? st->head.act_bytes : 0;
+	uint64_t kept, worst;
 
-	if (a < warmup) {
-		*j = a;
-		return true;
+	if (v == 1) {
+		worst = span_worst(p, plan, s, 0, st->layers, head, &kept);
+		return st->static_bytes + (uint64_t)(st->inflight - 1) * (kept + emb) + emb + worst;
 	}
-	if (a - warmup < pairs) {
-		uint32_t k = a - warmup;
+	/* Interleaved: at each backward pass, the other passes in flight, each keeping its
+	 * chunk's kept groups and, in the last chunk, the head's; the one running what its chunk
+	 * holds at most then; and the embedding's activations of every micro-batch between its
+	 * first chunk's forward and backward. */
+	uint64_t peak = 0, in_flight = 0, embedded = 0, headed = 0;
+	uint64_t chunk_kept[LYNX_MODEL_MAX_VP], chunk_worst[LYNX_MODEL_MAX_VP];
 
-		*j = k & 1 ? k / 2 : warmup + k / 2;
-		return !(k & 1);
+	for (uint32_t c = 0, per = st->layers / v; c < v; c++)
+		chunk_worst[c] =
+		        span_worst(p, plan, s, c * per, c == v - 1 ? st->layers : (c + 1) * per,
+		                   c == v - 1 ? head : 0, &chunk_kept[c]);
+	for (uint32_t a = 0; a < 2 * p->micro_batches * v; a++) {
+		struct lynx_pass x = lynx_problem_pass(p, s, a);
+
+		if (x.forward) {
+			in_flight += chunk_kept[x.chunk];
+			embedded += x.chunk == 0;
+			headed += x.chunk == v - 1;
+			continue;
+		}
+		headed -= x.chunk == v - 1;
+		uint64_t at = st->static_bytes + embedded * emb + headed * head + in_flight -
+		              chunk_kept[x.chunk] + chunk_worst[x.chunk];
+		peak = at > peak ? at : peak;
+		in_flight -= chunk_kept[x.chunk];
+		embedded -= x.chunk == 0;
 	}
-	*j = m - warmup + (a - warmup - pairs);
-	return false;
+	return peak;
 }
 
 /*
- * The 1F1B iteration over per-stage forward and backward durations fwd[s], bwd[s]. Returns
- * the step time, or a negative value on allocation failure.
+ * The pipeline's iteration over the durations of one micro-batch's forward and backward
+ * through the layers of each stage's model chunk c (fwd[s·v + c], bwd[s·v + c]; v = 1 without
+ * virtual stages), plus the embedding in the first chunk and the head in the last. A pass waits for
+ * the same micro-batch's pass of its chunk on the stage before (forward) or after (backward), or
+ * round the ring for a stage's other chunks. Returns the step time, or a negative value on
+ * allocation failure.
  */
 static double iteration_s(const struct lynx_problem *p, const double *fwd, const double *bwd)
 {
-	uint32_t n = p->n_stages, m = p->micro_batches;
-	double *f_end = malloc((size_t)n * m * sizeof(double));
-	double *b_end = malloc((size_t)n * m * sizeof(double));
+	const uint32_t n = p->n_stages, m = p->micro_batches, v = lynx_problem_chunks(p);
+	const size_t passes = (size_t)n * m * v;
+	double *f_end = malloc(passes * sizeof(double));
+	double *b_end = malloc(passes * sizeof(double));
 	double *free_at = calloc(n, sizeof(double));
 	uint32_t *next = calloc(n, sizeof(uint32_t));
 	double step = -1;
@@ -164,31 +196,45 @@ static double iteration_s(const struct lynx_problem *p, const double *fwd, const
 
 	if (!f_end || !b_end || !free_at || !next)
 		goto out;
-	for (size_t i = 0; i < (size_t)n * m; i++)
+	for (size_t i = 0; i < passes; i++)
 		f_end[i] = b_end[i] = NAN;
 	while (moved) {
 		moved = false;
 		for (uint32_t s = 0; s < n; s++) {
 			const struct lynx_problem_stage *st = &p->stages[s];
 
-			for (; next[s] < 2 * m; next[s]++, moved = true) {
-				uint32_t j;
-				double start = free_at[s], dep;
+			for (; next[s] < 2 * m * v; next[s]++, moved = true) {
+				struct lynx_pass x = lynx_problem_pass(p, s, next[s]);
+				const uint32_t j = x.microbatch, c = x.chunk;
+				double start = free_at[s], dep = 0, took;
+				/* The pass it waits for: on the stage before or after, or round the
+				 * ring. */
+				int64_t ds = x.forward ? (int64_t)s - 1 : (int64_t)s + 1, dc = c;
 
-				if (one_f_one_b(st->warmup, m, next[s], &j)) {
-					dep = s ? f_end[(s - 1) * m + j] + st->recv_fwd_s : 0;
-					if (isnan(dep))
-						break;
-					start = start > dep ? start : dep;
-					free_at[s] = f_end[s * m + j] = start + fwd[s];
-				} else {
-					dep = s + 1 < n ? b_end[(s + 1) * m + j] + st->recv_bwd_s
-					                : 0;
-					if (isnan(dep))
-						break;
-					start = start > dep ? start : dep;
-					free_at[s] = b_end[s * m + j] = start + bwd[s];
+				if (ds < 0) {
+					ds = n - 1;
+					dc = (int64_t)c - 1;
+				} else if (ds == n) {
+					ds = 0;
+					dc = (int64_t)c + 1;
 				}
+				if (dc >= 0 && dc < v) {
+					size_t at = ((size_t)ds * v + (size_t)dc) * m + j;
+					dep = x.forward ? f_end[at] + st->recv_fwd_s
+					                : b_end[at] + st->recv_bwd_s;
+					if (isnan(dep))
+						break;
+				}
+				start = start > dep ? start : dep;
+				if (x.forward)
+					took = fwd[s * v + c] + (c == 0 ? st->embedding.fwd_s : 0) +
+					       (c == v - 1 ? st->head.fwd_s : 0);
+				else
+					took = bwd[s * v + c] + (c == 0 ? st->embedding.bwd_s : 0) +
+					       (c == v - 1 ? st->head.bwd_s : 0);
+				free_at[s] = start + took;
+				(x.forward ? f_end : b_end)[((size_t)s * v + c) * m + j] =
+				        free_at[s];
 			}
 		}
 	}
@@ -209,8 +255,9 @@ out:
 /* Fills plan's predictions: per-stage peaks, fits, step time. 0 or -ENOMEM. */
 static int predict(const struct lynx_problem *p, struct lynx_plan *plan)
 {
-	double *fwd = calloc(p->n_stages, sizeof(double));
-	double *bwd = calloc(p->n_stages, sizeof(double));
+	const uint32_t v = lynx_problem_chunks(p);
+	double *fwd = calloc((size_t)p->n_stages * v, sizeof(double));
+	double *bwd = calloc((size_t)p->n_stages * v, sizeof(double));
 	int err = 0;
 
 	if (!fwd || !bwd) {
@@ -221,10 +268,13 @@ static int predict(const struct lynx_problem *p, struct lynx_plan *plan)
 	for (uint32_t s = 0; s < p->n_stages; s++) {
 		const struct lynx_problem_stage *st = &p->stages[s];
 
-		fwd[s] = st->layers * p->layer.fwd_s + st->embedding.fwd_s + st->head.fwd_s;
-		bwd[s] = st->layers * p->layer.bwd_s + st->embedding.bwd_s + st->head.bwd_s;
-		for (uint32_t l = 0; l < st->layers; l++)
-			bwd[s] += terms(p, plan, s, l).extra_s;
+		/* Layer l is in model chunk l / (layers / v), the remainder in the last. */
+		for (uint32_t l = 0, per = st->layers / v; l < st->layers; l++) {
+			size_t c = (size_t)s * v + (l / per < v ? l / per : v - 1);
+
+			fwd[c] += p->layer.fwd_s;
+			bwd[c] += p->layer.bwd_s + terms(p, plan, s, l).extra_s;
+		}
 		plan->stages[s].peak_bytes = stage_peak(p, plan, s);
 		plan->fits =
 		        plan->fits && plan->stages[s].peak_bytes <= lynx_problem_stage_budget(p, s);

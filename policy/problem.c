@@ -196,6 +196,10 @@ static void fill_stage(const struct lynx_model_desc *m, const struct lynx_cluste
 	st->first_layer = first_layer;
 	st->inflight = lynx_model_inflight(m, s);
 	st->warmup = p - s - 1 < micro ? p - s - 1 : micro;
+	st->chunk_warmup = lynx_model_chunk_warmup(m, s);
+	st->passes_inflight = st->chunk_warmup + 1 < micro * lynx_model_vp(m)
+	                              ? st->chunk_warmup + 1
+	                              : micro * lynx_model_vp(m);
 	st->params = st->layers * lynx_model_layer_params_per_rank(m);
 	if (s == 0) {
 		fill_embedding(m, lc, &st->embedding);
@@ -208,9 +212,11 @@ static void fill_stage(const struct lynx_model_desc *m, const struct lynx_cluste
 		st->params += lynx_model_norm_params(m) + (p > 1 || m->arch.untied ? word : 0);
 	}
 	st->static_bytes = static_bytes(st->params, d_opt);
-	if (s > 0)
+	/* Interleaved, the first stage receives its later chunks' activations from the last,
+	 * and the last stage its earlier chunks' gradients from the first. */
+	if (s > 0 || lynx_model_vp(m) > 1)
 		st->recv_fwd_s = lynx_cost_collective_s(pp_link, LYNX_COLL_SEND_RECV, 2, p2p_bytes);
-	if (s < p - 1)
+	if (s < p - 1 || lynx_model_vp(m) > 1)
 		st->recv_bwd_s = lynx_cost_collective_s(pp_link, LYNX_COLL_SEND_RECV, 2, p2p_bytes);
 	if (opt->distributed_optimizer)
 		st->grad_reduce_s = lynx_cost_collective_s(dp_link, LYNX_COLL_REDUCE_SCATTER,
@@ -288,6 +294,9 @@ int lynx_problem_from_model(const struct lynx_model_desc *m, const struct lynx_c
 	p->model = *m;
 	p->cluster = c;
 	p->micro_batches = lynx_model_micro_batches(m);
+	p->virtual_stages = lynx_model_vp(m);
+	p->offload_share_set = opt->offload_share_set;
+	p->offload_share_bp = opt->offload_share_bp;
 	p->budget_bytes = opt->budget_bytes ? opt->budget_bytes : c->gpu->mem_bytes;
 	p->search_seconds = opt->search_seconds;
 	p->search_one_stage = opt->search_one_stage;
@@ -331,6 +340,35 @@ int lynx_problem_from_model(const struct lynx_model_desc *m, const struct lynx_c
 out_free:
 	lynx_problem_free(p);
 	return err;
+}
+
+struct lynx_pass lynx_problem_pass(const struct lynx_problem *p, uint32_t s, uint32_t a)
+{
+	const uint32_t v = lynx_problem_chunks(p), n = p->n_stages, passes = p->micro_batches * v;
+	const uint32_t w = v > 1 ? p->stages[s].chunk_warmup : p->stages[s].warmup;
+	struct lynx_pass pass = {.forward = true};
+	uint32_t k = a;
+
+	if (a >= w) {
+		uint32_t i = a - w, steady = passes - w;
+
+		if (i < 2 * steady) {
+			pass.forward = i % 2 == 0;
+			k = pass.forward ? w + i / 2 : i / 2;
+		} else {
+			pass.forward = false;
+			k = steady + (i - 2 * steady);
+		}
+	}
+	if (v == 1) {
+		pass.microbatch = k;
+		return pass;
+	}
+	pass.microbatch = k / (n * v) * n + k % n;
+	pass.chunk = k % (n * v) / n;
+	if (!pass.forward)
+		pass.chunk = v - 1 - pass.chunk;
+	return pass;
 }
 
 void lynx_problem_free(struct lynx_problem *p)

@@ -10,7 +10,15 @@
  * description is shared by all stages), the embedding on the first stage and the head and
  * loss on the last. Under 1F1B it runs `warmup` forwards, then alternates one forward and one
  * backward, then runs the remaining backwards; it holds at most `inflight` micro-batches'
- * activations, min(p - s, m).
+ * activations, min(p - s, m). With `virtual_stages` v > 1 (from a model only), Megatron's
+ * interleaved 1F1B: the stage's layers are v model chunks of layers/v, chunk k of stage s
+ * being global chunk k·p + s (the embedding in chunk 0, the head in chunk v - 1); a pass is one
+ * micro-batch through one chunk, and the stage runs `chunk_warmup` forward passes, then
+ * alternates, then runs the remaining backward passes, in Megatron's order
+ * (lynx_problem_action()). A pass waits for the same micro-batch's pass of that chunk on the
+ * stage before (forward) or after (backward); a stage's first chunk after the first waits
+ * for the last stage's previous chunk, and so on round the ring, so the first stage also
+ * receives activations and the last stage gradients.
  *
  * A layer is a sequence of ops. The forward of op i first waits `wait_fwd_s` for a
  * collective (Megatron's tensor-parallel all-reduce, or SP's all-gather/reduce-scatter), then
@@ -176,6 +184,10 @@ struct lynx_problem_stage {
 	uint32_t first_layer, layers; /* global index of the first; how many */
 	uint32_t inflight;            /* micro-batches held at the peak: min(p - s, m) */
 	uint32_t warmup;              /* forwards before the first backward: min(p - s - 1, m) */
+	/* Interleaved (virtual_stages > 1): forward passes before the first backward
+	 * (lynx_model_chunk_warmup()), and the passes in flight at the peak,
+	 * min(chunk_warmup + 1, m·v); unused otherwise. */
+	uint32_t chunk_warmup, passes_inflight;
 	/* From profiles: the index in the stage's profile's layers of its first layer (1 after
 	 * an embedding layer, else 0), so stage layer j is profile layer profile_first_layer +
 	 * j; 0 from a model. */
@@ -216,7 +228,14 @@ struct lynx_problem {
 	struct lynx_problem_layer layer;
 	uint32_t n_stages;
 	struct lynx_problem_stage *stages;
+	/* v: model chunks per stage under interleaved 1F1B (the header comment); 0 or 1: plain
+	 * 1F1B, as every problem from profiles (an interleaved job's profile plans each chunk's
+	 * pass as a micro-batch). */
+	uint32_t virtual_stages;
 	double search_seconds; /* from the options: a planner's search limit; 0: its own */
+	/* From the options (lynx_problem_options): the offload planner's fixed α. */
+	bool offload_share_set;
+	uint32_t offload_share_bp;
 	/* From the options: a searching planner (opt, checkmate) searches this stage only and
 	 * keeps its start (HEU's plan) on the others. */
 	bool search_one_stage;
@@ -266,6 +285,11 @@ struct lynx_problem_options {
 	/* Contention between rebuilds and communication; compute 0: the cluster's (from a
 	 * model) or LYNX_INTERFERENCE_DEFAULT (from profiles, which do not measure it). */
 	struct lynx_interference interference;
+	/* The offload planner offloads offload_share_bp hundredths of a percent of each stage's
+	 * activation bytes that Kuaishou's rules let offload (their α, at most 10000) instead of
+	 * searching the least share that fits, when offload_share_set. */
+	bool offload_share_set;
+	uint32_t offload_share_bp;
 };
 
 /* The presets' figure (presets.def: Lee et al.'s average compute slowdown; communication not
@@ -380,6 +404,35 @@ static inline uint64_t lynx_problem_stage_budget(const struct lynx_problem *p, u
 {
 	return p->stages[s].budget_bytes ? p->stages[s].budget_bytes : p->budget_bytes;
 }
+
+/* v: model chunks per stage (virtual_stages, or 1). */
+static inline uint32_t lynx_problem_chunks(const struct lynx_problem *p)
+{
+	return p->virtual_stages > 1 ? p->virtual_stages : 1;
+}
+
+/* How many micro-batches' kept activations stage s holds at its peak, counting a chunk pass
+ * as 1/v of one: inflight, or passes_inflight / v interleaved. For estimates (HEU's). */
+static inline double lynx_problem_held_micro_batches(const struct lynx_problem *p, uint32_t s)
+{
+	const uint32_t v = lynx_problem_chunks(p);
+
+	return v > 1 ? (double)p->stages[s].passes_inflight / v : p->stages[s].inflight;
+}
+
+/* One pass of a stage's schedule: a micro-batch through one model chunk, forward or back. */
+struct lynx_pass {
+	uint32_t microbatch, chunk;
+	bool forward;
+};
+
+/*
+ * Pass a (0 <= a < 2·m·v) of stage s's schedule, the one every simulator follows: the warm-up
+ * forwards, then one forward and one backward, then the remaining backwards. Interleaved,
+ * forward pass k runs chunk (k mod p·v) / p and backward pass k chunk v - 1 - (k mod p·v) / p,
+ * both of micro-batch (k / (p·v))·p + k mod p, as Megatron orders them.
+ */
+struct lynx_pass lynx_problem_pass(const struct lynx_problem *p, uint32_t s, uint32_t a);
 
 /*
  * Packs (shim/pack.h). Lynx's executor evicts whole VMM granules; activations below one

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The shared command line of a model's job: its parser and the description it makes. */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -158,6 +159,7 @@ int lynx_jobargs_model(const struct lynx_job_args *a, const struct lynx_model_pr
 	m->pp = pp;
 	m->dp = a->dp;
 	m->cp = a->cp ? a->cp : 1;
+	m->vp = a->vp ? a->vp : 1;
 	m->micro_batch = a->micro_batch;
 	m->sp = a->sp;
 	if (global > UINT32_MAX) {
@@ -185,6 +187,20 @@ static int parse_contention(const char *opt, const char *text, double *factor, c
 		return -EINVAL;
 	}
 	*factor = 1.0 + bp / 10000.0;
+	return 0;
+}
+
+int lynx_jobargs_offload_share(const struct lynx_job_args *a, struct lynx_problem_options *opt,
+                               char *why, size_t len)
+{
+	double factor;
+
+	if (!a->offload_share)
+		return 0;
+	if (parse_contention("--offload-share", a->offload_share, &factor, why, len))
+		return -EINVAL;
+	opt->offload_share_set = true;
+	opt->offload_share_bp = (uint32_t)lround((factor - 1.0) * 10000.0);
 	return 0;
 }
 

@@ -15,13 +15,14 @@
 
 #include "model.h"
 #include "presets.h"
+#include "problem.h"
 
 /* What the job options set; a command's own arguments struct embeds it. */
 struct lynx_job_args {
 	const char *model, *cluster;
 	const char *hf_config; /* a config.json to read instead of a preset */
 	const char *attention; /* "flash" or "unfused"; NULL: the model's */
-	uint32_t tp, pp, dp, cp, micro_batch, micro_batches;
+	uint32_t tp, pp, dp, cp, vp, micro_batch, micro_batches;
 	uint64_t budget;
 	bool sp, distributed_optimizer;
 	/* Overrides of the preset's or config's shape; 0: keep. */
@@ -30,6 +31,9 @@ struct lynx_job_args {
 	/* How much slower a rebuild, and the transfer it overlaps, run meanwhile: percentages
 	 * ("19" or "19%"); NULL: the cluster's (lynx_jobargs_interference()). */
 	const char *contention, *contention_comm;
+	/* The offload planner's share of activations (Kuaishou's α), a percentage; NULL: the
+	 * least share that fits (lynx_jobargs_offload_share()). */
+	const char *offload_share;
 };
 
 /* The defaults: t = p = 0 (not given: 1 once described, or chosen by `lynx sim --sweep`),
@@ -66,6 +70,8 @@ struct lynx_option {
 	        LYNX_OPTION(type, "--dp", "D", UINT, member.dp, "data-parallel size (default 1)"), \
 	        LYNX_OPTION(type, "--cp", "C", UINT, member.cp,                                    \
 	                    "context-parallel size (default 1; needs flash attention)"),           \
+	        LYNX_OPTION(type, "--vp", "V", UINT, member.vp,                                    \
+	                    "virtual pipeline stages per rank: interleaved 1F1B (default 1)"),     \
 	        LYNX_OPTION(type, "--microbatches", "M", UINT, member.micro_batches,               \
 	                    "micro-batches per pipeline and iteration (default 4·P)"),             \
 	        LYNX_OPTION(type, "--micro-batch", "B", UINT, member.micro_batch,                  \
@@ -99,7 +105,10 @@ struct lynx_option {
 	                    "how much slower a rebuild runs while it overlaps a collective or a "  \
 	                    "pipeline transfer, 0-100% (default: the cluster's, 19%)"),            \
 	        LYNX_OPTION(type, "--contention-comm", "PCT", NAME, member.contention_comm,        \
-	                    "how much slower that transfer runs meanwhile, 0-100% (default 0%)")
+	                    "how much slower that transfer runs meanwhile, 0-100% (default 0%)"),  \
+	        LYNX_OPTION(type, "--offload-share", "PCT", NAME, member.offload_share,            \
+	                    "offload this share of activations, 0-100% (Kuaishou's alpha), "       \
+	                    "instead of the least that fits")
 
 /*
  * Parses argv[1..] into the struct at base with options opts[0..n). An argument that is not
@@ -135,5 +144,10 @@ int lynx_jobargs_model(const struct lynx_job_args *a, const struct lynx_model_pr
  */
 int lynx_jobargs_interference(const struct lynx_job_args *a, struct lynx_interference base,
                               struct lynx_interference *out, char *why, size_t len);
+
+/* a->offload_share into opt's offload_share_set and offload_share_bp (a percentage as
+ * --contention takes it). Returns 0, or -EINVAL with a sentence in why. */
+int lynx_jobargs_offload_share(const struct lynx_job_args *a, struct lynx_problem_options *opt,
+                               char *why, size_t len);
 
 #endif /* LYNX_JOBARGS_H */

@@ -181,9 +181,14 @@ static void print_model_header(const struct lynx_problem *p, const char *model,
 	const struct lynx_model_desc *m = &p->model;
 	struct size_text t;
 
-	printf("%s on %s: t=%u p=%u d=%u%s, %u micro-batches of %u; budget %s; planner %s\n", model,
-	       p->cluster ? p->cluster->name : "?", m->tp, m->pp, m->dp, m->sp ? " +SP" : "",
-	       p->micro_batches, m->micro_batch, size_text(p->budget_bytes, &t), plan->planner);
+	char more[48] = "";
+
+	if (lynx_model_cp(m) > 1 || lynx_model_vp(m) > 1)
+		snprintf(more, sizeof(more), " c=%u v=%u", lynx_model_cp(m), lynx_model_vp(m));
+	printf("%s on %s: t=%u p=%u d=%u%s%s, %u micro-batches of %u; budget %s; planner %s\n",
+	       model, p->cluster ? p->cluster->name : "?", m->tp, m->pp, m->dp, more,
+	       m->sp ? " +SP" : "", p->micro_batches, m->micro_batch,
+	       size_text(p->budget_bytes, &t), plan->planner);
 }
 
 static void print_profile_header(const struct lynx_problem *p, size_t n_profiles,
@@ -215,8 +220,18 @@ static void print_summary(const struct lynx_problem *p, const struct lynx_plan *
 		const struct lynx_problem_stage *st = &p->stages[s];
 		struct size_text peak, fixed;
 
-		printf("\nstage %u: layers %u-%u (%u)%s%s, peak %s (static %s)", s, st->first_layer,
-		       st->first_layer + st->layers - 1, st->layers,
+		const uint32_t v = lynx_problem_chunks(p), per = st->layers / v;
+		char layers[160] = "";
+		size_t at = 0;
+
+		/* Interleaved, chunk k of stage s is the model's chunk k·p + s. */
+		for (uint32_t k = 0; k < v && at < sizeof(layers); k++) {
+			uint32_t first = v > 1 ? (k * p->n_stages + s) * per : st->first_layer;
+			at += (size_t)snprintf(layers + at, sizeof(layers) - at, "%s%u-%u",
+			                       k ? ", " : "", first,
+			                       first + (v > 1 ? per : st->layers) - 1);
+		}
+		printf("\nstage %u: layers %s (%u)%s%s, peak %s (static %s)", s, layers, st->layers,
 		       st->embedding.present ? " +embedding" : "", st->head.present ? " +head" : "",
 		       size_text(r ? r->peak_bytes[s] : plan->stages[s].peak_bytes, &peak),
 		       size_text(st->static_bytes, &fixed));
@@ -327,7 +342,8 @@ static int plan_job(const struct plan_args *a, const struct lynx_model_desc *m,
 	int err, rc;
 
 	if (lynx_jobargs_interference(&a->job, c->interference, &opt.interference, why,
-	                              sizeof(why)))
+	                              sizeof(why)) ||
+	    lynx_jobargs_offload_share(&a->job, &opt, why, sizeof(why)))
 		return lynx_usage_error("plan", "%s", why);
 	if (a->partition) {
 		err = lynx_partition_find(m, c, &opt, pl, &pt, why, sizeof(why));

@@ -68,13 +68,13 @@ void lynx_sim_help(FILE *out)
 	for (int i = 0; i < LYNX_PLANNER_COUNT; i++)
 		fprintf(out, "  %-10s %s\n", lynx_planners[i].name, lynx_planners[i].summary);
 	fprintf(out,
-	        "\nColumns: step time of one iteration (1F1B over all stages, gradient reduction "
-	        "and\noptimizer step included); speedup over `full`; MFU, model FLOPs over the "
-	        "step time and\nevery GPU's peak; whether every stage's peak fits the budget; the "
-	        "planner's search\ntime; the peak memory of each pipeline stage. Every plan is "
-	        "replayed by the\nindependent checker, whose numbers are printed; a disagreement "
-	        "with the planner's own\nprediction is reported on stderr. The model behind the "
-	        "numbers: policy/problem.h.\n"
+	        "\nColumns: step time of one iteration (1F1B, interleaved under --vp, over all "
+	        "stages,\ngradient reduction and optimizer step included); speedup over `full`; "
+	        "MFU, model\nFLOPs over the step time and every GPU's peak; whether every stage's "
+	        "peak fits the\nbudget; the planner's search time; the peak memory of each "
+	        "pipeline stage.\nEvery plan is replayed by the independent checker, whose "
+	        "numbers are printed; a\ndisagreement with the planner's own prediction is "
+	        "reported on stderr. The model\nbehind the numbers: policy/problem.h.\n"
 	        "\nMFU counts model FLOPs: 2 per multiply-add of every GEMM, the forward once "
 	        "and the\nbackward twice, and causal attention at half its QK^T and PV FLOPs, "
 	        "whatever kernel\nruns it (flash skips the masked half; unfused attention "
@@ -303,6 +303,8 @@ static void print_table(const struct lynx_problem *p, const char *model, const s
 	printf("%s on %s: t=%u p=%u d=%u", model, p->cluster->name, m->tp, m->pp, m->dp);
 	if (lynx_model_cp(m) > 1)
 		printf(" c=%u", lynx_model_cp(m));
+	if (lynx_model_vp(m) > 1)
+		printf(" v=%u", lynx_model_vp(m));
 	printf("%s, micro-batch %u, %u micro-batch%s (global batch %u); budget %.2f GiB, static "
 	       "%.2f",
 	       m->sp ? " +SP" : "", m->micro_batch, p->micro_batches,
@@ -373,6 +375,7 @@ static cJSON *job_json(const struct lynx_problem *p, const char *model, const st
 	ok = ok && cJSON_AddNumberToObject(o, "pp", m->pp);
 	ok = ok && cJSON_AddNumberToObject(o, "dp", m->dp);
 	ok = ok && cJSON_AddNumberToObject(o, "cp", lynx_model_cp(m));
+	ok = ok && cJSON_AddNumberToObject(o, "vp", lynx_model_vp(m));
 	ok = ok && cJSON_AddBoolToObject(o, "sp", m->sp);
 	ok = ok && cJSON_AddNumberToObject(o, "micro_batch", m->micro_batch);
 	ok = ok && cJSON_AddNumberToObject(o, "microbatches", p->micro_batches);
@@ -517,7 +520,8 @@ static int sim_job(const struct sim_args *a, const struct lynx_model_preset *pre
 
 	memset(r, 0, sizeof(r));
 	if (lynx_jobargs_interference(&a->job, c->interference, &opt.interference, why,
-	                              sizeof(why)))
+	                              sizeof(why)) ||
+	    lynx_jobargs_offload_share(&a->job, &opt, why, sizeof(why)))
 		return lynx_usage_error("sim", "%s", why);
 	if (a->sweep && !a->job.tp && !a->job.pp) {
 		err = pick_layout(preset, c, &opt, &job, why, sizeof(why));

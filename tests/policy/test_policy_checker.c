@@ -21,6 +21,7 @@ struct job {
 	uint32_t t, p, d, b, m;
 	bool sp;
 	uint64_t budget_gib; /* 0: the GPU's memory */
+	uint32_t v;          /* virtual stages (interleaved 1F1B); 0: 1 */
 };
 
 static void build(const struct job *j, struct lynx_problem *p)
@@ -37,6 +38,7 @@ static void build(const struct job *j, struct lynx_problem *p)
 	m.micro_batch = j->b;
 	m.global_batch = j->b * j->d * j->m;
 	m.sp = j->sp;
+	m.vp = j->v;
 	if (lynx_problem_from_model(&m, lynx_preset_find_cluster(j->cluster), &opt, p, why,
 	                            sizeof(why)))
 		fail_msg("problem refused: %s", why);
@@ -60,18 +62,21 @@ static void assert_close(const char *what, double got, double want)
 /*
  * Every planner's predicted step time and per-stage peaks are what the checker finds, over
  * pipelines deep and shallow, fewer micro-batches than stages, SP, data parallelism, PCIe,
- * and budgets that make DTR work.
+ * budgets that make DTR work, and interleaved 1F1B.
  */
 static void test_checker_agrees_with_every_planner(void **state)
 {
 	static const struct job jobs[] = {
-	        {"gpt-22b", "a100-nvlink", 8, 1, 1, 4, 1, false, 0},
-	        {"gpt-22b", "a100-nvlink", 8, 1, 1, 4, 3, true, 70},
-	        {"gpt-13b", "a100-nvlink", 8, 4, 1, 1, 16, false, 14},
-	        {"gpt-13b", "h800-nvlink", 8, 4, 2, 2, 3, true, 0},
-	        {"gpt-1.3b", "a100-pcie", 1, 2, 2, 2, 8, false, 30},
-	        {"gpt-6.7b", "a100-pcie", 4, 8, 1, 1, 12, false, 9},
-	        {"gpt-20b", "h100-nvlink", 8, 11, 1, 1, 5, true, 0},
+	        {"gpt-22b", "a100-nvlink", 8, 1, 1, 4, 1, false, 0, 0},
+	        {"gpt-22b", "a100-nvlink", 8, 1, 1, 4, 3, true, 70, 0},
+	        {"gpt-13b", "a100-nvlink", 8, 4, 1, 1, 16, false, 14, 0},
+	        {"gpt-13b", "h800-nvlink", 8, 4, 2, 2, 3, true, 0, 0},
+	        {"gpt-1.3b", "a100-pcie", 1, 2, 2, 2, 8, false, 30, 0},
+	        {"gpt-6.7b", "a100-pcie", 4, 8, 1, 1, 12, false, 9, 0},
+	        {"gpt-20b", "h100-nvlink", 8, 11, 1, 1, 5, true, 0, 0},
+	        {"gpt-13b", "a100-nvlink", 8, 4, 1, 1, 8, false, 14, 2},
+	        {"gpt-1.3b", "a100-pcie", 1, 2, 2, 2, 8, false, 30, 3},
+	        {"gpt-13b", "h800-nvlink", 8, 4, 1, 1, 4, true, 0, 5},
 	};
 
 	for (size_t i = 0; i < sizeof(jobs) / sizeof(jobs[0]); i++) {
@@ -119,7 +124,7 @@ static void test_checker_agrees_with_every_planner(void **state)
  */
 static void test_uniform_stages_take_the_textbook_1f1b_time(void **state)
 {
-	const struct job j = {"gpt-13b", "a100-nvlink", 8, 4, 1, 1, 6, false, 0};
+	const struct job j = {"gpt-13b", "a100-nvlink", 8, 4, 1, 1, 6, false, 0, 0};
 	struct lynx_problem p;
 	struct lynx_plan plan;
 	struct lynx_checker_result c;
@@ -148,11 +153,61 @@ static void test_uniform_stages_take_the_textbook_1f1b_time(void **state)
 	lynx_problem_free(&p);
 }
 
+/*
+ * Interleaved, the same stages take Narayanan et al.'s (m + (p - 1)/v)·(F + B): the bubble
+ * shrinks v times. The first stage holds 1 + (p - 1)/(p·v) times the activations of 1F1B
+ * (Megatron's warm-up of 2·(p - 1) + (v - 1)·p passes, plus one), without the embedding's.
+ */
+static void test_interleaved_stages_shrink_the_bubble_by_v(void **state)
+{
+	double none_act = 0;
+
+	for (uint32_t v = 1; v <= 5; v += v == 1 ? 1 : 3) {
+		const struct job j = {"gpt-13b", "a100-nvlink", 8, 4, 1, 1, 8, false, 0, v};
+		struct lynx_problem p;
+		struct lynx_plan plan;
+		struct lynx_checker_result c;
+		double fb;
+		char what[64];
+
+		build(&j, &p);
+		for (uint32_t s = 0; s < p.n_stages; s++) {
+			struct lynx_problem_stage *st = &p.stages[s];
+
+			st->embedding.fwd_s = st->embedding.bwd_s = 0;
+			st->embedding.act_bytes = 0;
+			st->head.fwd_s = st->head.bwd_s = 0;
+			st->recv_fwd_s = st->recv_bwd_s = 0;
+			st->grad_reduce_s = st->optimizer_s = 0;
+			for (uint32_t w = 0; w < st->n_windows; w++)
+				if (st->windows[w].kind != LYNX_WINDOW_TP_FWD &&
+				    st->windows[w].kind != LYNX_WINDOW_TP_BWD)
+					st->windows[w].capacity_s = 0;
+		}
+		fb = 10 * (p.layer.fwd_s + p.layer.bwd_s);
+		assert_int_equal(lynx_planner_none(&p, &plan, NULL, 0), 0);
+		check(&p, &plan, &c);
+		snprintf(what, sizeof(what), "v=%u checker", v);
+		assert_close(what, c.step_time_s, (8 + 3.0 / v) * fb);
+		snprintf(what, sizeof(what), "v=%u planner", v);
+		assert_close(what, plan.step_time_s, (8 + 3.0 / v) * fb);
+		double act = (double)(c.peak_bytes[0] - p.stages[0].static_bytes);
+		if (v == 1)
+			none_act = act;
+		snprintf(what, sizeof(what), "v=%u first stage's activations", v);
+		if (v > 1)
+			assert_close(what, act / none_act, 1 + 3.0 / (4 * v));
+		lynx_checker_free(&c);
+		lynx_plan_free(&plan);
+		lynx_problem_free(&p);
+	}
+}
+
 /* settle stores the replay in the plan and lowers only overflowing stages' budgets, by their
  * excess, and only when asked to tighten. */
 static void test_settle_lowers_overflowing_budgets_by_their_excess(void **state)
 {
-	const struct job j = {"gpt-13b", "a100-nvlink", 8, 4, 1, 1, 8, false, 12};
+	const struct job j = {"gpt-13b", "a100-nvlink", 8, 4, 1, 1, 8, false, 12, 0};
 	struct lynx_problem p;
 	struct lynx_plan plan;
 	struct lynx_checker_result c;
@@ -251,7 +306,7 @@ static int dp_window(const struct lynx_problem_stage *st, uint32_t l)
  */
 static void test_a_rebuild_that_fits_its_window_is_free(void **state)
 {
-	const struct job j = {"gpt-22b", "a100-nvlink", 8, 1, 1, 4, 2, false, 0};
+	const struct job j = {"gpt-22b", "a100-nvlink", 8, 1, 1, 4, 2, false, 0, 0};
 	struct lynx_problem p;
 	struct lynx_plan none, plan;
 	struct lynx_checker_result c;
@@ -280,7 +335,7 @@ static void test_a_rebuild_that_fits_its_window_is_free(void **state)
  */
 static void test_window_overflow_lands_on_the_critical_path(void **state)
 {
-	const struct job j = {"gpt-22b", "a100-nvlink", 8, 1, 1, 4, 2, false, 0};
+	const struct job j = {"gpt-22b", "a100-nvlink", 8, 1, 1, 4, 2, false, 0, 0};
 	const uint32_t core =
 	        LYNX_GROUPS(SOFTMAX_OUT) | LYNX_GROUPS(SOFTMAX_MASK) | LYNX_GROUPS(DROPOUT_OUT);
 	struct lynx_problem p;
@@ -308,7 +363,7 @@ static void test_window_overflow_lands_on_the_critical_path(void **state)
  */
 static void test_contention_prices_each_window_by_its_delay(void **state)
 {
-	const struct job j = {"gpt-22b", "a100-nvlink", 8, 1, 1, 4, 2, false, 0};
+	const struct job j = {"gpt-22b", "a100-nvlink", 8, 1, 1, 4, 2, false, 0, 0};
 	const uint32_t core =
 	        LYNX_GROUPS(SOFTMAX_OUT) | LYNX_GROUPS(SOFTMAX_MASK) | LYNX_GROUPS(DROPOUT_OUT);
 	const struct lynx_interference cases[] = {{1, 1}, {1.19, 1}, {1.19, 1.1}, {2, 2}};
@@ -347,7 +402,7 @@ static void test_contention_prices_each_window_by_its_delay(void **state)
  */
 static void test_early_rebuilds_hold_memory_until_their_consumer(void **state)
 {
-	const struct job j = {"gpt-22b", "a100-nvlink", 8, 1, 1, 4, 1, false, 200};
+	const struct job j = {"gpt-22b", "a100-nvlink", 8, 1, 1, 4, 1, false, 200, 0};
 	const uint32_t core =
 	        LYNX_GROUPS(SOFTMAX_OUT) | LYNX_GROUPS(SOFTMAX_MASK) | LYNX_GROUPS(DROPOUT_OUT);
 	struct lynx_problem p;
@@ -381,7 +436,7 @@ static void test_early_rebuilds_hold_memory_until_their_consumer(void **state)
  * plan runs exactly as its on-demand twin. */
 static void test_windows_after_the_consumer_fall_back_to_on_demand(void **state)
 {
-	const struct job j = {"gpt-13b", "a100-nvlink", 8, 1, 2, 1, 3, false, 0};
+	const struct job j = {"gpt-13b", "a100-nvlink", 8, 1, 2, 1, 3, false, 0, 0};
 	struct lynx_problem p;
 	struct lynx_plan in_dp, twin;
 	struct lynx_checker_result a, b;
@@ -418,7 +473,7 @@ static int next_layer_wrapping(const struct lynx_problem_stage *st, uint32_t l)
 
 static void test_1f1b_decides_which_occurrence_serves_a_backward(void **state)
 {
-	const struct job j = {"gpt-13b", "a100-nvlink", 8, 2, 1, 1, 4, false, 0};
+	const struct job j = {"gpt-13b", "a100-nvlink", 8, 2, 1, 1, 4, false, 0, 0};
 	struct lynx_problem p;
 	struct lynx_plan plan;
 	struct lynx_checker_result c;
@@ -445,8 +500,8 @@ static void test_1f1b_decides_which_occurrence_serves_a_backward(void **state)
 /* Offloading needs a host link; a plan for another pipeline does not fit. */
 static void test_offload_without_a_host_link_and_mismatched_plans_are_refused(void **state)
 {
-	const struct job j = {"gpt-13b", "a100-nvlink", 8, 2, 1, 1, 4, false, 0};
-	const struct job k = {"gpt-13b", "a100-nvlink", 8, 4, 1, 1, 4, false, 0};
+	const struct job j = {"gpt-13b", "a100-nvlink", 8, 2, 1, 1, 4, false, 0, 0};
+	const struct job k = {"gpt-13b", "a100-nvlink", 8, 4, 1, 1, 4, false, 0, 0};
 	struct lynx_problem p, q;
 	struct lynx_plan plan;
 	struct lynx_checker_result c;
@@ -472,6 +527,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_checker_agrees_with_every_planner),
 	        cmocka_unit_test(test_uniform_stages_take_the_textbook_1f1b_time),
+	        cmocka_unit_test(test_interleaved_stages_shrink_the_bubble_by_v),
 	        cmocka_unit_test(test_a_rebuild_that_fits_its_window_is_free),
 	        cmocka_unit_test(test_window_overflow_lands_on_the_critical_path),
 	        cmocka_unit_test(test_contention_prices_each_window_by_its_delay),

@@ -440,6 +440,41 @@ static void test_kuaishou_rules_pp_of_three_and_no_offload_on_the_last_stage(voi
 	lynx_problem_free(&p);
 }
 
+/* Interleaved (v = 2), the last stage's first chunk may offload; its last chunk never does. */
+static void test_kuaishou_interleaved_last_stage_offloads_only_before_its_last_chunk(void **state)
+{
+	struct lynx_model_desc m;
+	struct lynx_problem_options opt = {.budget_bytes = 12ull << 30};
+	struct lynx_problem p;
+	struct lynx_plan off;
+	char why[256] = "";
+	uint64_t first_chunk = 0;
+
+	lynx_preset_fill_model(lynx_preset_find_model("gpt-13b"), &m);
+	m.tp = 8;
+	m.pp = 4;
+	m.vp = 2;
+	m.global_batch = 16;
+	if (lynx_problem_from_model(&m, lynx_preset_find_cluster("a100-nvlink"), &opt, &p, why,
+	                            sizeof(why)))
+		fail_msg("problem refused: %s", why);
+	plan_offload(&p, &off);
+	assert_true(off.fits);
+	for (uint32_t l = 0; l < p.stages[3].layers; l++)
+		for (uint32_t g = 0; g < p.layer.n_groups; g++) {
+			bool offloaded =
+			        lynx_plan_get(&off, 3, l, g)->action == LYNX_ACTION_OFFLOAD;
+			if (l >= p.stages[3].layers / 2 && offloaded)
+				fail_msg("the last stage's last chunk offloads layer %u group %s",
+				         l, p.layer.groups[g].name);
+			first_chunk += offloaded;
+		}
+	assert_true(first_chunk > 0);
+	assert_checked(&p, &off);
+	lynx_plan_free(&off);
+	lynx_problem_free(&p);
+}
+
 /* Plans p with planner id, or fails the test. */
 static void plan_with(enum lynx_planner_id id, const struct lynx_problem *p, struct lynx_plan *plan)
 {
@@ -548,6 +583,8 @@ int main(void)
 	        cmocka_unit_test(test_offload_costs_time_on_slow_links_and_little_on_fast_ones),
 	        cmocka_unit_test(test_no_plan_fits_below_what_full_offload_reaches),
 	        cmocka_unit_test(test_kuaishou_rules_pp_of_three_and_no_offload_on_the_last_stage),
+	        cmocka_unit_test(
+	                test_kuaishou_interleaved_last_stage_offloads_only_before_its_last_chunk),
 	        cmocka_unit_test(test_mixed_offloads_where_that_is_faster),
 	        cmocka_unit_test(test_mixed_without_a_host_link_is_heu),
 	};

@@ -186,6 +186,90 @@ static void test_stages_follow_1f1b(void **state)
 	lynx_problem_free(&p);
 }
 
+/*
+ * Interleaved 1F1B (Narayanan et al. 2021, as Megatron-LM's schedule runs it): p = 2, v = 2,
+ * m = 4. Stage 0 warms up with 2·(p - 1) + (v - 1)·p = 4 forward passes, chunks 0 0 1 1 of
+ * micro-batches 0 1 0 1; backward passes run the chunks in reverse. Both stages receive.
+ */
+static void test_interleaved_stages_follow_megatrons_order(void **state)
+{
+	struct lynx_model_desc m = job("gpt-1.3b", 1, 2, 1, 1, 4, false);
+	struct lynx_problem p;
+	/* (forward, chunk, micro-batch) of every pass of stage 0, then of stage 1. */
+	static const int want[2][16][3] = {
+	        {{1, 0, 0},
+	         {1, 0, 1},
+	         {1, 1, 0},
+	         {1, 1, 1},
+	         {1, 0, 2},
+	         {0, 1, 0},
+	         {1, 0, 3},
+	         {0, 1, 1},
+	         {1, 1, 2},
+	         {0, 0, 0},
+	         {1, 1, 3},
+	         {0, 0, 1},
+	         {0, 1, 2},
+	         {0, 1, 3},
+	         {0, 0, 2},
+	         {0, 0, 3}},
+	        {{1, 0, 0},
+	         {1, 0, 1},
+	         {1, 1, 0},
+	         {0, 1, 0},
+	         {1, 1, 1},
+	         {0, 1, 1},
+	         {1, 0, 2},
+	         {0, 0, 0},
+	         {1, 0, 3},
+	         {0, 0, 1},
+	         {1, 1, 2},
+	         {0, 1, 2},
+	         {1, 1, 3},
+	         {0, 1, 3},
+	         {0, 0, 2},
+	         {0, 0, 3}},
+	};
+
+	(void)state;
+	m.vp = 2;
+	build(&m, "a100-nvlink", NULL, &p);
+	assert_int_equal(lynx_problem_chunks(&p), 2);
+	assert_int_equal(p.stages[0].chunk_warmup, 4);
+	assert_int_equal(p.stages[1].chunk_warmup, 2);
+	/* Passes in flight at the peak, over v: (4 + 1) / 2 and (2 + 1) / 2, rounded up. */
+	assert_int_equal(p.stages[0].inflight, 3);
+	assert_int_equal(p.stages[1].inflight, 2);
+	for (uint32_t s = 0; s < 2; s++) {
+		assert_true(p.stages[s].recv_fwd_s > 0 && p.stages[s].recv_bwd_s > 0);
+		for (uint32_t a = 0; a < 16; a++) {
+			struct lynx_pass x = lynx_problem_pass(&p, s, a);
+			if (x.forward != want[s][a][0] || x.chunk != (uint32_t)want[s][a][1] ||
+			    x.microbatch != (uint32_t)want[s][a][2])
+				fail_msg("stage %u pass %u: %s chunk %u micro-batch %u, want %s %d "
+				         "%d",
+				         s, a, x.forward ? "forward" : "backward", x.chunk,
+				         x.microbatch, want[s][a][0] ? "forward" : "backward",
+				         want[s][a][1], want[s][a][2]);
+		}
+	}
+	lynx_problem_free(&p);
+	/* m == p: Megatron runs every forward pass first. */
+	m = job("gpt-1.3b", 1, 2, 1, 1, 2, false);
+	m.vp = 2;
+	build(&m, "a100-nvlink", NULL, &p);
+	assert_int_equal(p.stages[1].chunk_warmup, 4);
+	assert_true(lynx_problem_pass(&p, 1, 3).forward && !lynx_problem_pass(&p, 1, 4).forward);
+	lynx_problem_free(&p);
+	/* Without virtual stages the passes are 1F1B's micro-batches. */
+	m = job("gpt-13b", 8, 4, 1, 1, 3, false);
+	build(&m, "a100-nvlink", NULL, &p);
+	assert_int_equal(lynx_problem_chunks(&p), 1);
+	for (uint32_t a = 0; a < 6; a++)
+		assert_int_equal(lynx_problem_pass(&p, 3, a).microbatch, a / 2);
+	lynx_problem_free(&p);
+}
+
 /* Megatron's mixed precision: 18 bytes per parameter, or 6 + 12/d with the distributed
  * optimizer; the first stage adds the embeddings, the last the final LayerNorm and, with
  * p > 1, its copy of the word embedding. */
@@ -336,6 +420,35 @@ static void test_invalid_models_are_refused_with_a_reason(void **state)
 	                                         &p, why, sizeof(why)),
 	                 -EINVAL);
 	assert_non_null(strstr(why, "exceeds the number of layers"));
+	/* Virtual stages: pipeline parallelism, chunks that split L evenly, m a multiple of p. */
+	const struct {
+		uint32_t p, v, layers, m;
+		const char *why;
+	} vp[] = {
+	        {1, 2, 40, 4, "need pipeline parallelism"},
+	        {4, 3, 40, 4, "model chunks"},
+	        {4, 2, 40, 6, "a multiple of p=4"},
+	};
+	for (size_t i = 0; i < sizeof(vp) / sizeof(vp[0]); i++) {
+		m = job("gpt-13b", 8, vp[i].p, 1, 1, vp[i].m, false);
+		m.layers = vp[i].layers;
+		m.vp = vp[i].v;
+		assert_int_equal(lynx_problem_from_model(&m,
+		                                         lynx_preset_find_cluster("a100-nvlink"),
+		                                         NULL, &p, why, sizeof(why)),
+		                 -EINVAL);
+		if (!strstr(why, vp[i].why))
+			fail_msg("p=%u v=%u L=%u m=%u: \"%s\" does not say \"%s\"", vp[i].p,
+			         vp[i].v, vp[i].layers, vp[i].m, why, vp[i].why);
+	}
+	uint32_t split[] = {10, 10, 10, 10};
+	struct lynx_problem_options opt = {.stage_layers = split};
+	m = job("gpt-13b", 8, 4, 1, 1, 4, false);
+	m.vp = 2;
+	assert_int_equal(lynx_problem_from_model(&m, lynx_preset_find_cluster("a100-nvlink"), &opt,
+	                                         &p, why, sizeof(why)),
+	                 -EINVAL);
+	assert_non_null(strstr(why, "even split"));
 }
 
 int main(void)
@@ -345,6 +458,7 @@ int main(void)
 	        cmocka_unit_test(test_an_architecture_keeps_only_its_ops_and_groups),
 	        cmocka_unit_test(test_group_order_supports_the_rebuild_rules),
 	        cmocka_unit_test(test_stages_follow_1f1b),
+	        cmocka_unit_test(test_interleaved_stages_follow_megatrons_order),
 	        cmocka_unit_test(test_static_memory_follows_megatron_accounting),
 	        cmocka_unit_test(test_windows_are_where_the_stream_waits),
 	        cmocka_unit_test(test_contention_slows_both_sides_of_an_overlap),

@@ -233,6 +233,12 @@ static void test_bad_input_exits_2_with_a_reason(void **state)
 	         "--contention '101' is not a percentage from 0 to 100"},
 	        {"--model gpt-13b --cluster a100-nvlink --contention-comm -5%",
 	         "--contention-comm '-5%' is not a percentage"},
+	        {"--model gpt-13b --cluster a100-nvlink --vp 2", "need pipeline parallelism"},
+	        {"--model gpt-13b --cluster a100-nvlink --pp 4 --vp 3", "model chunks"},
+	        {"--model gpt-13b --cluster a100-nvlink --pp 4 --vp 2 --microbatches 6",
+	         "a multiple of p=4"},
+	        {"--model gpt-13b --cluster a100-nvlink --offload-share 1.5x",
+	         "--offload-share '1.5x' is not a percentage"},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -407,6 +413,53 @@ static void test_contention_changes_what_windows_cost(void **state)
 	assert_true(step[1] < step[2]);
 }
 
+/* The first "step_time_s" of the planner's entry, and its first stage's peak. */
+static double planner_number(const char *json, const char *planner, const char *key)
+{
+	char name[64];
+	const char *at;
+
+	snprintf(name, sizeof(name), "\"planner\":\t\"%s\"", planner);
+	at = strstr(json, name);
+	assert_non_null(at);
+	at = strstr(at, key);
+	assert_non_null(at);
+	at += strlen(key);
+	while (*at == ' ' || *at == '\t' || *at == '[' || *at == '\n')
+		at++;
+	return strtod(at, NULL);
+}
+
+/*
+ * --vp: interleaved 1F1B shrinks the bubble and holds more on the first stage; --offload-share
+ * fixes the offload planner's share, so that more of it holds less.
+ */
+static void test_virtual_stages_and_a_given_offload_share(void **state)
+{
+	const char *job = "--model gpt-13b --cluster a100-nvlink --tp 8 --pp 4 --microbatches 8 "
+	                  "--planners none,offload --json";
+	const char *given[] = {"--vp 1", "--vp 2", "--vp 2 --offload-share 50",
+	                       "--vp 2 --offload-share 100%"};
+	double step[4], peak[4];
+	char args[512];
+
+	for (int i = 0; i < 4; i++) {
+		snprintf(args, sizeof(args), "%s %s", job, given[i]);
+		struct result r = sim(OUT, args);
+		assert_int_equal(r.status, 0);
+		assert_non_null(strstr(r.text, i ? "\"vp\":\t2" : "\"vp\":\t1"));
+		step[i] = planner_number(r.text, "none", "\"step_time_s\":");
+		peak[i] = planner_number(r.text, "offload", "\"peak_bytes\":");
+		free(r.text);
+	}
+	printf("# gpt-13b t8 p4 m8: none %.4f s at v=1, %.4f s at v=2; offload's first stage "
+	       "%.3g, %.3g, %.3g, %.3g bytes\n",
+	       step[0], step[1], peak[0], peak[1], peak[2], peak[3]);
+	assert_true(step[1] < step[0]);
+	assert_true(peak[1] > peak[0]);
+	assert_true(peak[2] < peak[1] && peak[3] < peak[2]);
+}
+
 static void test_help_lists_options_and_planners(void **state)
 {
 	struct result r = sim(OUT, "--help");
@@ -435,6 +488,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_planners_option_chooses_the_rows),
 	        cmocka_unit_test(test_bad_input_exits_2_with_a_reason),
 	        cmocka_unit_test(test_llama_from_a_preset_and_from_its_config_agree),
+	        cmocka_unit_test(test_virtual_stages_and_a_given_offload_share),
 	        cmocka_unit_test(test_warnings_and_a_job_that_fits_nowhere),
 	        cmocka_unit_test(test_sweep_chooses_a_layout_that_fits),
 	        cmocka_unit_test(test_contention_changes_what_windows_cost),
