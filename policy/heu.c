@@ -409,15 +409,32 @@ static void pareto(struct heu_layer *h)
 	h->n_pol = kept;
 }
 
-/* The stage's estimated peak with c layers of policy a first, then n - c of b. */
-static uint64_t estimate_peak(const struct lynx_problem_stage *st, const struct policy *a,
-                              const struct policy *b, uint32_t c)
+/*
+ * The stage's estimated peak with c layers of policy a first, then n - c of b. Interleaved
+ * (v model chunks), the passes in flight other than the one running each keep 1/v of a
+ * micro-batch's kept bytes, and the running one holds at most a chunk of one policy.
+ */
+static uint64_t estimate_peak(const struct heu_layer *h, const struct lynx_problem_stage *st,
+                              const struct policy *a, const struct policy *b, uint32_t c)
 {
-	uint32_t n = st->layers;
+	uint32_t n = st->layers, v = lynx_problem_chunks(h->p);
 	uint64_t emb = st->embedding.present ? st->embedding.act_bytes : 0;
 	uint64_t head = st->head.present ? st->head.act_bytes : 0;
 	uint64_t kept = c * a->kept + (n - c) * b->kept, held = c * a->held + (n - c) * b->held;
 	uint64_t worst = kept + head;
+
+	if (v > 1) {
+		uint32_t per = n / v;
+		uint64_t chunk = (c < per ? c : per) * a->kept + (c < per ? per - c : 0) * b->kept;
+
+		worst = (kept + v - 1) / v + head;
+		if (c > 0 && chunk + a->transient + a->scratch > worst)
+			worst = chunk + a->transient + a->scratch;
+		if (c < n && per * b->kept + b->transient + b->scratch > worst)
+			worst = per * b->kept + b->transient + b->scratch;
+		return st->static_bytes + (uint64_t)st->inflight * emb +
+		       (uint64_t)(st->passes_inflight - 1) * ((kept + v - 1) / v) + worst + held;
+	}
 
 	/* At the end of a layer's forward: the layers below it, its kept and dropped bytes (and
 	 * as its backward rebuilds them, a rebuild's scratch). */
@@ -438,9 +455,11 @@ struct pick {
 };
 
 /* What policy x adds to the stage's peak per layer, transients aside. */
-static uint64_t weight(const struct lynx_problem_stage *st, const struct policy *x)
+static uint64_t weight(const struct heu_layer *h, const struct lynx_problem_stage *st,
+                       const struct policy *x)
 {
-	return (uint64_t)st->inflight * x->kept + x->held;
+	return (uint64_t)(lynx_problem_held_micro_batches(h->p, st->index) * (double)x->kept) +
+	       x->held;
 }
 
 /*
@@ -453,13 +472,13 @@ static size_t lower_hull(const struct lynx_problem_stage *st, const struct heu_l
 	size_t n = 0;
 
 	for (size_t i = 0; i < h->n_pol; i++) {
-		double wi = (double)weight(st, &h->pol[i]), ti = h->pol[i].time_s;
+		double wi = (double)weight(h, st, &h->pol[i]), ti = h->pol[i].time_s;
 
-		if (n && weight(st, &h->pol[hull[n - 1]]) <= weight(st, &h->pol[i]))
+		if (n && weight(h, st, &h->pol[hull[n - 1]]) <= weight(h, st, &h->pol[i]))
 			continue; /* slower and no lighter: above the hull */
 		while (n >= 2) {
 			const struct policy *a = &h->pol[hull[n - 2]], *b = &h->pol[hull[n - 1]];
-			double wa = (double)weight(st, a), wb = (double)weight(st, b);
+			double wa = (double)weight(h, st, a), wb = (double)weight(h, st, b);
 
 			/* b lies on or above the segment a-i: drop it. */
 			if ((b->time_s - a->time_s) * (wa - wi) >= (ti - a->time_s) * (wa - wb))
@@ -491,7 +510,7 @@ static struct pick knapsack(const struct lynx_problem_stage *st, const struct he
 			size_t b = a == i ? hull[k] : i;
 
 			for (uint32_t c = (a == b ? n : 0); c <= n; c++) {
-				uint64_t peak = estimate_peak(st, &h->pol[a], &h->pol[b], c);
+				uint64_t peak = estimate_peak(h, st, &h->pol[a], &h->pol[b], c);
 				double t = c * h->pol[a].time_s + (n - c) * h->pol[b].time_s;
 
 				if (peak < low.peak || (peak == low.peak && t < low.time_s))
@@ -722,7 +741,7 @@ static void best_move(const struct lynx_problem *p, const struct lynx_plan *plan
 		for (uint32_t kl = 0; kl < st->layers; kl++)
 			for (uint32_t k = 0; k < lu->n_units; k++) {
 				const struct lynx_unit *ku = &lu->units[k];
-				uint64_t need = (uint64_t)((double)st->inflight *
+				uint64_t need = (uint64_t)(lynx_problem_held_micro_batches(p, s) *
 				                           (double)ku->bytes * share),
 				         freed = 0;
 				struct move m = {s, kl, k, 0, {0}, {0}, ku->rerun_s};
@@ -737,8 +756,8 @@ static void best_move(const struct lynx_problem *p, const struct lynx_plan *plan
 						break;
 					m.dl[m.n_drops] = rooms[r].l;
 					m.drop[m.n_drops++] = rooms[r].u;
-					freed += (uint64_t)st->inflight *
-					         lu->units[rooms[r].u].bytes;
+					freed += (uint64_t)(lynx_problem_held_micro_batches(p, s) *
+					                    (double)lu->units[rooms[r].u].bytes);
 					m.gain -= rooms[r].rerun_s;
 				}
 				if (need <= slack + freed && m.gain > best->gain)
@@ -836,7 +855,9 @@ static int keep_where_it_fits(const struct lynx_problem *p, struct lynx_plan *pl
 		const struct lynx_problem_stage *st = &p->stages[s];
 		uint64_t emb = st->embedding.present ? st->embedding.act_bytes : 0;
 		may_fit = st->static_bytes +
-		                  (uint64_t)st->inflight * (st->layers * layer_bytes + emb) <=
+		                  (uint64_t)(lynx_problem_held_micro_batches(p, s) *
+		                             (double)(st->layers * layer_bytes)) +
+		                  (uint64_t)st->inflight * emb <=
 		          lynx_problem_stage_budget(p, s);
 	}
 	if (!may_fit)

@@ -17,6 +17,12 @@
  * replays after HEU's: milliseconds each on the GPT presets. A stage where HEU keeps
  * everything within its budget is left so: an offload there could only tie.
  *
+ * The floor. Last, stage by stage, the offload baseline's decisions (offload.c: Kuaishou's,
+ * the least share that fits) replace the plan's where the checker finds that no worse, so
+ * that mixed is never slower than pure offloading: on a link that hides every copy, the
+ * group-by-group search can stop short of it. With fewer than three stages that baseline
+ * offloads nothing, and the floor is skipped.
+ *
  * The plan's numbers are the last accepted replay's, so the checker confirms them.
  */
 #include <errno.h>
@@ -127,6 +133,59 @@ static int try_offload(const struct lynx_problem *p, struct lynx_plan *plan, uin
 	return err == -ENOMEM ? err : 0;
 }
 
+/*
+ * The floor: each stage in turn takes the offload baseline's decisions where the checker finds
+ * the plan no worse than *best (which then becomes its replay). plan may come back per layer.
+ * Returns 0, or an error with nothing changed.
+ */
+static int offload_floor(const struct lynx_problem *p, struct lynx_plan *plan,
+                         struct lynx_checker_result *best, char *why, size_t len)
+{
+	struct lynx_plan off, tried;
+	struct lynx_checker_result r;
+	int err;
+
+	if (p->n_stages < 3)
+		return 0;
+	if ((err = lynx_planner_offload(p, &off, why, len)))
+		return err;
+	for (uint32_t s = 0; s < p->n_stages && !err; s++) {
+		bool differs = false;
+
+		if ((err = lynx_plan_init(&tried, p, plan->planner, false)))
+			break;
+		for (uint32_t t = 0; t < p->n_stages; t++)
+			for (uint32_t l = 0; l < p->stages[t].layers; l++)
+				for (uint32_t g = 0; g < p->layer.n_groups; g++) {
+					const struct lynx_decision *mine = lynx_plan_get(plan, t, l,
+					                                                 g),
+					                           *theirs = lynx_plan_get(&off, t,
+					                                                   l, g);
+					differs = differs ||
+					          (t == s && memcmp(mine, theirs, sizeof(*mine)));
+					*lynx_plan_decision(&tried, t, l, g) =
+					        t == s ? *theirs : *mine;
+				}
+		if (!differs || lynx_checker_replay(p, &tried, &r, why, len)) {
+			lynx_plan_free(&tried);
+			continue; /* a stage the checker refuses stays as it was */
+		}
+		if (!no_worse(&r, best) || (best->fits && !(r.step_time_s < best->step_time_s))) {
+			lynx_checker_free(&r);
+			lynx_plan_free(&tried);
+			continue;
+		}
+		memcpy(tried.note, plan->note, sizeof(tried.note));
+		tried.search_time_s = plan->search_time_s;
+		lynx_plan_free(plan);
+		*plan = tried;
+		lynx_checker_free(best);
+		*best = r;
+	}
+	lynx_plan_free(&off);
+	return err;
+}
+
 int lynx_planner_mixed(const struct lynx_problem *p, struct lynx_plan *plan, char *why, size_t len)
 {
 	const struct lynx_problem_layer *L = &p->layer;
@@ -169,6 +228,9 @@ int lynx_planner_mixed(const struct lynx_problem *p, struct lynx_plan *plan, cha
 			err = try_offload(p, plan, order[i], s, left, &best);
 	}
 	free(left);
+	/* A refusal inside the floor leaves the plan as it was: only memory stops mixed. */
+	if (!err && offload_floor(p, plan, &best, why, len) == -ENOMEM)
+		err = -ENOMEM;
 	if (err) {
 		lynx_checker_free(&best);
 		lynx_plan_free(plan);
