@@ -22,7 +22,8 @@
  *
  * Memory, at every event point where an on-demand plan can peak: the end of each layer's
  * forward of the last in-flight micro-batch, and the end of the head's (planner.c's closed
- * form, the same rows as OPT's without window rebuilds). With k in-flight micro-batches,
+ * form, the same rows as OPT's without window rebuilds). With k in-flight micro-batches
+ * (interleaved, passes in flight over v: an estimate, which the checker then confirms),
  * `all` a layer's bytes and kept(l') = all - sum_u b_u · x[l',u], after layer l's forward
  *     static + k·emb + (k - 1)·sum_l' kept(l') + sum_{l' < l} kept(l') + all <= B
  * (layer l still holds its dropped groups), and after the head's
@@ -79,17 +80,20 @@ static void build(const struct lynx_cbc *c, Cbc_Model *cm, const struct stage_mo
                   uint64_t budget, int *col, double *val)
 {
 	const struct lynx_problem_stage *st = m->st;
-	uint32_t U = m->lu->n_units, n = m->n, k = st->inflight;
+	uint32_t U = m->lu->n_units, n = m->n;
+	/* Micro-batches kept at the peak (interleaved: passes in flight over v). */
+	const double k = lynx_problem_held_micro_batches(m->p, m->s);
 	double emb = st->embedding.present ? (double)st->embedding.act_bytes : 0;
 	double head = st->head.present ? (double)st->head.act_bytes : 0;
-	double all = (double)m->lu->all_bytes, base = (double)st->static_bytes + k * emb;
+	double all = (double)m->lu->all_bytes;
+	double base = (double)st->static_bytes + (double)st->inflight * emb;
 
 	for (uint32_t l = 0; l < n; l++)
 		for (uint32_t u = 0; u < U; u++)
 			c->Cbc_addCol(cm, "", 0, 1, m->lu->units[u].rerun_s * MS, 1, 0, NULL, NULL);
 	/* Event point e: after layer e's forward (e < n), or after the head's (e == n). */
 	for (uint32_t e = 0; e <= n; e++) {
-		double kept_all = e < n ? base + ((double)(k - 1) * n + e + 1) * all
+		double kept_all = e < n ? base + ((k - 1) * n + e + 1) * all
 		                        : base + (double)k * n * all + head;
 		double excess = (kept_all - (double)budget) / MIB;
 		int nz = 0;

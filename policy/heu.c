@@ -41,12 +41,16 @@
  *    layers take a (the LP optimum of a multiple-choice knapsack over identical classes uses
  *    at most two, adjacent on the convex hull): O(n · P²). The stage's peak is estimated as
  *    planner.c's on-demand formula (larger transients in the earlier layers) plus the held
- *    bytes.
+ *    bytes. Interleaved (v model chunks), a pass keeps a chunk's layers, and a stage holds
+ *    its chunks' passes for different spans (find_moments()); the estimate either counts the
+ *    passes in flight over v for every layer, or weighs each chunk by the passes it has in
+ *    flight at each backward pass, the most of those moments. Both are planned (step 6).
  * 6. Confirmation. The estimate ignores pipeline timing (PP idle time is not exact) and
  *    counts held bytes conservatively, so HEU replays the plan in the checker; a stage whose
  *    replayed peak exceeds the budget is planned again with its budget lowered by the excess
  *    (up to 8 rounds). It also plans with on-demand policies only, replays that, and keeps
- *    the faster plan that fits. The plan's step time, peaks and fits are the checker's.
+ *    the faster plan that fits (interleaved, with each of the two estimates: four plans).
+ *    The plan's step time, peaks and fits are the checker's.
  * 7. Polish. Mixing two policies leaves the integer knapsack's slack unused, and the
  *    estimate is conservative, so the replayed peak may sit below the budget. HEU then keeps
  *    a unit rebuilt on demand in one layer, making room if needed by rebuilding other kept
@@ -106,6 +110,16 @@ struct policy {
 	int8_t choice[MAX_UNITS]; /* KEEP, ON_DEMAND or a window of struct heu_layer */
 };
 
+/* Interleaved stages: the model chunks and distinct moments the estimate tracks, at most. */
+#define MAX_CHUNKS 16
+#define MAX_MOMENTS 32
+
+/* At a backward pass's start: the passes of each chunk in flight, and the running chunk. */
+struct moment {
+	uint16_t held[MAX_CHUNKS];
+	uint16_t running;
+};
+
 struct heu_layer {
 	uint32_t n_units, n_wins;
 	struct lynx_unit units[MAX_UNITS];
@@ -125,7 +139,46 @@ struct heu_layer {
 	struct policy *pol;
 	size_t n_pol, cap_pol;
 	size_t *hull, n_hull; /* knapsack(): indices into pol */
+	/* Interleaved (find_moments()): the distinct moments where the stage can peak; none
+	 * when not interleaved, or beyond MAX_CHUNKS or MAX_MOMENTS (the uniform estimate). */
+	uint32_t n_moments;
+	struct moment moments[MAX_MOMENTS];
 };
+
+/*
+ * Interleaved 1F1B holds a chunk's passes for different spans: on the first stage, with
+ * p = 4 and v = 2, the first backward finds 7 passes of chunk 0 in flight and 4 of chunk 1.
+ * So what a layer keeps weighs by its chunk. Walks stage s's schedule and records each
+ * distinct moment a backward pass starts.
+ */
+static void find_moments(const struct lynx_problem *p, uint32_t s, struct heu_layer *h)
+{
+	const uint32_t v = lynx_problem_chunks(p);
+	struct moment now = {{0}, 0};
+
+	h->n_moments = 0;
+	if (v == 1 || v > MAX_CHUNKS)
+		return;
+	for (uint32_t a = 0; a < 2 * p->micro_batches * v; a++) {
+		struct lynx_pass x = lynx_problem_pass(p, s, a);
+		bool seen = false;
+
+		if (x.forward) {
+			now.held[x.chunk]++;
+			continue;
+		}
+		now.running = (uint16_t)x.chunk;
+		for (uint32_t i = 0; i < h->n_moments && !seen; i++)
+			seen = !memcmp(&h->moments[i], &now, sizeof(now));
+		if (!seen && h->n_moments == MAX_MOMENTS) {
+			h->n_moments = 0; /* too many to track: the uniform estimate */
+			return;
+		}
+		if (!seen)
+			h->moments[h->n_moments++] = now;
+		now.held[x.chunk]--;
+	}
+}
 
 /* HEU keeps the units in its per-layer state, next to its windows and policies. */
 static void find_units(struct heu_layer *h)
@@ -423,6 +476,39 @@ static uint64_t estimate_peak(const struct heu_layer *h, const struct lynx_probl
 	uint64_t kept = c * a->kept + (n - c) * b->kept, held = c * a->held + (n - c) * b->held;
 	uint64_t worst = kept + head;
 
+	if (v > 1 && h->n_moments) {
+		uint32_t per = n / v;
+		uint64_t most = 0;
+
+		/* Layers [k·per, (k + 1)·per) are chunk k's (the last takes the rest); policy a's
+		 * layers come first. */
+		for (uint32_t i = 0; i < h->n_moments; i++) {
+			const struct moment *mo = &h->moments[i];
+			uint64_t at = st->static_bytes + (uint64_t)st->inflight * emb + held;
+
+			for (uint32_t k = 0; k < v; k++) {
+				uint32_t lo = k * per, hi = k == v - 1 ? n : lo + per;
+				uint32_t na = c <= lo   ? 0
+				              : c >= hi ? hi - lo
+				                        : c - lo,
+				         nb = hi - lo - na;
+				uint64_t chunk = na * a->kept + nb * b->kept;
+
+				if (k != mo->running) {
+					at += mo->held[k] * chunk;
+					continue;
+				}
+				uint64_t run = chunk + (k == v - 1 ? head : 0);
+				if (na && na * a->kept + a->transient + a->scratch > run)
+					run = na * a->kept + a->transient + a->scratch;
+				if (nb && chunk + b->transient + b->scratch > run)
+					run = chunk + b->transient + b->scratch;
+				at += (mo->held[k] - 1ull) * chunk + run;
+			}
+			most = at > most ? at : most;
+		}
+		return most;
+	}
 	if (v > 1) {
 		uint32_t per = n / v;
 		uint64_t chunk = (c < per ? c : per) * a->kept + (c < per ? per - c : 0) * b->kept;
@@ -573,8 +659,10 @@ static void plan_stage(const struct lynx_problem *p, const struct heu_layer *h,
 	plan->stages[s].peak_bytes = pk.peak;
 }
 
-/* The Pareto set of stage s's representative layer. */
-static int build_layer(const struct lynx_problem *p, uint32_t s, bool windows, struct heu_layer *h)
+/* The Pareto set of stage s's representative layer; by_chunk: the interleaved estimate weighs
+ * each chunk's layers by the passes it holds (find_moments()), else all alike. */
+static int build_layer(const struct lynx_problem *p, uint32_t s, bool windows, bool by_chunk,
+                       struct heu_layer *h)
 {
 	int err = 0;
 
@@ -582,6 +670,8 @@ static int build_layer(const struct lynx_problem *p, uint32_t s, bool windows, s
 	h->p = p;
 	h->scratch_bytes = p->stages[s].rebuild_scratch_bytes;
 	find_units(h);
+	if (by_chunk)
+		find_moments(p, s, h);
 	if (windows)
 		find_windows(p, &p->stages[s], h);
 	for (uint32_t drop = 0; !err && drop < (1u << h->n_units); drop++)
@@ -600,8 +690,8 @@ static int build_layer(const struct lynx_problem *p, uint32_t s, bool windows, s
  * Plans every stage, replays the plan in the checker and lowers the budget of any stage that
  * overflows, until all fit or MAX_ROUNDS. Fills plan's predictions from the checker.
  */
-static int plan_all(const struct lynx_problem *p, bool windows, struct lynx_plan *plan, char *why,
-                    size_t len)
+static int plan_all(const struct lynx_problem *p, bool windows, bool by_chunk,
+                    struct lynx_plan *plan, char *why, size_t len)
 {
 	struct heu_layer *h = calloc(p->n_stages, sizeof(*h));
 	uint64_t *budget = calloc(p->n_stages, sizeof(*budget));
@@ -610,7 +700,7 @@ static int plan_all(const struct lynx_problem *p, bool windows, struct lynx_plan
 
 	for (uint32_t s = 0; !err && s < p->n_stages; s++) {
 		budget[s] = lynx_problem_stage_budget(p, s);
-		err = build_layer(p, s, windows, &h[s]);
+		err = build_layer(p, s, windows, by_chunk, &h[s]);
 		if (!err)
 			plan_stage(p, &h[s], plan, s, budget[s]);
 	}
@@ -935,21 +1025,26 @@ static int floor_at_full(const struct lynx_problem *p, struct lynx_plan *plan, c
 int lynx_planner_heu(const struct lynx_problem *p, struct lynx_plan *plan, char *why, size_t len)
 {
 	struct lynx_plan alt;
-	int err = plan_all(p, true, plan, why, len);
+	/* With and without windows; interleaved, also with each chunk weighed by what it holds
+	 * (its estimate is closer, yet its checker rounds need not end faster): the best. */
+	int tries = lynx_problem_chunks(p) > 1 ? 4 : 2;
+	int err = plan_all(p, true, false, plan, why, len);
 
-	if (err)
-		return err;
-	err = plan_all(p, false, &alt, why, len);
-	if (err) {
-		lynx_plan_free(plan);
-		return err;
+	for (int t = 1; !err && t < tries; t++) {
+		if ((err = plan_all(p, t % 2 == 0, t >= 2, &alt, why, len)))
+			break;
+		if ((alt.fits && !plan->fits) ||
+		    (alt.fits == plan->fits && alt.step_time_s < plan->step_time_s)) {
+			lynx_plan_free(plan);
+			*plan = alt;
+		} else {
+			lynx_plan_free(&alt);
+		}
 	}
-	if ((alt.fits && !plan->fits) ||
-	    (alt.fits == plan->fits && alt.step_time_s < plan->step_time_s)) {
-		lynx_plan_free(plan);
-		*plan = alt;
-	} else {
-		lynx_plan_free(&alt);
+	if (err) {
+		if (plan->stages)
+			lynx_plan_free(plan);
+		return err;
 	}
 	err = polish(p, plan, why, len);
 	if (!err)

@@ -369,10 +369,13 @@ static int load(const struct lynx_cbc *c, Cbc_Model *cm, const struct matrix *a,
 static void build(const struct model *m, uint64_t budget, struct row *r, struct matrix *a)
 {
 	const struct lynx_problem_stage *st = m->st;
-	uint32_t U = m->lu->n_units, n = m->n, k_in = st->inflight;
+	uint32_t U = m->lu->n_units, n = m->n;
+	/* Micro-batches kept at the peak (interleaved: passes in flight over v). */
+	const double k_in = lynx_problem_held_micro_batches(m->p, m->s);
 	double emb = st->embedding.present ? (double)st->embedding.act_bytes : 0;
 	double head = st->head.present ? (double)st->head.act_bytes : 0;
-	double base = (double)st->static_bytes + k_in * emb, in = (double)m->lu->input_bytes;
+	double base = (double)st->static_bytes + (double)st->inflight * emb;
+	double in = (double)m->lu->input_bytes;
 
 	/* Columns: binaries, then the slots' overflows; their objective coefficients. */
 	memset(a->obj, 0, (size_t)m->n_cols * sizeof(double));
