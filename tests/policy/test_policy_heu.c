@@ -70,17 +70,15 @@ static uint64_t max_peak(const struct lynx_checker_result *r)
 	return max;
 }
 
-/* The checker's numbers of planner `name` on job j. */
-static double checked_step(const struct job *j, const char *name, uint64_t *peak, bool *fits)
+/* The checker's numbers of planner `name` on problem p, which it frees. */
+static double checked(struct lynx_problem *p, const char *name, uint64_t *peak, bool *fits)
 {
-	struct lynx_problem p;
 	struct lynx_plan plan;
 	struct lynx_checker_result r;
 	double step;
 
-	build(j, &p);
-	run(name, &p, &plan);
-	replay(&p, &plan, &r);
+	run(name, p, &plan);
+	replay(p, &plan, &r);
 	step = r.step_time_s;
 	if (peak)
 		*peak = max_peak(&r);
@@ -88,8 +86,17 @@ static double checked_step(const struct job *j, const char *name, uint64_t *peak
 		*fits = r.fits;
 	lynx_checker_free(&r);
 	lynx_plan_free(&plan);
-	lynx_problem_free(&p);
+	lynx_problem_free(p);
 	return step;
+}
+
+/* The checker's numbers of planner `name` on job j. */
+static double checked_step(const struct job *j, const char *name, uint64_t *peak, bool *fits)
+{
+	struct lynx_problem p;
+
+	build(j, &p);
+	return checked(&p, name, peak, fits);
 }
 
 static void test_heu_predictions_are_the_checkers(void **state)
@@ -325,10 +332,7 @@ static double interleaved_step(const char *name, uint64_t budget, uint64_t *peak
 	struct lynx_model_desc m;
 	struct lynx_problem_options opt = {.budget_bytes = budget};
 	struct lynx_problem p;
-	struct lynx_plan plan;
-	struct lynx_checker_result r;
 	char why[256] = "";
-	double step;
 
 	lynx_preset_fill_model(lynx_preset_find_model("gpt-13b"), &m);
 	m.tp = 8;
@@ -338,17 +342,7 @@ static double interleaved_step(const char *name, uint64_t budget, uint64_t *peak
 	if (lynx_problem_from_model(&m, lynx_preset_find_cluster("a100-nvlink"), &opt, &p, why,
 	                            sizeof(why)))
 		fail_msg("problem refused: %s", why);
-	run(name, &p, &plan);
-	replay(&p, &plan, &r);
-	step = r.step_time_s;
-	if (peak)
-		*peak = max_peak(&r);
-	if (fits)
-		*fits = r.fits;
-	lynx_checker_free(&r);
-	lynx_plan_free(&plan);
-	lynx_problem_free(&p);
-	return step;
+	return checked(&p, name, peak, fits);
 }
 
 /*
