@@ -388,19 +388,12 @@ static void prefetch_layer(struct stage_sim *ss, uint32_t j, uint32_t l)
 				bring_back(ss, j, l, g);
 }
 
-/* The stage's layers [*first, *end) that model chunk `chunk` holds. */
-static void chunk_layers(const struct stage_sim *ss, uint32_t chunk, uint32_t *first, uint32_t *end)
-{
-	*first = chunk * (ss->n / ss->v);
-	*end = chunk == ss->v - 1 ? ss->n : *first + ss->n / ss->v;
-}
-
 /* Micro-batch j's offloaded groups in model chunk c, last layer first (Kuaishou's prefetch). */
 static void prefetch(struct stage_sim *ss, uint32_t j, uint32_t c)
 {
 	uint32_t first, end;
 
-	chunk_layers(ss, c, &first, &end);
+	lynx_problem_chunk_layers(ss->p, ss->s, c, &first, &end);
 	drain(ss);
 	for (uint32_t l = end; l-- > first;)
 		prefetch_layer(ss, j, l);
@@ -471,7 +464,7 @@ static void forward(struct stage_sim *ss, uint32_t j, uint32_t chunk, double rea
 	const struct lynx_problem_stage *st = ss->st;
 	uint32_t first, end;
 
-	chunk_layers(ss, chunk, &first, &end);
+	lynx_problem_chunk_layers(ss->p, ss->s, chunk, &first, &end);
 	start_action(ss, true);
 	occur_until(ss, ss->pp_fwd, ready, st->recv_fwd_s);
 	pace(ss);
@@ -560,7 +553,7 @@ static void backward(struct stage_sim *ss, uint32_t j, uint32_t chunk, double re
 	const struct lynx_problem_stage *st = ss->st;
 	uint32_t first, end;
 
-	chunk_layers(ss, chunk, &first, &end);
+	lynx_problem_chunk_layers(ss->p, ss->s, chunk, &first, &end);
 	start_action(ss, false);
 	ss->backward_started = ss->backward_started || ss->timed;
 	occur_until(ss, ss->pp_bwd, ready, st->recv_bwd_s);
@@ -720,32 +713,9 @@ static size_t pass_at(uint32_t s, uint32_t c, uint32_t j, uint32_t v, uint32_t m
 }
 
 /*
- * The pass whose end pass (s, c, j) waits for, before its transfer: the forward of chunk c on
- * s - 1, or of chunk c - 1 on the last stage when s is the first; the backward of chunk c on
- * s + 1, or of chunk c + 1 on the first stage when s is the last. False when it waits for
- * none (the first chunk's forward on the first stage, the last chunk's backward on the last).
- */
-static bool waits_for(uint32_t p, uint32_t v, uint32_t s, const struct lynx_pass *pass,
-                      uint32_t *from_s, uint32_t *from_c)
-{
-	if (pass->forward) {
-		if (s == 0 && pass->chunk == 0)
-			return false;
-		*from_s = s ? s - 1 : p - 1;
-		*from_c = s ? pass->chunk : pass->chunk - 1;
-		return true;
-	}
-	if (s == p - 1 && pass->chunk == v - 1)
-		return false;
-	*from_s = s < p - 1 ? s + 1 : 0;
-	*from_c = s < p - 1 ? pass->chunk : pass->chunk + 1;
-	return true;
-}
-
-/*
  * The timed walk of all stages together. A pass starts once the pass it waits for
- * (waits_for()) has ended and its transfer arrived. 1F1B and its interleaved form never
- * deadlock, so sweeping the stages until every pass ran terminates.
+ * (lynx_problem_pass_waits_for()) has ended and its transfer arrived. 1F1B and its interleaved form
+ * never deadlock, so sweeping the stages until every pass ran terminates.
  */
 static int run_pipeline(struct stage_sim *ss, uint32_t p, uint32_t m, double *end_f, double *end_b)
 {
@@ -763,7 +733,8 @@ static int run_pipeline(struct stage_sim *ss, uint32_t p, uint32_t m, double *en
 				double *ends = pass.forward ? end_f : end_b, ready = ss[s].now;
 				uint32_t from_s, from_c;
 
-				if (waits_for(p, v, s, &pass, &from_s, &from_c)) {
+				if (lynx_problem_pass_waits_for(ss[s].p, s, &pass, &from_s,
+				                                &from_c)) {
 					double end = ends[pass_at(from_s, from_c, j, v, m)];
 					if (end < 0)
 						break;

@@ -477,17 +477,15 @@ static uint64_t estimate_peak(const struct heu_layer *h, const struct lynx_probl
 	uint64_t worst = kept + head;
 
 	if (v > 1 && h->n_moments) {
-		uint32_t per = n / v;
 		uint64_t most = 0;
 
-		/* Layers [k·per, (k + 1)·per) are chunk k's (the last takes the rest); policy a's
-		 * layers come first. */
+		/* Policy a's layers come first. */
 		for (uint32_t i = 0; i < h->n_moments; i++) {
 			const struct moment *mo = &h->moments[i];
 			uint64_t at = st->static_bytes + (uint64_t)st->inflight * emb + held;
 
-			for (uint32_t k = 0; k < v; k++) {
-				uint32_t lo = k * per, hi = k == v - 1 ? n : lo + per;
+			for (uint32_t k = 0, lo, hi; k < v; k++) {
+				lynx_problem_chunk_layers(h->p, st->index, k, &lo, &hi);
 				uint32_t na = c <= lo   ? 0
 				              : c >= hi ? hi - lo
 				                        : c - lo,
@@ -510,7 +508,8 @@ static uint64_t estimate_peak(const struct heu_layer *h, const struct lynx_probl
 		return most;
 	}
 	if (v > 1) {
-		uint32_t per = n / v;
+		uint32_t first, per; /* chunk 0: layers [0, per) */
+		lynx_problem_chunk_layers(h->p, st->index, 0, &first, &per);
 		uint64_t chunk = (c < per ? c : per) * a->kept + (c < per ? per - c : 0) * b->kept;
 
 		worst = (kept + v - 1) / v + head;

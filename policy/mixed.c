@@ -152,21 +152,21 @@ static int offload_floor(const struct lynx_problem *p, struct lynx_plan *plan,
 	for (uint32_t s = 0; s < p->n_stages && !err; s++) {
 		bool differs = false;
 
+		for (uint32_t l = 0; l < p->stages[s].layers; l++)
+			for (uint32_t g = 0; g < p->layer.n_groups; g++)
+				differs = differs || memcmp(lynx_plan_get(plan, s, l, g),
+				                            lynx_plan_get(&off, s, l, g),
+				                            sizeof(struct lynx_decision));
+		if (!differs)
+			continue;
 		if ((err = lynx_plan_init(&tried, p, plan->planner, false)))
 			break;
 		for (uint32_t t = 0; t < p->n_stages; t++)
 			for (uint32_t l = 0; l < p->stages[t].layers; l++)
-				for (uint32_t g = 0; g < p->layer.n_groups; g++) {
-					const struct lynx_decision *mine = lynx_plan_get(plan, t, l,
-					                                                 g),
-					                           *theirs = lynx_plan_get(&off, t,
-					                                                   l, g);
-					differs = differs ||
-					          (t == s && memcmp(mine, theirs, sizeof(*mine)));
+				for (uint32_t g = 0; g < p->layer.n_groups; g++)
 					*lynx_plan_decision(&tried, t, l, g) =
-					        t == s ? *theirs : *mine;
-				}
-		if (!differs || lynx_checker_replay(p, &tried, &r, why, len)) {
+					        *lynx_plan_get(t == s ? &off : plan, t, l, g);
+		if (lynx_checker_replay(p, &tried, &r, why, len)) {
 			lynx_plan_free(&tried);
 			continue; /* a stage the checker refuses stays as it was */
 		}

@@ -73,9 +73,10 @@ static void rank_groups(const struct lynx_problem_layer *L, struct ladder *ld)
  * chunk (Kuaishou's rule; without virtual stages that chunk is the whole stage). */
 static uint32_t ladder_layers(const struct lynx_problem *p, uint32_t s)
 {
-	const uint32_t n = p->stages[s].layers, v = lynx_problem_chunks(p);
+	uint32_t last, end;
 
-	return s + 1 < p->n_stages ? n : n / v * (v - 1);
+	lynx_problem_chunk_layers(p, s, lynx_problem_chunks(p) - 1, &last, &end);
+	return s + 1 < p->n_stages ? end : last;
 }
 
 /* Sets stage s of plan to ladder step t. */

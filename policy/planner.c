@@ -152,10 +152,11 @@ static uint64_t stage_peak(const struct lynx_problem *p, const struct lynx_plan 
 	uint64_t peak = 0, in_flight = 0, embedded = 0, headed = 0;
 	uint64_t chunk_kept[LYNX_MODEL_MAX_VP], chunk_worst[LYNX_MODEL_MAX_VP];
 
-	for (uint32_t c = 0, per = st->layers / v; c < v; c++)
+	for (uint32_t c = 0, first, end; c < v; c++) {
+		lynx_problem_chunk_layers(p, s, c, &first, &end);
 		chunk_worst[c] =
-		        span_worst(p, plan, s, c * per, c == v - 1 ? st->layers : (c + 1) * per,
-		                   c == v - 1 ? head : 0, &chunk_kept[c]);
+		        span_worst(p, plan, s, first, end, c == v - 1 ? head : 0, &chunk_kept[c]);
+	}
 	for (uint32_t a = 0; a < 2 * p->micro_batches * v; a++) {
 		struct lynx_pass x = lynx_problem_pass(p, s, a);
 
@@ -178,10 +179,9 @@ static uint64_t stage_peak(const struct lynx_problem *p, const struct lynx_plan 
 /*
  * The pipeline's iteration over the durations of one micro-batch's forward and backward
  * through the layers of each stage's model chunk c (fwd[s·v + c], bwd[s·v + c]; v = 1 without
- * virtual stages), plus the embedding in the first chunk and the head in the last. A pass waits for
- * the same micro-batch's pass of its chunk on the stage before (forward) or after (backward), or
- * round the ring for a stage's other chunks. Returns the step time, or a negative value on
- * allocation failure.
+ * virtual stages), plus the embedding in the first chunk and the head in the last. A pass waits
+ * for the pass lynx_problem_pass_waits_for() names, and its transfer. Returns the step time, or
+ * a negative value on allocation failure.
  */
 static double iteration_s(const struct lynx_problem *p, const double *fwd, const double *bwd)
 {
@@ -207,19 +207,10 @@ static double iteration_s(const struct lynx_problem *p, const double *fwd, const
 				struct lynx_pass x = lynx_problem_pass(p, s, next[s]);
 				const uint32_t j = x.microbatch, c = x.chunk;
 				double start = free_at[s], dep = 0, took;
-				/* The pass it waits for: on the stage before or after, or round the
-				 * ring. */
-				int64_t ds = x.forward ? (int64_t)s - 1 : (int64_t)s + 1, dc = c;
+				uint32_t ds, dc;
 
-				if (ds < 0) {
-					ds = n - 1;
-					dc = (int64_t)c - 1;
-				} else if (ds == n) {
-					ds = 0;
-					dc = (int64_t)c + 1;
-				}
-				if (dc >= 0 && dc < v) {
-					size_t at = ((size_t)ds * v + (size_t)dc) * m + j;
+				if (lynx_problem_pass_waits_for(p, s, &x, &ds, &dc)) {
+					size_t at = ((size_t)ds * v + dc) * m + j;
 					dep = x.forward ? f_end[at] + st->recv_fwd_s
 					                : b_end[at] + st->recv_bwd_s;
 					if (isnan(dep))
@@ -266,14 +257,13 @@ static int predict(const struct lynx_problem *p, struct lynx_plan *plan)
 	}
 	plan->fits = true;
 	for (uint32_t s = 0; s < p->n_stages; s++) {
-		const struct lynx_problem_stage *st = &p->stages[s];
-
-		/* Layer l is in model chunk l / (layers / v), the remainder in the last. */
-		for (uint32_t l = 0, per = st->layers / v; l < st->layers; l++) {
-			size_t c = (size_t)s * v + (l / per < v ? l / per : v - 1);
-
-			fwd[c] += p->layer.fwd_s;
-			bwd[c] += p->layer.bwd_s + terms(p, plan, s, l).extra_s;
+		for (uint32_t c = 0, first, end; c < v; c++) {
+			lynx_problem_chunk_layers(p, s, c, &first, &end);
+			for (uint32_t l = first; l < end; l++) {
+				fwd[(size_t)s * v + c] += p->layer.fwd_s;
+				bwd[(size_t)s * v + c] +=
+				        p->layer.bwd_s + terms(p, plan, s, l).extra_s;
+			}
 		}
 		plan->stages[s].peak_bytes = stage_peak(p, plan, s);
 		plan->fits =

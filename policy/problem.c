@@ -371,6 +371,26 @@ struct lynx_pass lynx_problem_pass(const struct lynx_problem *p, uint32_t s, uin
 	return pass;
 }
 
+bool lynx_problem_pass_waits_for(const struct lynx_problem *p, uint32_t s,
+                                 const struct lynx_pass *pass, uint32_t *from_stage,
+                                 uint32_t *from_chunk)
+{
+	const uint32_t n = p->n_stages, v = lynx_problem_chunks(p);
+
+	if (pass->forward) {
+		if (s == 0 && pass->chunk == 0)
+			return false;
+		*from_stage = s ? s - 1 : n - 1;
+		*from_chunk = s ? pass->chunk : pass->chunk - 1;
+		return true;
+	}
+	if (s == n - 1 && pass->chunk == v - 1)
+		return false;
+	*from_stage = s < n - 1 ? s + 1 : 0;
+	*from_chunk = s < n - 1 ? pass->chunk : pass->chunk + 1;
+	return true;
+}
+
 void lynx_problem_free(struct lynx_problem *p)
 {
 	if (p->stages)

@@ -435,6 +435,28 @@ struct lynx_pass {
 struct lynx_pass lynx_problem_pass(const struct lynx_problem *p, uint32_t s, uint32_t a);
 
 /*
+ * The pass that `pass` of stage s waits for (before its transfer): the same micro-batch's
+ * forward of its chunk on s - 1, or of the chunk before on the last stage when s is the first;
+ * its backward on s + 1, or of the chunk after on the first stage when s is the last. False
+ * when it waits for none (the first chunk's forward on the first stage, the last chunk's
+ * backward on the last).
+ */
+bool lynx_problem_pass_waits_for(const struct lynx_problem *p, uint32_t s,
+                                 const struct lynx_pass *pass, uint32_t *from_stage,
+                                 uint32_t *from_chunk);
+
+/* Stage s's layers [*first, *end) that its model chunk k holds: layers/v each, the last chunk
+ * the rest (without virtual stages, chunk 0 holds them all). */
+static inline void lynx_problem_chunk_layers(const struct lynx_problem *p, uint32_t s, uint32_t k,
+                                             uint32_t *first, uint32_t *end)
+{
+	const uint32_t v = lynx_problem_chunks(p), per = p->stages[s].layers / v;
+
+	*first = k * per;
+	*end = k == v - 1 ? p->stages[s].layers : *first + per;
+}
+
+/*
  * Packs (shim/pack.h). Lynx's executor evicts whole VMM granules; activations below one
  * that a (layer, micro-batch) evicts alike share granules, each at an offset aligned to
  * LYNX_PROBLEM_PACK_ALIGN. A set of them is worth a pack when the granules it takes are

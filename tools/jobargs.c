@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The shared command line of a model's job: its parser and the description it makes. */
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,21 +170,30 @@ int lynx_jobargs_model(const struct lynx_job_args *a, const struct lynx_model_pr
 	return 0;
 }
 
-/* A percentage as the PERCENT settings take it (lynx_percent_parse()), "%" optional here,
- * as a slowdown factor (19% -> 1.19). */
-static int parse_contention(const char *opt, const char *text, double *factor, char *why,
-                            size_t len)
+/* A percentage as the PERCENT settings take it (lynx_percent_parse()), "%" optional here, in
+ * hundredths of a percent (19% -> 1900). */
+static int parse_percent(const char *opt, const char *text, uint32_t *bp, char *why, size_t len)
 {
 	char with_sign[32];
-	uint32_t bp;
 
 	snprintf(with_sign, sizeof(with_sign), "%s%%", text);
-	if (lynx_percent_parse(text, &bp) &&
+	if (lynx_percent_parse(text, bp) &&
 	    (strchr(text, '%') || strlen(text) >= sizeof(with_sign) - 1 ||
-	     lynx_percent_parse(with_sign, &bp))) {
+	     lynx_percent_parse(with_sign, bp))) {
 		snprintf(why, len, "%s '%s' is not a percentage from 0 to 100", opt, text);
 		return -EINVAL;
 	}
+	return 0;
+}
+
+/* A percentage (parse_percent()) as a slowdown factor (19% -> 1.19). */
+static int parse_contention(const char *opt, const char *text, double *factor, char *why,
+                            size_t len)
+{
+	uint32_t bp;
+
+	if (parse_percent(opt, text, &bp, why, len))
+		return -EINVAL;
 	*factor = 1.0 + bp / 10000.0;
 	return 0;
 }
@@ -193,14 +201,11 @@ static int parse_contention(const char *opt, const char *text, double *factor, c
 int lynx_jobargs_offload_share(const struct lynx_job_args *a, struct lynx_problem_options *opt,
                                char *why, size_t len)
 {
-	double factor;
-
 	if (!a->offload_share)
 		return 0;
-	if (parse_contention("--offload-share", a->offload_share, &factor, why, len))
+	if (parse_percent("--offload-share", a->offload_share, &opt->offload_share_bp, why, len))
 		return -EINVAL;
 	opt->offload_share_set = true;
-	opt->offload_share_bp = (uint32_t)lround((factor - 1.0) * 10000.0);
 	return 0;
 }
 

@@ -220,16 +220,18 @@ static void print_summary(const struct lynx_problem *p, const struct lynx_plan *
 		const struct lynx_problem_stage *st = &p->stages[s];
 		struct size_text peak, fixed;
 
-		const uint32_t v = lynx_problem_chunks(p), per = st->layers / v;
+		const uint32_t v = lynx_problem_chunks(p);
 		char layers[160] = "";
 		size_t at = 0;
 
-		/* Interleaved, chunk k of stage s is the model's chunk k·p + s. */
-		for (uint32_t k = 0; k < v && at < sizeof(layers); k++) {
-			uint32_t first = v > 1 ? (k * p->n_stages + s) * per : st->first_layer;
+		/* Interleaved, chunk k of stage s is the model's chunk k·p + s (chunks are even).
+		 */
+		for (uint32_t k = 0, first, end; k < v && at < sizeof(layers); k++) {
+			lynx_problem_chunk_layers(p, s, k, &first, &end);
+			uint32_t n = end - first;
+			uint32_t global = v > 1 ? (k * p->n_stages + s) * n : st->first_layer;
 			at += (size_t)snprintf(layers + at, sizeof(layers) - at, "%s%u-%u",
-			                       k ? ", " : "", first,
-			                       first + (v > 1 ? per : st->layers) - 1);
+			                       k ? ", " : "", global, global + n - 1);
 		}
 		printf("\nstage %u: layers %s (%u)%s%s, peak %s (static %s)", s, layers, st->layers,
 		       st->embedding.present ? " +embedding" : "", st->head.present ? " +head" : "",
