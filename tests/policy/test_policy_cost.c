@@ -66,6 +66,44 @@ static void test_22b_recompute_overheads_match_korthikanti(void **state)
 	assert_true(lynx_cost_recompute_s(&lc, LYNX_RECOMPUTE_NONE) == 0);
 }
 
+/*
+ * Table 4's overhead column, every row against the TP-only layer without recomputation
+ * (19.6 ms): sequence parallel -3%, full recompute +39%, selective +7%, selective + sequence
+ * +4%. Recomputation adds its rerun of the forward to the backward. Each row is held to 3
+ * points but the last: the model puts it at +0.2%. Its sequence-parallel backward saves
+ * 0.49 ms (LayerNorm and dropout on 1/t of the tokens) where theirs saved 0.1; they say the
+ * reduce-scatter and all-gather ran slower than the all-reduce they replace, by no figure
+ * we could fit without a second measurement (docs/limits.md).
+ */
+static void test_22b_overhead_column(void **state)
+{
+	struct lynx_model_desc tp = gpt22b(false), sp = gpt22b(true);
+	struct lynx_layer_cost ltp = cost_on(&tp, "a100-nvlink"), lsp = cost_on(&sp, "a100-nvlink");
+	double base = ltp.fwd_s + ltp.bwd_s, sp_layer = lsp.fwd_s + lsp.bwd_s;
+	const struct {
+		const char *row;
+		double layer_s, paper_pct;
+		bool held;
+	} rows[] = {
+	        {"sequence parallel", sp_layer, -3, true},
+	        {"full recompute", base + lynx_cost_recompute_s(&ltp, LYNX_RECOMPUTE_FULL), 39,
+	         true},
+	        {"selective", base + lynx_cost_recompute_s(&ltp, LYNX_RECOMPUTE_SELECTIVE), 7,
+	         true},
+	        {"selective + sequence",
+	         sp_layer + lynx_cost_recompute_s(&lsp, LYNX_RECOMPUTE_SELECTIVE), 4, false},
+	};
+
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		double pct = 100 * (rows[i].layer_s / base - 1);
+
+		print_message("%-22s %6.1f%%  (paper %+.0f%%)\n", rows[i].row, pct,
+		              rows[i].paper_pct);
+		if (rows[i].held)
+			assert_within(rows[i].row, pct, rows[i].paper_pct, 3);
+	}
+}
+
 /* Table 4: sequence parallelism takes the forward from 7.7 to 7.2 ms (backward 11.8). */
 static void test_22b_sequence_parallelism_shortens_the_forward(void **state)
 {
@@ -275,6 +313,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_22b_layer_times_match_korthikanti_within_10_percent),
 	        cmocka_unit_test(test_22b_recompute_overheads_match_korthikanti),
+	        cmocka_unit_test(test_22b_overhead_column),
 	        cmocka_unit_test(test_22b_sequence_parallelism_shortens_the_forward),
 	        cmocka_unit_test(test_layer_totals_are_the_sums_of_ops_and_collectives),
 	        cmocka_unit_test(test_group_recompute_times_follow_their_ops),

@@ -371,8 +371,9 @@ static void test_heu_weighs_interleaved_chunks_by_what_they_hold(void **state)
 	}
 }
 
-/* A 48-layer stage (GPT-22B, p = 1): generous bound for CI; the measured time is printed. */
-static void test_heu_searches_a_48_layer_stage_quickly(void **state)
+/* A 48-layer stage (GPT-22B, p = 1) plans and fits. Its search time is printed here and held
+ * to its target by `make bench-policy`, not by a unit test. */
+static void test_heu_plans_a_48_layer_stage(void **state)
 {
 	struct job j = {"gpt-22b", "a100-nvlink", 8, 1, 4, 4, false, 0};
 	struct lynx_problem p;
@@ -392,7 +393,6 @@ static void test_heu_searches_a_48_layer_stage_quickly(void **state)
 		lynx_plan_free(&plan);
 	}
 	print_message("heu: %.2f ms for one 48-layer stage\n", best * 1e3);
-	assert_true(best < 0.1);
 	lynx_problem_free(&p);
 }
 
@@ -407,7 +407,7 @@ int main(void)
 	        cmocka_unit_test(test_heu_below_every_fit_plans_no_more_than_full),
 	        cmocka_unit_test(test_heu_never_loses_to_a_baseline_on_the_sweep),
 	        cmocka_unit_test(test_heu_weighs_interleaved_chunks_by_what_they_hold),
-	        cmocka_unit_test(test_heu_searches_a_48_layer_stage_quickly),
+	        cmocka_unit_test(test_heu_plans_a_48_layer_stage),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
