@@ -23,6 +23,11 @@
  * group-by-group search can stop short of it. With fewer than three stages that baseline
  * offloads nothing, and the floor is skipped.
  *
+ * The time limit. With p->search_seconds, no group is tried and no floor is laid once that
+ * much wall time has passed since mixed started (HEU's search included): every step keeps a
+ * plan the checker confirmed, so stopping early leaves a plan no worse than HEU's, and the
+ * note says where it stopped.
+ *
  * The plan's numbers are the last accepted replay's, so the checker confirms them.
  */
 #include <errno.h>
@@ -186,13 +191,20 @@ static int offload_floor(const struct lynx_problem *p, struct lynx_plan *plan,
 	return err;
 }
 
+static bool out_of_time(const struct lynx_problem *p, double started)
+{
+	return p->search_seconds > 0 && lynx_planner_now() - started > p->search_seconds;
+}
+
 int lynx_planner_mixed(const struct lynx_problem *p, struct lynx_plan *plan, char *why, size_t len)
 {
 	const struct lynx_problem_layer *L = &p->layer;
 	struct lynx_checker_result best;
 	uint32_t order[LYNX_PROBLEM_MAX_GROUPS], n = 0;
 	bool *left;
+	double started = lynx_planner_now();
 	int err = lynx_planner_heu(p, plan, why, len);
+	uint32_t tried = 0;
 
 	if (err)
 		return err;
@@ -222,14 +234,19 @@ int lynx_planner_mixed(const struct lynx_problem *p, struct lynx_plan *plan, cha
 		}
 		order[i] = g;
 	}
-	for (uint32_t i = 0; i < n && !err; i++) {
-		err = try_offload(p, plan, order[i], p->n_stages, left, &best);
+	for (; tried < n && !err && !out_of_time(p, started); tried++) {
+		err = try_offload(p, plan, order[tried], p->n_stages, left, &best);
 		for (uint32_t s = 0; s < p->n_stages && !err && p->n_stages > 1; s++)
-			err = try_offload(p, plan, order[i], s, left, &best);
+			err = try_offload(p, plan, order[tried], s, left, &best);
 	}
 	free(left);
+	if (out_of_time(p, started))
+		snprintf(plan->note, sizeof(plan->note),
+		         "stopped at its %.0f s limit, %u of %u groups tried, without the offload "
+		         "floor",
+		         p->search_seconds, tried, n);
 	/* A refusal inside the floor leaves the plan as it was: only memory stops mixed. */
-	if (!err && offload_floor(p, plan, &best, why, len) == -ENOMEM)
+	else if (!err && offload_floor(p, plan, &best, why, len) == -ENOMEM)
 		err = -ENOMEM;
 	if (err) {
 		lynx_checker_free(&best);

@@ -48,7 +48,7 @@ const struct lynx_planner *lynx_planner_find(const char *name)
 	return NULL;
 }
 
-static double seconds_now(void)
+double lynx_planner_now(void)
 {
 	struct timespec ts;
 
@@ -59,7 +59,7 @@ static double seconds_now(void)
 int lynx_planner_run(const struct lynx_planner *pl, const struct lynx_problem *p,
                      struct lynx_plan *plan, char *why, size_t len)
 {
-	double start = seconds_now();
+	double start = lynx_planner_now();
 	int err = pl->plan(p, plan, why, len);
 
 	if (err)
@@ -76,7 +76,7 @@ int lynx_planner_run(const struct lynx_planner *pl, const struct lynx_problem *p
 		lynx_checker_free(&r);
 	}
 	snprintf(plan->planner, sizeof(plan->planner), "%s", pl->name);
-	plan->search_time_s = seconds_now() - start;
+	plan->search_time_s = lynx_planner_now() - start;
 	return 0;
 }
 

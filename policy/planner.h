@@ -54,4 +54,7 @@ const struct lynx_planner *lynx_planner_find(const char *name);
 int lynx_planner_run(const struct lynx_planner *pl, const struct lynx_problem *p,
                      struct lynx_plan *plan, char *why, size_t len);
 
+/* The planners' clock: CLOCK_MONOTONIC, in seconds (search times, mixed's time limit). */
+double lynx_planner_now(void);
+
 #endif /* LYNX_POLICY_PLANNER_H */

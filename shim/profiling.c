@@ -1219,11 +1219,13 @@ static void plan_done(void)
 }
 
 /*
- * A searching planner (planners.def: opt, checkmate) runs on a thread of its own. CBC may
- * take minutes, and a trainer's thread held that long makes its peers time out in NCCL;
- * so the job runs unchanged meanwhile, and the trainer's thread picks the plan up at a
- * later synchronisation and arms it there (arming makes CUDA calls in its context). Each
- * rank searches only its own stage (the others keep HEU's plan, which it does not follow),
+ * A searching planner (planners.def: opt, checkmate) runs on a thread of its own, and so
+ * does HEU when mixed is tried after it (below): CBC may take minutes, mixed replays every
+ * stage in the checker for each offload it weighs (about a second on an 80-layer job), and
+ * a trainer's thread held that long makes its peers time out in NCCL. So the job runs
+ * unchanged meanwhile, and the trainer's thread picks the plan up at a later
+ * synchronisation and arms it there (arming makes CUDA calls in its context). Each rank
+ * searches only its own stage (the others keep HEU's plan, which it does not follow),
  * within SEARCH_SECONDS in all, its budget-tightening rounds included.
  */
 #define SEARCH_SECONDS 60.0
@@ -1252,6 +1254,20 @@ static uint32_t stages_fitting(const struct lynx_whatif_plan *wp)
 	return n;
 }
 
+/* Whether HEU's plan is followed by mixed's (plan_job): HEU asked for, with a budget, and
+ * no LYNX_PLAN. Whether the host link was measured is known only once the problem is built;
+ * without it plan_job keeps HEU's plan. */
+static bool may_try_mixed(const char *plan_json)
+{
+	return !plan_json && !strcmp(prof.planner, "heu") && (prof.budget || prof.budget_percent);
+}
+
+/* What plan_job runs, for the log. */
+static const char *planner_words(void)
+{
+	return may_try_mixed(NULL) ? "HEU (then HEU with offloads, mixed)" : prof.planner;
+}
+
 /*
  * LYNX_PLANNER's plan (or LYNX_PLAN's). HEU keeps or rebuilds, and offloads only what cannot
  * be replayed; with a budget asked for and a host link the profiles measured, HEU with
@@ -1275,8 +1291,7 @@ static int plan_job(const struct job_profiles *j, const struct lynx_problem_opti
 	char alt_why[192];
 	int err = lynx_whatif_plan(ranks, n, opt, prof.planner, plan_json, wp, row, keep, why, len);
 
-	if (err || plan_json || strcmp(prof.planner, "heu") ||
-	    !(prof.budget || prof.budget_percent) ||
+	if (err || !may_try_mixed(plan_json) ||
 	    !(wp->problem->d2h.busbw > 0 && wp->problem->h2d.busbw > 0))
 		return err;
 	if (lynx_whatif_plan(ranks, n, opt, "mixed", NULL, &alt, &alt_row, &alt_keep, alt_why,
@@ -1336,14 +1351,17 @@ static void start_search(struct job_profiles *j, const struct lynx_problem_optio
 	if (err) {
 		atomic_store(&search.state, SEARCH_NONE);
 		job_profiles_free(&search.profiles);
-		lynx_warn("recompute mode: cannot start the %s search's thread (%s): no plan",
-		          prof.planner, strerror(err));
+		lynx_warn("recompute mode: cannot start the thread of the %s search (%s): no "
+		          "plan",
+		          planner_words(), strerror(err));
 		plan_done();
 		return;
 	}
+	const struct lynx_planner *pl = lynx_planner_find(prof.planner);
+	bool one_stage = pl && pl->searches && search.opt.search_one_stage;
 	lynx_info("recompute mode: the %s search runs on its own thread, over %s, at most "
 	          "%.0f s; the job runs unchanged until it ends",
-	          prof.planner, search.opt.search_one_stage ? "this rank's stage" : "every stage",
+	          planner_words(), one_stage ? "this rank's stage" : "every stage",
 	          search.opt.search_seconds);
 }
 
@@ -1367,7 +1385,7 @@ static void try_plan(bool at_exit)
 			/* Not joined: the process ends, and the thread with it. */
 			lynx_warn("recompute mode: the %s search had not ended at exit (%.0f s "
 			          "at most): no plan",
-			          prof.planner, search.opt.search_seconds);
+			          planner_words(), search.opt.search_seconds);
 			atomic_store(&prof.phase, PHASE_DONE);
 		}
 		return;
@@ -1447,7 +1465,17 @@ static void try_plan(bool at_exit)
 	                                   .search_seconds = SEARCH_SECONDS,
 	                                   .interference = prof.interference};
 	const struct lynx_planner *pl = lynx_planner_find(prof.planner);
-	if (!plan_json && pl && pl->searches) {
+	/* At exit the process ends before a thread could: HEU and mixed are planned here,
+	 * to be reported; a searching planner is not started. */
+	if (!plan_json && pl && pl->searches && at_exit) {
+		lynx_warn("recompute mode: the job ended before the %s search could start: no "
+		          "plan",
+		          prof.planner);
+		job_profiles_free(&j);
+		plan_done();
+		return;
+	}
+	if (!plan_json && !at_exit && ((pl && pl->searches) || may_try_mixed(plan_json))) {
 		start_search(&j, &opt);
 		return;
 	}

@@ -99,8 +99,8 @@ struct lynx_option {
 	        LYNX_OPTION(type, "--attention", "KIND", NAME, member.attention,                   \
 	                    "flash or unfused (default: the model's; Llama and configs flash)"),   \
 	        LYNX_OPTION(type, "--time-limit", "SECONDS", UINT, member.time_limit,              \
-	                    "time for the whole search of planners that search (opt, checkmate; "  \
-	                    "default 60)"),                                                        \
+	                    "wall time for the whole search of opt and checkmate, and for "        \
+	                    "mixed's offloads after HEU (default 60)"),                            \
 	        LYNX_OPTION(type, "--contention", "PCT", NAME, member.contention,                  \
 	                    "how much slower a rebuild runs while it overlaps a collective or a "  \
 	                    "pipeline transfer, 0-100% (default: the cluster's, 19%)"),            \

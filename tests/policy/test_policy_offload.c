@@ -569,6 +569,32 @@ static void test_mixed_without_a_host_link_is_heu(void **state)
 	lynx_problem_free(&p);
 }
 
+/*
+ * Past its time limit mixed tries no more offloads and lays no floor: with a limit that HEU's
+ * own search already spends, the plan is HEU's, confirmed by the checker, and the note says
+ * where it stopped.
+ */
+static void test_mixed_stops_at_its_time_limit_with_heus_plan(void **state)
+{
+	const struct job fast = {"a100-nvlink", 4, 16, 9};
+	struct lynx_problem p;
+	struct lynx_plan heu, mixed;
+
+	build(&fast, &p);
+	p.search_seconds = 1e-9;
+	plan_with(LYNX_PLANNER_HEU, &p, &heu);
+	plan_with(LYNX_PLANNER_MIXED, &p, &mixed);
+	assert_non_null(strstr(mixed.note, "stopped at its"));
+	assert_non_null(strstr(mixed.note, "0 of"));
+	assert_int_equal(count_actions(&p, &mixed, offloaded), 0);
+	assert_true(mixed.fits == heu.fits);
+	assert_close("step", mixed.step_time_s, heu.step_time_s);
+	assert_checked_as(&p, &mixed, true);
+	lynx_plan_free(&mixed);
+	lynx_plan_free(&heu);
+	lynx_problem_free(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -587,6 +613,7 @@ int main(void)
 	                test_kuaishou_interleaved_last_stage_offloads_only_before_its_last_chunk),
 	        cmocka_unit_test(test_mixed_offloads_where_that_is_faster),
 	        cmocka_unit_test(test_mixed_without_a_host_link_is_heu),
+	        cmocka_unit_test(test_mixed_stops_at_its_time_limit_with_heus_plan),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
