@@ -1269,14 +1269,34 @@ static const char *planner_words(void)
 }
 
 /*
+ * Whether plan alt is better for this rank than plan wp (rows their checker's numbers). A
+ * rank follows its own stage's part: first the plan that fits this stage's budget; of two
+ * that fit, the one that fits more stages (a pipeline that holds the budget everywhere), then
+ * the shorter step; of two that do not, the one nearer the budget here, so that the warning
+ * names the least any plan reaches.
+ */
+static bool better_here(const struct lynx_whatif_plan *wp, const struct lynx_whatif_row *row,
+                        const struct lynx_whatif_plan *alt, const struct lynx_whatif_row *alt_row)
+{
+	uint32_t s = this_stage(wp);
+	bool fits = stage_fits(wp, s), alt_fits = stage_fits(alt, s);
+	uint32_t n = stages_fitting(wp), alt_n = stages_fitting(alt);
+
+	if (fits != alt_fits)
+		return alt_fits;
+	if (!fits)
+		return alt->plan->stages[s].peak_bytes < wp->plan->stages[s].peak_bytes;
+	return alt_n > n || (alt_n == n && alt_row->step_s < row->step_s);
+}
+
+/*
  * LYNX_PLANNER's plan (or LYNX_PLAN's). HEU keeps or rebuilds, and offloads only what cannot
  * be replayed; with a budget asked for and a host link the profiles measured, HEU with
  * offloads (mixed, which starts from HEU's plan and keeps a change only where the checker
- * finds it no worse) is tried too, and taken when more stages fit (a plan that holds the
- * budget rather than none), or as many and the checker predicts a shorter step. Every rank
- * plans from the same profiles, but for its own budget (less what its own warm-up had in
- * use beyond its tensors), so ranks of different stages may take different planners; a
- * stage's ranks, measuring alike, take the same one.
+ * finds it no worse) is tried too, and taken where it is better for this rank (better_here).
+ * Every rank plans from the same profiles, but for its own budget (less what its own warm-up
+ * had in use beyond its tensors), so ranks of different stages may take different planners;
+ * a stage's ranks, measuring alike, take the same one.
  */
 static int plan_job(const struct job_profiles *j, const struct lynx_problem_options *opt,
                     const char *plan_json, struct lynx_whatif_plan *wp, struct lynx_whatif_row *row,
@@ -1287,7 +1307,7 @@ static int plan_job(const struct job_profiles *j, const struct lynx_problem_opti
 	size_t n = opt->solo ? 1 : (size_t)j->read;
 	struct lynx_whatif_row alt_row, alt_keep;
 	struct lynx_whatif_plan alt;
-	uint32_t heu_fit, alt_fit;
+	uint32_t s, heu_fit, alt_fit;
 	char alt_why[192];
 	int err = lynx_whatif_plan(ranks, n, opt, prof.planner, plan_json, wp, row, keep, why, len);
 
@@ -1297,16 +1317,24 @@ static int plan_job(const struct job_profiles *j, const struct lynx_problem_opti
 	if (lynx_whatif_plan(ranks, n, opt, "mixed", NULL, &alt, &alt_row, &alt_keep, alt_why,
 	                     sizeof(alt_why)))
 		return 0; /* HEU's, which says why it does not fit */
-	heu_fit = stages_fitting(wp);
-	alt_fit = stages_fitting(&alt);
-	if (alt_fit < heu_fit || (alt_fit == heu_fit && !(alt_row.step_s < row->step_s))) {
+	if (!better_here(wp, row, &alt, &alt_row)) {
 		lynx_whatif_plan_free(&alt);
 		return 0;
 	}
-	if (alt_fit > heu_fit)
-		lynx_info("recompute mode: HEU's plan fits the budget on %u of %u stages, HEU "
-		          "with offloads (mixed) on %u: that plan is taken",
-		          heu_fit, wp->problem->n_stages, alt_fit);
+	s = this_stage(wp);
+	heu_fit = stages_fitting(wp);
+	alt_fit = stages_fitting(&alt);
+	if (!stage_fits(&alt, s))
+		lynx_info("recompute mode: on stage %u HEU's plan reaches %.2f MiB, HEU with "
+		          "offloads (mixed) %.2f: neither fits, and mixed's is taken as the "
+		          "nearer",
+		          s, lynx_prof_mib(wp->plan->stages[s].peak_bytes),
+		          lynx_prof_mib(alt.plan->stages[s].peak_bytes));
+	else if (!stage_fits(wp, s) || alt_fit > heu_fit)
+		lynx_info("recompute mode: HEU's plan fits the budget on %u of %u stages (this "
+		          "one %s), HEU with offloads (mixed) on %u: that plan is taken",
+		          heu_fit, wp->problem->n_stages, stage_fits(wp, s) ? "too" : "not",
+		          alt_fit);
 	else
 		lynx_info("recompute mode: HEU with offloads (mixed) is predicted at %.3f ms per "
 		          "iteration, HEU at %.3f: that plan is taken",
