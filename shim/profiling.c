@@ -1219,16 +1219,22 @@ static void plan_done(void)
 }
 
 /*
- * A searching planner (planners.def: opt, checkmate) runs on a thread of its own, and so
- * does HEU when mixed is tried after it (below): CBC may take minutes, mixed replays every
- * stage in the checker for each offload it weighs (about a second on an 80-layer job), and
- * a trainer's thread held that long makes its peers time out in NCCL. So the job runs
- * unchanged meanwhile, and the trainer's thread picks the plan up at a later
+ * A searching planner (planners.def: opt, checkmate) runs on a thread of its own: CBC may
+ * take minutes, and a trainer's thread held that long makes its peers time out in NCCL. So
+ * the job runs unchanged meanwhile, and the trainer's thread picks the plan up at a later
  * synchronisation and arms it there (arming makes CUDA calls in its context). Each rank
  * searches only its own stage (the others keep HEU's plan, which it does not follow),
  * within SEARCH_SECONDS in all, its budget-tightening rounds included.
+ *
+ * HEU, and mixed after it (plan_job), run on the trainer's thread, where the plan is armed
+ * at the synchronisation that made it, whatever the machine's load: HEU takes milliseconds,
+ * and mixed, which replays every stage in the checker for each offload it weighs (about a
+ * second on an 80-layer, 16-stage job), stops at INLINE_SEARCH_SECONDS with the best plan
+ * the checker confirmed so far. Every rank plans at the same synchronisation, so no peer
+ * waits on another in NCCL meanwhile.
  */
 #define SEARCH_SECONDS 60.0
+#define INLINE_SEARCH_SECONDS 2.0
 enum search_state { SEARCH_NONE, SEARCH_RUNNING, SEARCH_DONE };
 static struct {
 	pthread_t thread;
@@ -1260,12 +1266,6 @@ static uint32_t stages_fitting(const struct lynx_whatif_plan *wp)
 static bool may_try_mixed(const char *plan_json)
 {
 	return !plan_json && !strcmp(prof.planner, "heu") && (prof.budget || prof.budget_percent);
-}
-
-/* What plan_job runs, for the log. */
-static const char *planner_words(void)
-{
-	return may_try_mixed(NULL) ? "HEU (then HEU with offloads, mixed)" : prof.planner;
 }
 
 /*
@@ -1379,17 +1379,14 @@ static void start_search(struct job_profiles *j, const struct lynx_problem_optio
 	if (err) {
 		atomic_store(&search.state, SEARCH_NONE);
 		job_profiles_free(&search.profiles);
-		lynx_warn("recompute mode: cannot start the thread of the %s search (%s): no "
-		          "plan",
-		          planner_words(), strerror(err));
+		lynx_warn("recompute mode: cannot start the %s search's thread (%s): no plan",
+		          prof.planner, strerror(err));
 		plan_done();
 		return;
 	}
-	const struct lynx_planner *pl = lynx_planner_find(prof.planner);
-	bool one_stage = pl && pl->searches && search.opt.search_one_stage;
 	lynx_info("recompute mode: the %s search runs on its own thread, over %s, at most "
 	          "%.0f s; the job runs unchanged until it ends",
-	          planner_words(), one_stage ? "this rank's stage" : "every stage",
+	          prof.planner, search.opt.search_one_stage ? "this rank's stage" : "every stage",
 	          search.opt.search_seconds);
 }
 
@@ -1413,7 +1410,7 @@ static void try_plan(bool at_exit)
 			/* Not joined: the process ends, and the thread with it. */
 			lynx_warn("recompute mode: the %s search had not ended at exit (%.0f s "
 			          "at most): no plan",
-			          planner_words(), search.opt.search_seconds);
+			          prof.planner, search.opt.search_seconds);
 			atomic_store(&prof.phase, PHASE_DONE);
 		}
 		return;
@@ -1484,17 +1481,18 @@ static void try_plan(bool at_exit)
 	uint64_t granule = plan_json ? lynx_plan_json_granule(plan_json)
 	                   : prof.fault == LYNX_EXEC_FAULT_PLAN_LOW ? 0
 	                                                            : lynx_exec_eviction_granule();
-	struct lynx_problem_options opt = {.budget_bytes = planning_budget(&beyond),
-	                                   .budget_percent = prof.budget_percent,
-	                                   .max_slowdown_bp = prof.max_slowdown_bp,
-	                                   .solo = solo,
-	                                   .granule_bytes = granule,
-	                                   .unpacked = !prof.pack,
-	                                   .search_seconds = SEARCH_SECONDS,
-	                                   .interference = prof.interference};
 	const struct lynx_planner *pl = lynx_planner_find(prof.planner);
-	/* At exit the process ends before a thread could: HEU and mixed are planned here,
-	 * to be reported; a searching planner is not started. */
+	struct lynx_problem_options opt = {
+	        .budget_bytes = planning_budget(&beyond),
+	        .budget_percent = prof.budget_percent,
+	        .max_slowdown_bp = prof.max_slowdown_bp,
+	        .solo = solo,
+	        .granule_bytes = granule,
+	        .unpacked = !prof.pack,
+	        .search_seconds = pl && pl->searches ? SEARCH_SECONDS : INLINE_SEARCH_SECONDS,
+	        .interference = prof.interference};
+	/* At exit the process ends before a thread could: a searching planner is not
+	 * started. */
 	if (!plan_json && pl && pl->searches && at_exit) {
 		lynx_warn("recompute mode: the job ended before the %s search could start: no "
 		          "plan",
@@ -1503,7 +1501,7 @@ static void try_plan(bool at_exit)
 		plan_done();
 		return;
 	}
-	if (!plan_json && !at_exit && ((pl && pl->searches) || may_try_mixed(plan_json))) {
+	if (!plan_json && !at_exit && pl && pl->searches) {
 		start_search(&j, &opt);
 		return;
 	}
