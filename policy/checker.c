@@ -199,6 +199,7 @@ static double rebuild(struct stage_sim *ss, uint32_t j, uint32_t l, uint32_t wan
 	const struct lynx_problem_layer *L = ss->L;
 	uint8_t *st = state_of(ss, j, l);
 	uint32_t resident = 0, consumed = 0, offloaded = 0, read = 0, set, prev = 0, ops = 0;
+	uint64_t scratch = 0;
 	double t = 0, copied = ss->now;
 
 	for (uint32_t g = 0; g < L->n_groups; g++) {
@@ -235,16 +236,19 @@ static double rebuild(struct stage_sim *ss, uint32_t j, uint32_t l, uint32_t wan
 			        "is not resident and cannot be rebuilt",
 			        ss->s, l, j, L->groups[g].name);
 		ops |= L->groups[g].ops;
+		if (L->groups[g].scratch_bytes > scratch)
+			scratch = L->groups[g].scratch_bytes;
 		take(ss, L->groups[g].bytes);
 		st[g] |= RESIDENT;
 	}
 	for (uint32_t g = 0; g < L->n_groups; g++)
 		if ((read & resident & (1u << g)) && (st[g] & INBOUND))
 			copied = max2(copied, ss->h2d_end[cell_of(ss, j, l, g)]);
-	/* The rebuild's scratch, beside everything it rebuilt, while it runs. */
-	if (ops && ss->st->rebuild_scratch_bytes) {
-		take(ss, ss->st->rebuild_scratch_bytes);
-		give(ss, ss->st->rebuild_scratch_bytes);
+	/* The rebuild's scratch, beside everything it rebuilt, while it runs: one replay's at
+	 * a time, so the largest of the groups it rebuilt. */
+	if (ops && scratch) {
+		take(ss, scratch);
+		give(ss, scratch);
 	}
 	/* A dependency rebuilt after its own consumer is needed only for this rebuild. */
 	for (uint32_t g = 0; g < L->n_groups; g++)

@@ -14,7 +14,8 @@
  * the compute stream by what exceeds it, and it holds memory from that occurrence to its
  * consumer. Memory is counted after every allocation: static memory, the embedding's and the
  * head's activations, and every resident group of every layer and micro-batch; while a
- * rebuild runs, also the stage's rebuild scratch (problem.h: a replay's workspace).
+ * rebuild runs, also the largest scratch of the groups it rebuilds (problem.h: a replay's
+ * workspace).
  *
  * Offloading (Yuan et al., USENIX ATC'24, as policy/offload.c plans it). An offloaded group is
  * copied to host memory by the stage's device-to-host copy engine, queued when its producer

@@ -833,6 +833,7 @@ struct item {
 	uint32_t merged;  /* buffers besides the first */
 	uint32_t id;      /* index into into[] */
 	bool reads_freed; /* one of its buffers' producer runs reads a temporary (profile.h) */
+	uint64_t scratch; /* the most scratch one of its buffers' producer runs takes */
 	/* A pack of buffers below the granule: rebuilt by replaying each member's producer
 	 * run, the ops `runs` (each member's first op to its producer's). */
 	bool pack;
@@ -871,6 +872,7 @@ static void fold(struct item *it, size_t *n, uint32_t *into, size_t a, size_t b)
 	it[a].first = it[a].first < it[b].first ? it[a].first : it[b].first;
 	it[a].consumer = it[a].consumer < it[b].consumer ? it[a].consumer : it[b].consumer;
 	it[a].reads_freed = it[a].reads_freed || it[b].reads_freed;
+	it[a].scratch = it[a].scratch > it[b].scratch ? it[a].scratch : it[b].scratch;
 	it[a].runs |= it[b].runs;
 	memmove(&it[b], &it[b + 1], (*n - b - 1) * sizeof(*it));
 	(*n)--;
@@ -1007,6 +1009,9 @@ static int fill_groups(struct layer_src *ls, struct lynx_problem_layer *L)
 		                      .kernel = gr->producer,
 		                      .id = (uint32_t)n,
 		                      .reads_freed = gr->reads_freed,
+		                      .scratch = gr->scratch_known
+		                                         ? gr->scratch_bytes
+		                                         : ls->pr->memory.largest_workspace_bytes,
 		                      .pack = gr->bytes < ls->granule};
 		for (int32_t op = it[n].first; it[n].pack && op >= 0 && op <= it[n].producer; op++)
 			it[n].runs |= 1u << op;
@@ -1041,6 +1046,7 @@ static int fill_groups(struct layer_src *ls, struct lynx_problem_layer *L)
 		pg->producer = it[g].producer;
 		pg->consumer = it[g].consumer;
 		pg->reads_freed = it[g].reads_freed;
+		pg->scratch_bytes = it[g].scratch;
 		/* With what each run reads known, a rebuild needs only that resident, as the
 		 * executor brings back exactly the memory a replay names; else every group
 		 * produced before it, on the safe side. */
@@ -1163,7 +1169,6 @@ static int fill_stage(const struct ctx *c, const struct layer_src *ls, const str
 			st->static_bytes += pr->memory.at_peak[cls];
 	if (pr->memory.non_saved_peak_bytes > st->static_bytes)
 		st->static_bytes = pr->memory.non_saved_peak_bytes;
-	st->rebuild_scratch_bytes = pr->memory.largest_workspace_bytes;
 	/* Buffers below the executor's granule stay, in every layer and held micro-batch. */
 	uint64_t small = ls->small_bytes * st->layers * st->inflight;
 	char small_clause[192] = "", g[64], sm[64];

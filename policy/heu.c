@@ -105,7 +105,7 @@ struct lwin {
 
 struct policy {
 	uint64_t kept, held, transient;
-	uint64_t scratch; /* the stage's rebuild scratch when the policy rebuilds anything */
+	uint64_t scratch; /* the most scratch one of the groups it rebuilds takes (problem.h) */
 	double time_s;
 	int8_t choice[MAX_UNITS]; /* KEEP, ON_DEMAND or a window of struct heu_layer */
 };
@@ -124,8 +124,7 @@ struct heu_layer {
 	uint32_t n_units, n_wins;
 	struct lynx_unit units[MAX_UNITS];
 	struct lwin wins[MAX_WINDOWS];
-	uint64_t input_bytes;   /* groups that cannot be rebuilt: always kept */
-	uint64_t scratch_bytes; /* what a rebuild holds while it runs (the stage's) */
+	uint64_t input_bytes; /* groups that cannot be rebuilt: always kept */
 	/* The problem planned: its interference (how a window's rebuilds and its transfer slow
 	 * each other), host link and layer times. */
 	const struct lynx_problem *p;
@@ -310,7 +309,10 @@ static void evaluate(const struct heu_layer *h, struct policy *pol)
 			copies += (uint32_t)__builtin_popcount(h->units[u].groups);
 			continue;
 		}
-		pol->scratch = h->scratch_bytes;
+		for (uint32_t g = 0; g < h->p->layer.n_groups; g++)
+			if ((h->units[u].groups & (1u << g)) &&
+			    h->p->layer.groups[g].scratch_bytes > pol->scratch)
+				pol->scratch = h->p->layer.groups[g].scratch_bytes;
 		if (c == ON_DEMAND) {
 			pol->time_s += h->units[u].rerun_s;
 			continue;
@@ -667,7 +669,6 @@ static int build_layer(const struct lynx_problem *p, uint32_t s, bool windows, b
 
 	memset(h, 0, sizeof(*h));
 	h->p = p;
-	h->scratch_bytes = p->stages[s].rebuild_scratch_bytes;
 	find_units(h);
 	if (by_chunk)
 		find_moments(p, s, h);

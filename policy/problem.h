@@ -127,6 +127,12 @@ struct lynx_problem_group {
 	 * from models.
 	 */
 	bool reads_freed;
+	/* From profiles: the scratch a rebuild of it takes while it runs, beside what it
+	 * rebuilds: the workspaces its producer run names (Lynx's executor replays a kernel
+	 * that writes a workspace into scratch of its size; one replay at a time), or the
+	 * profile's largest workspace where the profile does not say. 0 from models (Megatron
+	 * reruns in place). */
+	uint64_t scratch_bytes;
 };
 
 /* Saved buffers of one layer that a problem built from profiles maps onto groups. */
@@ -195,13 +201,9 @@ struct lynx_problem_stage {
 	struct lynx_problem_part embedding, head;
 	uint64_t params;       /* parameters on one rank */
 	uint64_t static_bytes; /* weights, gradients and optimizer states (problem.c) */
-	/* Device memory a rebuild holds while it runs, beside what it rebuilds: from profiles,
-	 * the largest workspace (Lynx's executor replays a kernel that writes a workspace into
-	 * scratch of its size); 0 from a model (Megatron reruns in place). */
-	uint64_t rebuild_scratch_bytes;
-	double recv_fwd_s;    /* activations from stage s - 1; 0 on the first stage */
-	double recv_bwd_s;    /* gradients from stage s + 1; 0 on the last stage */
-	double grad_reduce_s; /* after the last backward: data-parallel and embedding reductions */
+	double recv_fwd_s;     /* activations from stage s - 1; 0 on the first stage */
+	double recv_bwd_s;     /* gradients from stage s + 1; 0 on the last stage */
+	double grad_reduce_s;  /* after the last backward: data-parallel and embedding reductions */
 	double optimizer_s;
 	uint32_t n_windows;
 	struct lynx_window *windows; /* TP windows by layer and op, then PP, then DP */

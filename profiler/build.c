@@ -651,18 +651,20 @@ struct group_src {
  * What group g's producer run reads (profile.h): every buffer its launches name besides the
  * activation itself. One freed before the activation's first consumer (a temporary, read or
  * written) makes the run one the executor cannot replay; a saved activation of the same layer
- * span produced before the run is one the rebuild needs. group_of: each buffer's group, or -1.
+ * span produced before the run is one the rebuild needs; the workspaces it names, once each,
+ * are the scratch a replay of it takes. group_of: each buffer's group, or -1.
  */
 static int fill_reads(const struct build *b, const struct ref_at *refs, const struct group_src *src,
                       const int32_t *group_of, struct lynx_profile *p, size_t g)
 {
 	struct lynx_profile_group *gr = &p->groups[g];
 	const struct lynx_prof_buffer *buf = &b->lt.buffers[src[g].buffer];
-	uint32_t reads[MAX_READS];
+	uint32_t reads[MAX_READS], workspaces[MAX_READS];
 	uint32_t first = buf->producer, last, consumer = src[g].consumer;
-	size_t lo = 0, hi = b->lt.ref_count, n = 0;
+	size_t lo = 0, hi = b->lt.ref_count, n = 0, n_workspaces = 0;
 
 	gr->reads_known = true;
+	gr->scratch_known = true;
 	if (first == LYNX_PROF_NONE || gr->producer < 0)
 		return 0;
 	last = run_end_event(b->t, first, gr->producer_end - gr->producer);
@@ -679,6 +681,15 @@ static int fill_reads(const struct build *b, const struct ref_at *refs, const st
 			continue;
 		if (other->free_event != LYNX_PROF_NONE && other->free_event < consumer)
 			gr->reads_freed = true;
+		if (other->cls == LYNX_PROF_CLASS_WORKSPACE) {
+			bool counted = false;
+			for (size_t k = 0; k < n_workspaces; k++)
+				counted = counted || workspaces[k] == refs[r].buffer;
+			if (!counted && n_workspaces < MAX_READS) {
+				workspaces[n_workspaces++] = refs[r].buffer;
+				gr->scratch_bytes += other->bytes;
+			}
+		}
 		int32_t dep = group_of[refs[r].buffer];
 		if (dep < 0 || (size_t)dep == g || other->producer >= first ||
 		    other->span != buf->span)

@@ -57,7 +57,9 @@
  * reads_known, after "last_consumer", and "reads_freed" after it exactly when true. Absent,
  * what the run reads is unknown. Memory's "largest_workspace_bytes" came last: the largest
  * single workspace buffer, always written; absent, the at_peak workspace bytes (one replay's
- * scratch counted as every workspace at once).
+ * scratch counted as every workspace at once). A group's "scratch_bytes" came after: the
+ * workspace bytes its producer run names, written last in the group exactly when
+ * scratch_known; absent, unknown (memory's largest_workspace_bytes stands for it).
  */
 #include <errno.h>
 #include <locale.h>
@@ -268,7 +270,8 @@ static bool add_group(cJSON *arr, const struct lynx_profile_group *g)
 			return false;
 		cJSON_AddItemToArray(reads, n);
 	}
-	return reads && (!g->reads_freed || cJSON_AddTrueToObject(o, "reads_freed"));
+	return reads && (!g->reads_freed || cJSON_AddTrueToObject(o, "reads_freed")) &&
+	       (!g->scratch_known || add_num(o, "scratch_bytes", (double)g->scratch_bytes));
 }
 
 static bool add_window(cJSON *arr, const struct lynx_profile_window *w)
@@ -825,7 +828,12 @@ static int read_group(struct reader *r, const cJSON *o, size_t i, size_t layers,
 	if (g->layer >= layers)
 		return refuse(r, "%s.layer: %u is not one of the %zu layers", p.buf, g->layer,
 		              layers);
-	return read_group_reads(r, o, p.buf, i, groups, g);
+	if ((err = read_group_reads(r, o, p.buf, i, groups, g)))
+		return err;
+	if (!cJSON_GetObjectItemCaseSensitive(o, "scratch_bytes"))
+		return 0;
+	g->scratch_known = true;
+	return get_u64(r, o, p.buf, "scratch_bytes", &g->scratch_bytes);
 }
 
 static int read_window(struct reader *r, const cJSON *o, size_t i, const struct lynx_profile *pr,

@@ -157,6 +157,15 @@ struct lynx_profile_group {
 	bool reads_freed;
 	uint32_t *reads;
 	uint32_t read_count;
+	/*
+	 * When scratch_known: the bytes of the workspaces its producer run names (lifetime.h's
+	 * WORKSPACE class), summed. Lynx's executor replays a run that writes a workspace into
+	 * scratch of the workspace's size, so this is the scratch a rebuild of the group takes
+	 * (a run that only reads one is counted too). Unknown in older profiles: take
+	 * memory.largest_workspace_bytes.
+	 */
+	bool scratch_known;
+	uint64_t scratch_bytes;
 };
 
 struct lynx_profile_window {

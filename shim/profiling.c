@@ -751,9 +751,9 @@ void lynx_profiling_sample_memory(void)
  * cuMemGetInfo and the executor's budget do, while a plan counts the profile's tensors.
  * Taken off it: what warm-up saw in use beyond the profile's peak (the CUDA context, NCCL's
  * buffers, the allocator's rounding and caching). A replay's scratch is the plan's own to
- * count: the checker holds the profile's largest workspace beside each rebuild while it
- * runs (policy/problem.h, rebuild_scratch_bytes), since a replay writes a workspace to
- * scratch of its size. *beyond says how much; 0 (no budget) stays 0.
+ * count: the checker holds the workspaces a rebuilt group's producer run names beside its
+ * rebuild while it runs (policy/problem.h, a group's scratch_bytes), since a replay writes a
+ * workspace to scratch of its size. *beyond says how much; 0 (no budget) stays 0.
  */
 static uint64_t planning_budget(uint64_t *beyond)
 {

@@ -429,6 +429,45 @@ static void test_early_rebuilds_hold_memory_until_their_consumer(void **state)
 	lynx_problem_free(&p);
 }
 
+/*
+ * A rebuild holds the scratch of the groups it rebuilds while it runs (problem.h's
+ * scratch_bytes, from profiles: the workspaces their producers name), and only theirs:
+ * scratch on the groups selective recomputation keeps changes nothing, on those it rebuilds
+ * it raises the peak by as much at the rebuild that sets it.
+ */
+static void test_a_rebuild_holds_the_scratch_of_what_it_rebuilds(void **state)
+{
+	const struct job j = {"gpt-1.3b", "a100-nvlink", 1, 1, 1, 4, 1, false, 0, 0};
+	const uint64_t scratch = 1ull << 30;
+	struct lynx_problem p;
+	struct lynx_plan plan;
+	struct lynx_checker_result base, on_kept, on_rebuilt;
+	uint32_t rebuilt = 0;
+
+	build(&j, &p);
+	assert_int_equal(lynx_planner_selective(&p, &plan, NULL, 0), 0);
+	check(&p, &plan, &base);
+	for (uint32_t g = 0; g < p.layer.n_groups; g++)
+		if (lynx_plan_get(&plan, 0, 0, g)->action == LYNX_ACTION_RECOMPUTE_ON_DEMAND)
+			rebuilt |= 1u << g;
+	assert_true(rebuilt != 0);
+	for (uint32_t g = 0; g < p.layer.n_groups; g++)
+		p.layer.groups[g].scratch_bytes = rebuilt & (1u << g) ? 0 : scratch;
+	check(&p, &plan, &on_kept);
+	assert_int_equal(on_kept.peak_bytes[0], base.peak_bytes[0]);
+	for (uint32_t g = 0; g < p.layer.n_groups; g++)
+		p.layer.groups[g].scratch_bytes = rebuilt & (1u << g) ? scratch : 0;
+	check(&p, &plan, &on_rebuilt);
+	assert_true(on_rebuilt.peak_bytes[0] > base.peak_bytes[0]);
+	assert_true(on_rebuilt.peak_bytes[0] <= base.peak_bytes[0] + scratch);
+	assert_true(on_rebuilt.peak_bytes[0] >= p.stages[0].static_bytes + scratch);
+	lynx_checker_free(&base);
+	lynx_checker_free(&on_kept);
+	lynx_checker_free(&on_rebuilt);
+	lynx_plan_free(&plan);
+	lynx_problem_free(&p);
+}
+
 /* The gradient reduction comes after every backward: decisions for it all fall back, and the
  * plan runs exactly as its on-demand twin. */
 static void test_windows_after_the_consumer_fall_back_to_on_demand(void **state)
@@ -529,6 +568,7 @@ int main(void)
 	        cmocka_unit_test(test_window_overflow_lands_on_the_critical_path),
 	        cmocka_unit_test(test_contention_prices_each_window_by_its_delay),
 	        cmocka_unit_test(test_early_rebuilds_hold_memory_until_their_consumer),
+	        cmocka_unit_test(test_a_rebuild_holds_the_scratch_of_what_it_rebuilds),
 	        cmocka_unit_test(test_windows_after_the_consumer_fall_back_to_on_demand),
 	        cmocka_unit_test(test_1f1b_decides_which_occurrence_serves_a_backward),
 	        cmocka_unit_test(test_offload_without_a_host_link_and_mismatched_plans_are_refused),

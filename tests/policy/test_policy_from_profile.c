@@ -269,6 +269,35 @@ static void test_a_producer_run_is_rebuilt_whole(void **state)
 }
 
 /*
+ * A rebuild's scratch, per group: the workspaces its producer run names as the profile says
+ * (scratch_bytes, 0 included), or the profile's largest workspace where it does not (a profile
+ * from before the key).
+ */
+static void test_each_group_takes_the_scratch_its_producer_names(void **state)
+{
+	struct lynx_profile *pr = tp_stage();
+	const struct lynx_profile *ranks[] = {pr};
+	struct lynx_problem p;
+
+	(void)state;
+	pr->memory.largest_workspace_bytes = 64 << 10;
+	for (size_t g = 0; g < pr->group_count; g++) {
+		struct lynx_profile_group *gr = &pr->groups[g];
+
+		gr->scratch_known = gr->producer != 4;
+		gr->scratch_bytes = gr->producer == 3 ? 4096 : 0;
+	}
+	build(ranks, 1, NULL, &p);
+	assert_int_equal(p.layer.n_groups, 5);
+	assert_int_equal(p.layer.groups[0].scratch_bytes, 0);
+	assert_int_equal(p.layer.groups[1].scratch_bytes, 0);
+	assert_int_equal(p.layer.groups[3].scratch_bytes, 4096);
+	assert_int_equal(p.layer.groups[4].scratch_bytes, 64 << 10);
+	lynx_problem_free(&p);
+	drop(pr);
+}
+
+/*
  * What each producer run reads (profile.h's reads, reads_freed). Kernel 3's group reads only
  * the layer's input: its deps are that group, not every group before it. Kernel 4's run reads
  * a temporary: without a host link it cannot be rebuilt (ops 0); with one it keeps its ops,
@@ -1515,6 +1544,7 @@ int main(void)
 	        cmocka_unit_test(test_maps_kernels_groups_and_collectives),
 	        cmocka_unit_test(test_a_given_plan_is_predicted_on_this_jobs_problem),
 	        cmocka_unit_test(test_a_producer_run_is_rebuilt_whole),
+	        cmocka_unit_test(test_each_group_takes_the_scratch_its_producer_names),
 	        cmocka_unit_test(test_what_producer_runs_read_sets_deps_and_what_cannot_be_rebuilt),
 	        cmocka_unit_test(test_heu_prices_what_it_must_offload_as_copies),
 	        cmocka_unit_test(test_uses_device_times_and_measured_idle),

@@ -191,6 +191,14 @@ static void test_profile_pp2_tp2_layers_and_windows(void **state)
 			                ? ""
 			                : p.layers[gr->layer].fwd_kernels.name[gr->producer];
 			assert_true(gr->reads_known);
+			/* The scratch a replay takes: the GEMMs name cuBLAS-like workspace, the
+			 * element-wise kernels none. */
+			assert_true(gr->scratch_known);
+			if (!strcmp(kernel, "tt_gemm"))
+				assert_true(gr->scratch_bytes > 0);
+			if (!strcmp(kernel, "tt_layernorm_fwd") || !strcmp(kernel, "tt_gelu_fwd") ||
+			    gr->producer < 0)
+				assert_int_equal(gr->scratch_bytes, 0);
 			for (uint32_t k = 0; k < gr->read_count; k++)
 				assert_int_equal(p.groups[gr->reads[k]].layer, gr->layer);
 			if (!strcmp(kernel, "tt_split_qkv") || !strcmp(kernel, "tt_softmax_fwd"))
@@ -617,7 +625,8 @@ static void test_profile_refuses_bad_fields_with_their_path(void **state)
  * What producer runs read: "reads" (other groups of the layer) and "reads_freed" come back as
  * written; a group without "reads" is unknown, as in profiles from before the key. Indices of
  * itself, beyond the groups, out of order or of another layer, and "reads_freed" alone, are
- * refused with the field's path.
+ * refused with the field's path. "scratch_bytes" comes back where it was known (0 included)
+ * and is unknown where it was not written; a value that is not a byte count is refused.
  */
 static void test_profile_round_trip_keeps_what_producers_read(void **state)
 {
@@ -627,14 +636,17 @@ static void test_profile_round_trip_keeps_what_producers_read(void **state)
 	         .bytes = 4096,
 	         .producer = -1,
 	         .producer_end = -1,
-	         .reads_known = true},
+	         .reads_known = true,
+	         .scratch_known = true},
 	        {.layer = 1,
 	         .bytes = 8192,
 	         .producer = 0,
 	         .reads_known = true,
 	         .reads_freed = true,
 	         .reads = reads_first,
-	         .read_count = 1},
+	         .read_count = 1,
+	         .scratch_known = true,
+	         .scratch_bytes = 262144},
 	        {.layer = 0, .bytes = 4096, .producer = 1, .producer_end = 1}};
 	struct lynx_profile p, back;
 	char why[256];
@@ -654,6 +666,10 @@ static void test_profile_round_trip_keeps_what_producers_read(void **state)
 	assert_int_equal(back.groups[1].reads[0], 0);
 	assert_false(back.groups[2].reads_known);
 	assert_null(back.groups[2].reads);
+	assert_true(back.groups[0].scratch_known && back.groups[0].scratch_bytes == 0);
+	assert_true(back.groups[1].scratch_known);
+	assert_int_equal(back.groups[1].scratch_bytes, 262144);
+	assert_false(back.groups[2].scratch_known);
 	check_round_trip(&back);
 	lynx_profile_free(&back);
 	static const struct {
@@ -671,6 +687,8 @@ static void test_profile_round_trip_keeps_what_producers_read(void **state)
 	        {"\"reads_freed\":\ttrue", "\"reads_freed\":\t1",
 	         "groups[1].reads_freed: expected true or false"},
 	        {"\"reads\":\t[0],", "", "groups[1].reads_freed: given without \"reads\""},
+	        {"\"scratch_bytes\":\t262144", "\"scratch_bytes\":\t-1",
+	         "groups[1].scratch_bytes: expected an integer"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char *bad = replace(text, cases[i].from, cases[i].to);
