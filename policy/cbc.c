@@ -9,10 +9,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cbc.h"
 #include "checker.h"
+#include "planner.h"
 
 static const struct {
 	const char *name;
@@ -78,14 +78,6 @@ void lynx_cbc_copy_start(const struct lynx_problem *p, const struct lynx_plan *s
 		for (uint32_t l = 0; l < p->stages[s].layers; l++)
 			for (uint32_t g = 0; g < p->layer.n_groups; g++)
 				*lynx_plan_decision(plan, s, l, g) = *lynx_plan_get(start, s, l, g);
-}
-
-double lynx_cbc_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* Whether stage s is searched (problem.h: search_one_stage), or keeps its start. */
@@ -271,7 +263,7 @@ int lynx_cbc_plan_stages(const struct lynx_problem *p, struct lynx_plan *plan,
                          const struct lynx_cbc_search *search, struct lynx_cbc_rounds *out,
                          char *why, size_t len)
 {
-	double (*now)(void) = search->now ? search->now : lynx_cbc_now;
+	double (*now)(void) = search->now ? search->now : lynx_planner_now;
 	struct search_state st;
 	int err = state_init(&st, p);
 

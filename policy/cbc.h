@@ -84,13 +84,6 @@ void lynx_cbc_copy_start(const struct lynx_problem *p, const struct lynx_plan *s
                          struct lynx_plan *plan);
 
 /*
- * The clock of the exact planners' time limits: CLOCK_MONOTONIC, in seconds. A planner reads
- * it when it starts, so that its set-up (the starting plan, loading CBC) counts against its
- * limit (struct lynx_cbc_search's started).
- */
-double lynx_cbc_now(void);
-
-/*
  * The least time a stage's solve is started with. A solve costs more than its CBC limit:
  * building the model, and CBC's own steps before it first looks at its clock (given 1 ms on a
  * 12-layer OPT stage of gpt-22b, CBC still took 0.08 to 0.18 s, and found nothing). A solve
@@ -120,8 +113,10 @@ struct lynx_cbc_search {
 	unsigned max_rounds; /* solve rounds at most (budget re-tightening) */
 	double limit_s;      /* the whole search's wall time, from `started`: every stage, round */
 	double started;      /* when the planner started, on `now` */
-	/* The clock of limit_s and started, in seconds; NULL: lynx_cbc_now(). Tests give one
-	 * that their solve advances, to simulate solves that take time. */
+	/* The clock of limit_s and started, in seconds; NULL: lynx_planner_now() (planner.h). A
+	 * planner reads it when it starts, so that its set-up (the starting plan, loading CBC)
+	 * counts against its limit. Tests give one that their solve advances, to simulate solves
+	 * that take time. */
 	double (*now)(void);
 	lynx_cbc_stage_fn solve;
 	void *ctx; /* solve's */

@@ -54,7 +54,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cbc.h"
 #include "checker.h"
@@ -157,7 +156,7 @@ static int solve_stage(const struct lynx_cbc *c, const struct lynx_checkmate_opt
 	size_t cols = (size_t)m.n * lu->n_units + 1;
 	int *col = malloc(cols * sizeof(*col));
 	double *val = malloc(cols * sizeof(*val)), *x0 = malloc(cols * sizeof(*x0));
-	double t0 = lynx_cbc_now(), base_ms = lynx_cbc_stage_base_ms(p, m.st), cbc_s;
+	double t0 = lynx_planner_now(), base_ms = lynx_cbc_stage_base_ms(p, m.st), cbc_s;
 	Cbc_Model *cm = col && val && x0 ? c->Cbc_newModel() : NULL;
 	int err = 0;
 
@@ -173,7 +172,7 @@ static int solve_stage(const struct lynx_cbc *c, const struct lynx_checkmate_opt
 	 * preprocessing: a short share of the deadline made that common. */
 	c->Cbc_setParameter(cm, "preprocess", "off");
 	/* The share covers building the model too: CBC gets what building left, if any. */
-	cbc_s = seconds - (lynx_cbc_now() - t0);
+	cbc_s = seconds - (lynx_planner_now() - t0);
 	if (!(cbc_s > 0))
 		goto out;
 	c->Cbc_setMaximumSeconds(cm, cbc_s);
@@ -334,7 +333,7 @@ int lynx_checkmate_plan(const struct lynx_problem *p, const struct lynx_checkmat
                         struct lynx_plan *plan, struct lynx_checkmate_report *report, char *why,
                         size_t len)
 {
-	double started = lynx_cbc_now();
+	double started = lynx_planner_now();
 	struct lynx_checkmate_options opt = o ? *o : (struct lynx_checkmate_options){0};
 	struct lynx_checkmate_report rep = {.gap = NAN, .added_gap = NAN, .milp_step_s = NAN};
 	struct lynx_plan start, milp;

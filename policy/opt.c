@@ -75,7 +75,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cbc.h"
 #include "checker.h"
@@ -540,7 +539,7 @@ static int solve_stage(const struct lynx_cbc *c, const struct lynx_opt_options *
 	Cbc_Model *cm = NULL;
 	double *x0 = NULL;
 	int *idx = NULL;
-	double t0 = lynx_cbc_now(), base_ms = lynx_cbc_stage_base_ms(p, &p->stages[s]), cbc_s;
+	double t0 = lynx_planner_now(), base_ms = lynx_cbc_stage_base_ms(p, &p->stages[s]), cbc_s;
 	int err = find_slots(&m);
 
 	*out = (struct lynx_cbc_stage_solve){.gap = NAN, .added_gap = NAN};
@@ -569,7 +568,7 @@ static int solve_stage(const struct lynx_cbc *c, const struct lynx_opt_options *
 	 * preprocessing: a short share of the deadline made that common. */
 	c->Cbc_setParameter(cm, "preprocess", "off");
 	/* The share covers building the model too: CBC gets what building left, if any. */
-	cbc_s = seconds - (lynx_cbc_now() - t0);
+	cbc_s = seconds - (lynx_planner_now() - t0);
 	if (!(cbc_s > 0))
 		goto out;
 	c->Cbc_setMaximumSeconds(cm, cbc_s);
@@ -656,7 +655,7 @@ static int milp_plan(const struct lynx_cbc *c, const struct lynx_opt_options *o,
 int lynx_opt_plan(const struct lynx_problem *p, const struct lynx_opt_options *o,
                   struct lynx_plan *plan, struct lynx_opt_report *report, char *why, size_t len)
 {
-	double started = lynx_cbc_now();
+	double started = lynx_planner_now();
 	struct lynx_opt_options opt = o ? *o : (struct lynx_opt_options){0};
 	struct lynx_opt_report rep = {.gap = NAN, .added_gap = NAN, .milp_step_s = NAN};
 	struct lynx_plan heu, milp;

@@ -36,18 +36,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "checker.h"
 #include "partition.h"
-
-static double seconds_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static struct lynx_partition_cost *cost_at(const struct lynx_partition *pt, uint32_t s, uint32_t n)
 {
@@ -324,7 +315,7 @@ int lynx_partition_find(const struct lynx_model_desc *m, const struct lynx_clust
 {
 	static const struct lynx_problem_options defaults;
 	struct lynx_problem_options o = opt ? *opt : defaults;
-	double start = seconds_now();
+	double start = lynx_planner_now();
 	bool any_memory = false;
 	uint32_t p = m->pp, L = m->layers;
 	int err;
@@ -374,7 +365,7 @@ int lynx_partition_find(const struct lynx_model_desc *m, const struct lynx_clust
 	                    (!out->dp.checked_fits || out->uniform.checked_s < out->dp.checked_s);
 	copy_split(&out->best, out->kept_uniform ? &out->uniform : &out->dp, p);
 	out->fits = out->best.checked ? out->best.checked_fits : !any_memory;
-	out->search_time_s = seconds_now() - start;
+	out->search_time_s = lynx_planner_now() - start;
 	return 0;
 
 out_free:

@@ -54,7 +54,8 @@ const struct lynx_planner *lynx_planner_find(const char *name);
 int lynx_planner_run(const struct lynx_planner *pl, const struct lynx_problem *p,
                      struct lynx_plan *plan, char *why, size_t len);
 
-/* The planners' clock: CLOCK_MONOTONIC, in seconds (search times, mixed's time limit). */
+/* The planners' clock: CLOCK_MONOTONIC, in seconds: search times, and the time limits of the
+ * searching planners (cbc.h) and of mixed. */
 double lynx_planner_now(void);
 
 #endif /* LYNX_POLICY_PLANNER_H */

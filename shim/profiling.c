@@ -1491,18 +1491,17 @@ static void try_plan(bool at_exit)
 	        .unpacked = !prof.pack,
 	        .search_seconds = pl && pl->searches ? SEARCH_SECONDS : INLINE_SEARCH_SECONDS,
 	        .interference = prof.interference};
-	/* At exit the process ends before a thread could: a searching planner is not
-	 * started. */
-	if (!plan_json && pl && pl->searches && at_exit) {
+	if (!plan_json && pl && pl->searches) {
+		/* At exit the process ends before a thread could: the search is not started. */
+		if (!at_exit) {
+			start_search(&j, &opt);
+			return;
+		}
 		lynx_warn("recompute mode: the job ended before the %s search could start: no "
 		          "plan",
 		          prof.planner);
 		job_profiles_free(&j);
 		plan_done();
-		return;
-	}
-	if (!plan_json && !at_exit && pl && pl->searches) {
-		start_search(&j, &opt);
 		return;
 	}
 	struct lynx_whatif_row row, keep;

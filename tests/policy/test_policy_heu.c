@@ -23,6 +23,7 @@ struct job {
 	uint32_t t, p, b, m;
 	bool sp;
 	uint64_t budget; /* bytes; 0: the GPU's memory */
+	uint32_t v;      /* virtual stages (interleaved 1F1B); 0: 1 */
 };
 
 static void build(const struct job *j, struct lynx_problem *p)
@@ -38,6 +39,7 @@ static void build(const struct job *j, struct lynx_problem *p)
 	m.micro_batch = j->b;
 	m.global_batch = j->b * j->m;
 	m.sp = j->sp;
+	m.vp = j->v;
 	if (lynx_problem_from_model(&m, lynx_preset_find_cluster(j->cluster), &opt, p, why,
 	                            sizeof(why)))
 		fail_msg("problem refused: %s", why);
@@ -101,7 +103,7 @@ static double checked_step(const struct job *j, const char *name, uint64_t *peak
 
 static void test_heu_predictions_are_the_checkers(void **state)
 {
-	struct job j = {"gpt-13b", "a100-nvlink", 8, 4, 1, 16, false, 10ull << 30};
+	struct job j = {"gpt-13b", "a100-nvlink", 8, 4, 1, 16, false, 10ull << 30, 0};
 	struct lynx_problem p;
 	struct lynx_plan plan;
 	struct lynx_checker_result r;
@@ -125,7 +127,7 @@ static void test_heu_predictions_are_the_checkers(void **state)
 /* On PCIe, the forward TP collectives are long: HEU rebuilds in them and beats DTR. */
 static void test_heu_rebuilds_in_windows_where_they_pay(void **state)
 {
-	struct job j = {"gpt-13b", "a100-pcie", 8, 4, 1, 16, false, 10ull << 30};
+	struct job j = {"gpt-13b", "a100-pcie", 8, 4, 1, 16, false, 10ull << 30, 0};
 	struct lynx_problem p;
 	struct lynx_plan plan;
 	struct lynx_checker_result r;
@@ -156,7 +158,7 @@ static void test_heu_rebuilds_in_windows_where_they_pay(void **state)
  */
 static void test_heu_plans_for_the_contention_it_is_given(void **state)
 {
-	struct job j = {"gpt-13b", "a100-pcie", 8, 4, 1, 16, false, 10ull << 30};
+	struct job j = {"gpt-13b", "a100-pcie", 8, 4, 1, 16, false, 10ull << 30, 0};
 	const struct lynx_interference heavy = {2, 2}, none = {1, 1};
 	struct lynx_problem p;
 	struct lynx_plan aware, blind;
@@ -188,7 +190,7 @@ static void test_heu_plans_for_the_contention_it_is_given(void **state)
 /* With the GPU's whole memory, nothing needs rebuilding: HEU is `none`. */
 static void test_heu_keeps_everything_when_it_fits(void **state)
 {
-	struct job j = {"gpt-1.3b", "a100-nvlink", 8, 4, 1, 16, false, 0};
+	struct job j = {"gpt-1.3b", "a100-nvlink", 8, 4, 1, 16, false, 0, 0};
 	bool fits;
 	double none = checked_step(&j, "none", NULL, &fits);
 
@@ -199,7 +201,7 @@ static void test_heu_keeps_everything_when_it_fits(void **state)
 /* Below what full recomputation needs, HEU says it does not fit, and still returns a plan. */
 static void test_heu_says_when_nothing_fits(void **state)
 {
-	struct job j = {"gpt-13b", "a100-nvlink", 8, 4, 4, 16, false, 9ull << 30};
+	struct job j = {"gpt-13b", "a100-nvlink", 8, 4, 4, 16, false, 9ull << 30, 0};
 	struct lynx_problem p;
 	struct lynx_plan plan;
 
@@ -269,6 +271,7 @@ static void test_heu_below_every_fit_plans_no_more_than_full(void **state)
 				                b,
 				                16,
 				                false,
+				                0,
 				                0};
 				assert_below_full(j, false);
 				assert_below_full(j, true);
@@ -293,7 +296,7 @@ static void test_heu_never_loses_to_a_baseline_on_the_sweep(void **state)
 	for (size_t c = 0; c < sizeof(clusters) / sizeof(clusters[0]); c++) {
 		for (int g = 0; g < LYNX_MODEL_PRESET_COUNT; g++) {
 			struct job j = {
-			        lynx_preset_models[g].name, clusters[c], 8, 4, 1, 16, false, 0};
+			        lynx_preset_models[g].name, clusters[c], 8, 4, 1, 16, false, 0, 0};
 			uint64_t lo, hi;
 			double heu, full;
 			bool fits;
@@ -329,19 +332,10 @@ static void test_heu_never_loses_to_a_baseline_on_the_sweep(void **state)
 /* planner `name`'s checked step on GPT-13B, t 8, p 4, two virtual stages, 16 micro-batches. */
 static double interleaved_step(const char *name, uint64_t budget, uint64_t *peak, bool *fits)
 {
-	struct lynx_model_desc m;
-	struct lynx_problem_options opt = {.budget_bytes = budget};
+	const struct job j = {"gpt-13b", "a100-nvlink", 8, 4, 1, 16, false, budget, 2};
 	struct lynx_problem p;
-	char why[256] = "";
 
-	lynx_preset_fill_model(lynx_preset_find_model("gpt-13b"), &m);
-	m.tp = 8;
-	m.pp = 4;
-	m.vp = 2;
-	m.global_batch = 16;
-	if (lynx_problem_from_model(&m, lynx_preset_find_cluster("a100-nvlink"), &opt, &p, why,
-	                            sizeof(why)))
-		fail_msg("problem refused: %s", why);
+	build(&j, &p);
 	return checked(&p, name, peak, fits);
 }
 
@@ -375,7 +369,7 @@ static void test_heu_weighs_interleaved_chunks_by_what_they_hold(void **state)
  * to its target by `make bench-policy`, not by a unit test. */
 static void test_heu_plans_a_48_layer_stage(void **state)
 {
-	struct job j = {"gpt-22b", "a100-nvlink", 8, 1, 4, 4, false, 0};
+	struct job j = {"gpt-22b", "a100-nvlink", 8, 1, 4, 4, false, 0, 0};
 	struct lynx_problem p;
 	struct lynx_plan plan;
 	uint64_t lo, hi;

@@ -205,6 +205,7 @@ struct job {
 	const char *cluster;
 	uint32_t p, m;
 	double budget_gib; /* 0: the GPU's memory */
+	uint32_t v;        /* virtual stages (interleaved 1F1B); 0: 1 */
 };
 
 /* GPT-13B on 8-way tensor parallelism, 10 layers per stage at p = 4. */
@@ -218,6 +219,7 @@ static void build(const struct job *j, struct lynx_problem *p)
 	m.tp = 8;
 	m.pp = j->p;
 	m.global_batch = j->m;
+	m.vp = j->v;
 	if (lynx_problem_from_model(&m, lynx_preset_find_cluster(j->cluster), &opt, p, why,
 	                            sizeof(why)))
 		fail_msg("problem refused: %s", why);
@@ -271,7 +273,7 @@ static void assert_checked(const struct lynx_problem *p, const struct lynx_plan 
  */
 static void test_offload_fits_where_keeping_everything_does_not(void **state)
 {
-	const struct job j = {"a100-nvlink", 4, 16, 16};
+	const struct job j = {"a100-nvlink", 4, 16, 16, 0};
 	struct lynx_problem p;
 	struct lynx_plan none, off;
 
@@ -295,7 +297,7 @@ static void test_offload_fits_where_keeping_everything_does_not(void **state)
 /* Where everything fits, α is 0. */
 static void test_nothing_is_offloaded_when_everything_fits(void **state)
 {
-	const struct job j = {"a100-nvlink", 4, 16, 0};
+	const struct job j = {"a100-nvlink", 4, 16, 0, 0};
 	struct lynx_problem p;
 	struct lynx_plan off;
 
@@ -326,7 +328,7 @@ static void full_offload(const struct lynx_problem *p, struct lynx_plan *plan)
  */
 static void test_offload_costs_time_on_slow_links_and_little_on_fast_ones(void **state)
 {
-	const struct job j = {"a100-pcie", 4, 16, 13};
+	const struct job j = {"a100-pcie", 4, 16, 13, 0};
 	struct lynx_problem p;
 	struct lynx_plan none, full, off;
 	struct lynx_checker_result slow, fast;
@@ -374,7 +376,7 @@ static void test_offload_costs_time_on_slow_links_and_little_on_fast_ones(void *
  */
 static void test_no_plan_fits_below_what_full_offload_reaches(void **state)
 {
-	const struct job j = {"a100-nvlink", 4, 16, 0};
+	const struct job j = {"a100-nvlink", 4, 16, 0, 0};
 	struct lynx_problem p;
 	struct lynx_plan full, off;
 	struct lynx_checker_result c;
@@ -415,8 +417,8 @@ static void test_no_plan_fits_below_what_full_offload_reaches(void **state)
 /* Kuaishou's rules: PP >= 3, and the last stage (its only chunk is its last) keeps all. */
 static void test_kuaishou_rules_pp_of_three_and_no_offload_on_the_last_stage(void **state)
 {
-	const struct job two = {"a100-nvlink", 2, 8, 22};
-	const struct job eight = {"a100-nvlink", 8, 16, 9};
+	const struct job two = {"a100-nvlink", 2, 8, 22, 0};
+	const struct job eight = {"a100-nvlink", 8, 16, 9, 0};
 	struct lynx_problem p;
 	struct lynx_plan off;
 
@@ -443,21 +445,12 @@ static void test_kuaishou_rules_pp_of_three_and_no_offload_on_the_last_stage(voi
 /* Interleaved (v = 2), the last stage's first chunk may offload; its last chunk never does. */
 static void test_kuaishou_interleaved_last_stage_offloads_only_before_its_last_chunk(void **state)
 {
-	struct lynx_model_desc m;
-	struct lynx_problem_options opt = {.budget_bytes = 12ull << 30};
+	const struct job j = {"a100-nvlink", 4, 16, 12, 2};
 	struct lynx_problem p;
 	struct lynx_plan off;
-	char why[256] = "";
 	uint64_t first_chunk = 0;
 
-	lynx_preset_fill_model(lynx_preset_find_model("gpt-13b"), &m);
-	m.tp = 8;
-	m.pp = 4;
-	m.vp = 2;
-	m.global_batch = 16;
-	if (lynx_problem_from_model(&m, lynx_preset_find_cluster("a100-nvlink"), &opt, &p, why,
-	                            sizeof(why)))
-		fail_msg("problem refused: %s", why);
+	build(&j, &p);
 	plan_offload(&p, &off);
 	assert_true(off.fits);
 	for (uint32_t l = 0; l < p.stages[3].layers; l++)
@@ -516,7 +509,7 @@ static bool offloaded(enum lynx_action a)
  */
 static void test_mixed_offloads_where_that_is_faster(void **state)
 {
-	const struct job fast = {"a100-nvlink", 4, 16, 9}, slow = {"a100-pcie", 4, 16, 10};
+	const struct job fast = {"a100-nvlink", 4, 16, 9, 0}, slow = {"a100-pcie", 4, 16, 10, 0};
 	struct lynx_problem p;
 	struct lynx_plan heu, mixed;
 
@@ -548,7 +541,7 @@ static void test_mixed_offloads_where_that_is_faster(void **state)
 /* Without a host link the mixed plan is HEU's, and says so. */
 static void test_mixed_without_a_host_link_is_heu(void **state)
 {
-	const struct job j = {"a100-pcie", 4, 16, 12};
+	const struct job j = {"a100-pcie", 4, 16, 12, 0};
 	struct lynx_problem p;
 	struct lynx_plan heu, mixed;
 
@@ -576,7 +569,7 @@ static void test_mixed_without_a_host_link_is_heu(void **state)
  */
 static void test_mixed_stops_at_its_time_limit_with_heus_plan(void **state)
 {
-	const struct job fast = {"a100-nvlink", 4, 16, 9};
+	const struct job fast = {"a100-nvlink", 4, 16, 9, 0};
 	struct lynx_problem p;
 	struct lynx_plan heu, mixed;
 
