@@ -1206,7 +1206,9 @@ int lynx_prof_build_profile(const struct lynx_prof_trace *trace,
 		err = -ENOMEM;
 		goto out;
 	}
-	if ((err = lynx_prof_find_iterations(trace, &b.its, why, why_len)) ||
+	if ((err = lynx_prof_find_iterations_except(trace, opt ? opt->not_iterations : NULL,
+	                                            opt ? opt->not_iterations_count : 0, &b.its,
+	                                            why, why_len)) ||
 	    (err = segment_all(&b, why, why_len)) || (err = lifetimes(&b, why, why_len)))
 		goto out;
 	if ((err = samples_init(&iter_samples, b.its.count)))

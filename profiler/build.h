@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "event.h"
+#include "period.h"
 #include "profile.h"
 #include "script.h"
 
@@ -47,6 +48,10 @@ struct lynx_prof_build_options {
 	 * that cannot be built (-EINVAL) is left empty (n_tokens 0); out of memory fails the
 	 * build. */
 	struct lynx_prof_script *script;
+	/* Units the warm-up found not to be the iteration: their runs are left out when the
+	 * iteration is looked for (period.h). */
+	const struct lynx_prof_unit *not_iterations;
+	size_t not_iterations_count;
 };
 
 /*

@@ -234,11 +234,29 @@ size_t lynx_prof_distinct(const uint64_t *sig, size_t n)
 	return d;
 }
 
+static uint64_t spread(uint64_t v)
+{
+	v ^= v >> 33;
+	v *= 0xff51afd7ed558ccdull;
+	v ^= v >> 33;
+	return v;
+}
+
+uint64_t lynx_prof_unit_key(const uint64_t *unit, size_t period)
+{
+	uint64_t key = spread(period);
+
+	for (size_t i = 0; i < period; i++)
+		key += spread(unit[i]);
+	return key;
+}
+
 /* What each period's runs say about it. */
 struct period_score {
 	size_t period, covered; /* tokens inside some run of this period */
 	size_t best;            /* the index of its longest run */
 	size_t distinct;        /* distinct signatures in one unit of that run */
+	bool excluded;          /* tried, and it repeats fewer than two whole times */
 };
 
 static bool is_sync(const struct lynx_prof_trace *trace, const struct lynx_prof_tokens *tok,
@@ -321,7 +339,7 @@ static int score_periods(const struct lynx_prof_tokens *tok, const struct lynx_p
 		}
 		s[n++] = (struct period_score){
 		        runs[i].period, covered, best,
-		        lynx_prof_distinct(tok->sig + runs[best].start, runs[i].period)};
+		        lynx_prof_distinct(tok->sig + runs[best].start, runs[i].period), false};
 		i = j;
 	}
 	*out = s;
@@ -329,15 +347,16 @@ static int score_periods(const struct lynx_prof_tokens *tok, const struct lynx_p
 	return 0;
 }
 
+/* The chosen period among those not excluded, or n when every one is. */
 static size_t choose_period(const struct period_score *s, size_t n)
 {
-	size_t top = 0;
+	size_t top = n;
 
-	for (size_t i = 1; i < n; i++)
-		if (s[i].covered > s[top].covered)
+	for (size_t i = 0; i < n; i++)
+		if (!s[i].excluded && (top == n || s[i].covered > s[top].covered))
 			top = i;
-	for (size_t i = 0; i < n; i++) /* periods come in increasing order */
-		if (2 * s[i].covered >= s[top].covered &&
+	for (size_t i = 0; i < n && top < n; i++) /* periods come in increasing order */
+		if (!s[i].excluded && 2 * s[i].covered >= s[top].covered &&
 		    100 * s[i].distinct >= 95 * s[top].distinct)
 			return i;
 	return top;
@@ -375,6 +394,37 @@ static size_t keep_runs_with_sync(const struct lynx_prof_trace *trace,
 	return kept;
 }
 
+/* Whether the run's unit is one of units, or a repetition of one. */
+static bool run_is_one_of(const struct lynx_prof_tokens *tok, const struct lynx_prof_run *run,
+                          const struct lynx_prof_unit *units, size_t count)
+{
+	const uint64_t *sig = tok->sig + run->start;
+
+	for (size_t u = 0; u < count; u++) {
+		size_t p = units[u].period, i = 0;
+		if (!p || run->period % p || lynx_prof_unit_key(sig, p) != units[u].key)
+			continue;
+		while (i + p < run->period && sig[i] == sig[i + p])
+			i++;
+		if (i + p >= run->period)
+			return true;
+	}
+	return false;
+}
+
+/* Keeps, in order, the runs whose unit is none of units nor a repetition of one; returns
+ * how many. */
+static size_t drop_runs_of(const struct lynx_prof_tokens *tok, struct lynx_prof_run *runs,
+                           size_t nruns, const struct lynx_prof_unit *units, size_t count)
+{
+	size_t kept = 0;
+
+	for (size_t r = 0; r < nruns; r++)
+		if (!run_is_one_of(tok, &runs[r], units, count))
+			runs[kept++] = runs[r];
+	return kept;
+}
+
 /* Lists the whole iterations in every run of the chosen period, aligned on unit. */
 static int list_iterations(const struct lynx_prof_trace *trace, const struct lynx_prof_tokens *tok,
                            const struct lynx_prof_run *runs, size_t nruns, const uint64_t *unit,
@@ -409,6 +459,13 @@ static int list_iterations(const struct lynx_prof_trace *trace, const struct lyn
 int lynx_prof_find_iterations(const struct lynx_prof_trace *trace, struct lynx_prof_iterations *out,
                               char *why, size_t why_len)
 {
+	return lynx_prof_find_iterations_except(trace, NULL, 0, out, why, why_len);
+}
+
+int lynx_prof_find_iterations_except(const struct lynx_prof_trace *trace,
+                                     const struct lynx_prof_unit *not_iterations, size_t count,
+                                     struct lynx_prof_iterations *out, char *why, size_t why_len)
+{
 	struct lynx_prof_tokens tok;
 	struct lynx_prof_run *runs = NULL;
 	struct period_score *scores = NULL;
@@ -424,10 +481,18 @@ int lynx_prof_find_iterations(const struct lynx_prof_trace *trace, struct lynx_p
 		goto out_tokens;
 	size_t repeats = nruns;
 	nruns = keep_runs_with_sync(trace, &tok, runs, nruns);
+	size_t with_sync = nruns;
+	nruns = drop_runs_of(&tok, runs, nruns, not_iterations, count);
 	if ((err = score_periods(&tok, runs, nruns, &scores, &nscores)))
 		goto out_runs;
 	if (!nscores) {
-		if (repeats)
+		if (with_sync)
+			snprintf(
+			        why, why_len,
+			        "in %zu tokens (%zu events), every repeating sequence that holds a "
+			        "host synchronisation was found to have no layers",
+			        tok.count, trace->count);
+		else if (repeats)
 			snprintf(why, why_len,
 			         "no repeating sequence holds a host synchronisation in %zu tokens "
 			         "(%zu events): no iteration has repeated yet",
@@ -439,16 +504,27 @@ int lynx_prof_find_iterations(const struct lynx_prof_trace *trace, struct lynx_p
 		err = -EINVAL;
 		goto out_scores;
 	}
-	const struct period_score *chosen = &scores[choose_period(scores, nscores)];
-	const struct lynx_prof_run *best = &runs[chosen->best];
-	size_t p = chosen->period, j = phase(trace, &tok, best);
-	/* the unit at the phase lies inside the best run, which holds two whole units */
-	const uint64_t *unit = tok.sig + best->start + j;
-	out->period = p;
-	if ((err = list_iterations(trace, &tok, runs, nruns, unit, p, out)))
-		goto out_scores;
+	/* A period that repeats fewer than two whole times (a set-up loop over one stage's two
+	 * layers, say, in a run of one step) gives way to the next. */
+	for (size_t c; (c = choose_period(scores, nscores)) < nscores; scores[c].excluded = true) {
+		const struct lynx_prof_run *best = &runs[scores[c].best];
+		size_t p = scores[c].period, j = phase(trace, &tok, best);
+		/* the unit at the phase lies inside the best run, which holds two whole units */
+		const uint64_t *unit = tok.sig + best->start + j;
+		out->period = p;
+		out->unit_key = lynx_prof_unit_key(unit, p);
+		out->count = 0;
+		if ((err = list_iterations(trace, &tok, runs, nruns, unit, p, out)))
+			goto out_scores;
+		if (out->count >= 2)
+			break;
+	}
 	if (out->count < 2) {
-		snprintf(why, why_len, "period %zu tokens repeats fewer than 2 whole times", p);
+		snprintf(why, why_len,
+		         "no repeating sequence that holds a host synchronisation repeats twice "
+		         "whole "
+		         "in %zu tokens (%zu events): no iteration has repeated yet",
+		         tok.count, trace->count);
 		err = -EINVAL;
 		goto out_scores;
 	}

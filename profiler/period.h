@@ -57,6 +57,13 @@ int lynx_prof_find_runs(const uint64_t *sig, size_t n, struct lynx_prof_run **ru
 /* The number of distinct signatures in sig[0..n) (0 when out of memory). */
 size_t lynx_prof_distinct(const uint64_t *sig, size_t n);
 
+/*
+ * A repeating unit's key: its period and the sum of its spread signatures, so that the
+ * same unit read from any rotation (a run that starts elsewhere in it) has the same key.
+ * Layer motifs (segment.c) and units that are not the iteration (below) are named by it.
+ */
+uint64_t lynx_prof_unit_key(const uint64_t *unit, size_t period);
+
 struct lynx_prof_iteration {
 	size_t first, end;             /* trace indices, end exclusive */
 	uint64_t t_start_ns, t_end_ns; /* host times of its first and last event */
@@ -64,6 +71,7 @@ struct lynx_prof_iteration {
 
 struct lynx_prof_iterations {
 	size_t period;     /* tokens per iteration */
+	uint64_t unit_key; /* lynx_prof_unit_key of one iteration's tokens */
 	size_t prefix_end; /* trace index of the first iteration: what comes before is set-up,
 	                      lazy initialisation or a first iteration that differs */
 	struct lynx_prof_iteration *iter; /* identical iterations, in order */
@@ -83,6 +91,24 @@ struct lynx_prof_iterations {
  */
 int lynx_prof_find_iterations(const struct lynx_prof_trace *trace, struct lynx_prof_iterations *out,
                               char *why, size_t why_len);
+
+/* A repeating unit, by its key and period: one found not to be the iteration. */
+struct lynx_prof_unit {
+	uint64_t key;
+	size_t period;
+};
+
+/*
+ * The same, leaving out the runs of the units in not_iterations, and of their repetitions
+ * (a run whose unit is k copies of one): repeating sequences already found to be something
+ * else, such as a set-up loop over the parameters that synchronises once per tensor (a
+ * model moved to the device one tensor at a time) and has no layers to segment. A warm-up
+ * that ruled one out looks on past it.
+ */
+int lynx_prof_find_iterations_except(const struct lynx_prof_trace *trace,
+                                     const struct lynx_prof_unit *not_iterations, size_t count,
+                                     struct lynx_prof_iterations *out, char *why, size_t why_len);
+
 void lynx_prof_iterations_free(struct lynx_prof_iterations *iterations);
 
 #endif /* LYNX_PROF_PERIOD_H */

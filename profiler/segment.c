@@ -56,24 +56,6 @@ static int by_start(const void *a, const void *b)
 	return x->start < y->start ? -1 : x->start > y->start;
 }
 
-static uint64_t spread(uint64_t v)
-{
-	v ^= v >> 33;
-	v *= 0xff51afd7ed558ccdull;
-	v ^= v >> 33;
-	return v;
-}
-
-/* A motif's key: its period and the sum of its spread signatures (rotation-invariant). */
-static uint64_t motif_key(const uint64_t *sig, const struct lynx_prof_run *r)
-{
-	uint64_t key = spread(r->period);
-
-	for (size_t i = 0; i < r->period; i++)
-		key += spread(sig[r->start + i]);
-	return key;
-}
-
 struct class
 {
 	uint64_t key;
@@ -169,7 +151,7 @@ static int classify(const struct lynx_prof_trace *trace, const struct lynx_prof_
 	qsort(acc, nacc, sizeof(*acc), by_start);
 	for (size_t i = 0; i < nacc; i++) {
 		size_t c = 0;
-		keys[i] = motif_key(tok->sig, &acc[i]);
+		keys[i] = lynx_prof_unit_key(tok->sig + acc[i].start, acc[i].period);
 		while (c < ncls && cls[c].key != keys[i])
 			c++;
 		if (c == ncls)

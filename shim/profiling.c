@@ -43,6 +43,10 @@
 /* Warm-up events kept at most (about 300 MB): a warm-up that has not ended by then (no
  * repeating iteration, a sample that cannot be taken) ends with what it has. */
 #define MAX_WARMUP_EVENTS (1u << 21)
+/* Repeating sequences a warm-up may rule out as not the iteration (they have no layers)
+ * before it gives up: set-up loops come a few at a time (moving the model, building the
+ * optimizer, compiling), not by the dozen. */
+#define MAX_NOT_ITERATIONS 16
 
 enum phase {
 	PHASE_OFF,       /* off mode, or collection could not start */
@@ -59,12 +63,18 @@ static struct {
 	struct lynx_prof_trace trace; /* arrival order; dev_* hold mark numbers until resolved */
 	size_t candidate_period;      /* the period (tokens) the last look found; 0: none */
 	size_t candidate_since;       /* trace.count when that period was first found */
-	bool sample_armed;            /* kernel-level timing was switched on for the sample */
-	bool full;                    /* MAX_WARMUP_EVENTS reached: collect nothing more */
-	uint64_t recorded_at_look;    /* the recorder's count at the last look */
-	uint64_t plan_since_ns;       /* PLANNING: when it began (CLOCK_MONOTONIC) */
-	uint64_t plan_tried_ns;       /* PLANNING: the last try */
-	struct lynx_prof_trace view;  /* RESOLVING: the sorted copy being finished */
+	/* Units found to repeat, with a host synchronisation, but without layers: set-up
+	 * loops (period.h), left out of every later look and of the build. */
+	struct lynx_prof_unit not_iterations[MAX_NOT_ITERATIONS];
+	size_t not_iterations_count;
+	char not_iteration_why[256]; /* why the last one was ruled out */
+	uint64_t layered_unit;       /* the unit whose iteration segmented at a look; 0: none */
+	bool sample_armed;           /* kernel-level timing was switched on for the sample */
+	bool full;                   /* MAX_WARMUP_EVENTS reached: collect nothing more */
+	uint64_t recorded_at_look;   /* the recorder's count at the last look */
+	uint64_t plan_since_ns;      /* PLANNING: when it began (CLOCK_MONOTONIC) */
+	uint64_t plan_tried_ns;      /* PLANNING: the last try */
+	struct lynx_prof_trace view; /* RESOLVING: the sorted copy being finished */
 	int attempts;
 	bool out_of_memory;
 	uint32_t warmup;
@@ -429,6 +439,21 @@ static const char *recorder_losses(char *buf, size_t len)
 	return buf;
 }
 
+/* "; 2 repeating sequences ... (the last, ...)", for the lines that say no profile was
+ * made, or "": a set-up loop, or an iteration whose layers Lynx cannot find, is what the
+ * user needs to tell apart. */
+static const char *set_up_clause(char *buf, size_t len)
+{
+	buf[0] = '\0';
+	if (prof.not_iterations_count)
+		snprintf(buf, len,
+		         "; %zu repeating sequence(s) with host synchronisations were passed over, "
+		         "having no layers that keep activations for a backward (set-up loops, or "
+		         "iterations whose layers Lynx cannot find; the last, %s)",
+		         prof.not_iterations_count, prof.not_iteration_why);
+	return buf;
+}
+
 /* Builds and writes the profile from the resolved view; frees what was collected. */
 static void write_profile(struct lynx_prof_trace *view, bool at_exit)
 {
@@ -436,7 +461,9 @@ static void write_profile(struct lynx_prof_trace *view, bool at_exit)
 	struct lynx_prof_build_options opt = {.rank = lynx_job_rank(),
 	                                      .world = lynx_job_world(),
 	                                      .run = &run,
-	                                      .script = prof.recompute ? &prof.script : NULL};
+	                                      .script = prof.recompute ? &prof.script : NULL,
+	                                      .not_iterations = prof.not_iterations,
+	                                      .not_iterations_count = prof.not_iterations_count};
 	char why[256], path[PATH_MAX + 64];
 	int err;
 
@@ -446,9 +473,10 @@ static void write_profile(struct lynx_prof_trace *view, bool at_exit)
 		/* A program that repeats but has no layers (a test loop, an inference server),
 		 * or a run too short to learn from: Lynx goes on observing, and says why at the
 		 * default level (nothing about this job will be planned). */
-		char losses[256];
-		lynx_warn("no profile%s: %s%s", at_exit ? " at exit" : "",
+		char losses[256], set_up[640];
+		lynx_warn("no profile%s: %s%s%s", at_exit ? " at exit" : "",
 		          err == -ENOMEM ? "out of memory" : why,
+		          set_up_clause(set_up, sizeof(set_up)),
 		          recorder_losses(losses, sizeof(losses)));
 	} else {
 		prof.have_profile = true;
@@ -552,27 +580,77 @@ static bool launched(const struct lynx_prof_trace *view)
 }
 
 /*
- * Looks for the iteration. Timing starts at NCCL calls only; once a period is confirmed, it
- * arms kernel-level timing (timing.h) from this synchronisation on, and once an iteration is
- * timed whole (the sample), it goes back to NCCL calls. With at least `needed` iterations
- * and the sample (or final, at exit, where nothing is resolved anyway), it moves to
- * RESOLVING.
+ * Whether a confirmed period is the training iteration: it segments into layers, and those
+ * layers keep activations from their forward to their backward. A set-up loop that
+ * synchronises once per tensor repeats too (a model moved to the device one tensor at a
+ * time, a per-parameter check, autotuning), often once per layer, and tensors of equal
+ * sizes can even pass for layers; but it keeps nothing for a backward. Its unit is ruled
+ * out for good and the look tries the next candidate. The test is the profile's own build
+ * (host times), once per unit. Returns 1 when ruled out, 0 when it is the iteration,
+ * -ENOMEM.
+ */
+static int rule_out_setup(const struct lynx_prof_trace *view,
+                          const struct lynx_prof_iterations *iters)
+{
+	struct lynx_prof_build_options opt = {.rank = -1,
+	                                      .world = -1,
+	                                      .not_iterations = prof.not_iterations,
+	                                      .not_iterations_count = prof.not_iterations_count};
+	char why[sizeof(prof.not_iteration_why) - 64];
+	struct lynx_profile p;
+	int err = lynx_prof_build_profile(view, &opt, &p, why, sizeof(why));
+
+	if (err == -ENOMEM)
+		return err;
+	if (!err) {
+		uint64_t saved = 0;
+		for (size_t l = 0; l < p.layer_count; l++)
+			saved += p.layers[l].saved_bytes;
+		if (saved)
+			err = 0;
+		else
+			snprintf(why, sizeof(why),
+			         "its %zu \"layers\" keep nothing from a forward for a backward",
+			         p.layer_count);
+		lynx_profile_free(&p);
+		if (saved)
+			return 0;
+	}
+	if (prof.not_iterations_count < MAX_NOT_ITERATIONS)
+		prof.not_iterations[prof.not_iterations_count++] =
+		        (struct lynx_prof_unit){iters->unit_key, iters->period};
+	snprintf(prof.not_iteration_why, sizeof(prof.not_iteration_why), "%zu tokens x %zu: %s",
+	         iters->period, iters->count, why);
+	lynx_info("warm-up: a sequence of %zu tokens repeated %zu times has no layers that keep "
+	          "activations for a backward (%s): taken for set-up; looking on",
+	          iters->period, iters->count, why);
+	return 1;
+}
+
+/*
+ * Looks for the iteration. Timing starts at NCCL calls only; once a period is confirmed and
+ * its iterations hold layers, it arms kernel-level timing (timing.h) from this
+ * synchronisation on, and once an iteration is timed whole (the sample), it goes back to
+ * NCCL calls. With at least `needed` iterations and the sample (or final, at exit, where
+ * nothing is resolved anyway), it moves to RESOLVING.
  */
 static void look(uint32_t needed, bool final, bool forced)
 {
 	struct lynx_prof_iterations iters;
 	struct lynx_prof_trace view;
 	char why[256];
+	int found;
 
 	if (sorted_view(&view))
 		return;
-	if (lynx_prof_find_iterations(&view, &iters, why, sizeof(why)) == 0) {
+	while ((found = lynx_prof_find_iterations_except(&view, prof.not_iterations,
+	                                                 prof.not_iterations_count, &iters, why,
+	                                                 sizeof(why))) == 0) {
 		size_t count = iters.count, period = iters.period;
 		bool sampled = false;
 		for (size_t i = 0; i < iters.count && !sampled; i++)
 			sampled = lynx_prof_fully_timed(&view, iters.iter[i].first,
 			                                iters.iter[i].end);
-		lynx_prof_iterations_free(&iters);
 		/*
 		 * A period must still hold once the trace has grown by half since it was first
 		 * found. Early on, before an iteration has repeated, the repeating unit is a
@@ -584,6 +662,28 @@ static void look(uint32_t needed, bool final, bool forced)
 			prof.candidate_since = view.count;
 		}
 		bool confirmed = final || forced || view.count * 2 >= prof.candidate_since * 3;
+		if (confirmed && count >= 2 && iters.unit_key != prof.layered_unit) {
+			int ruled = rule_out_setup(&view, &iters);
+			if (ruled == 0)
+				prof.layered_unit = iters.unit_key;
+			if (ruled > 0) {
+				lynx_prof_iterations_free(&iters);
+				prof.candidate_period = 0;
+				if (prof.not_iterations_count < MAX_NOT_ITERATIONS)
+					continue;
+				free(view.events);
+				lynx_warn(
+				        "no profile: %d repeating sequences with host "
+				        "synchronisations had no layers that keep activations for "
+				        "a backward (the last, %s); observing only",
+				        MAX_NOT_ITERATIONS, prof.not_iteration_why);
+				lynx_slow_path_switch(LYNX_SLOW_TIMING, false);
+				drop_collected();
+				atomic_store(&prof.phase, PHASE_DONE);
+				return;
+			}
+		}
+		lynx_prof_iterations_free(&iters);
 		/* Marks run out (or were never there): the sample cannot be taken. */
 		if (prof.timing && lynx_timing_used() >= MAX_MARKS) {
 			prof.timing = false;
@@ -610,10 +710,14 @@ static void look(uint32_t needed, bool final, bool forced)
 			try_finish(final);
 			return;
 		}
-	} else if (final && launched(&view)) {
-		char losses[256];
-		lynx_warn("no profile: %s%s", why, recorder_losses(losses, sizeof(losses)));
-	} else if (final) { /* a process that launched nothing: a launcher, a compile worker */
+		break;
+	}
+	if (found && final && launched(&view)) {
+		char losses[256], set_up[640];
+		lynx_warn("no profile: %s%s%s", why, set_up_clause(set_up, sizeof(set_up)),
+		          recorder_losses(losses, sizeof(losses)));
+	} else if (found && final) { /* a process that launched nothing: a launcher, a compile
+		                       worker */
 		lynx_info("no profile: %s", why);
 	}
 	free(view.events);
@@ -1566,9 +1670,10 @@ void lynx_profiling_at_sync(void)
 			prof.recorded_at_look = stats.recorded;
 			look(prof.warmup, false, prof.full);
 			if (atomic_load(&prof.phase) == PHASE_LEARNING && prof.full) {
+				char set_up[640];
 				lynx_warn("warm-up: no profile after %u events (no repeating "
-				          "iteration with layers); observing only",
-				          MAX_WARMUP_EVENTS);
+				          "iteration with layers%s); observing only",
+				          MAX_WARMUP_EVENTS, set_up_clause(set_up, sizeof(set_up)));
 				drop_collected();
 				atomic_store(&prof.phase, PHASE_DONE);
 			}
@@ -1706,6 +1811,9 @@ void lynx_profiling_after_fork(void)
 	prof.timing = prof.timing && !lynx_timing_init(&timing_driver, MAX_MARKS);
 	prof.sample_armed = false;
 	prof.candidate_period = prof.candidate_since = 0;
+	prof.not_iterations_count = 0;
+	prof.not_iteration_why[0] = '\0';
+	prof.layered_unit = 0;
 	lynx_slow_path_switch(LYNX_SLOW_TIMING, prof.timing);
 	atomic_store(&lynx_timing_kernels, false);
 	atomic_store(&prof.phase, PHASE_LEARNING);

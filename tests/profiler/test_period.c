@@ -199,6 +199,69 @@ static void test_period_is_no_short_repeat_without_a_synchronisation(void **stat
 	free(b);
 }
 
+/* A model moved to the device one tensor at a time, as `module.to(device)` does with
+ * pageable host tensors: per tensor a kernel and a host synchronisation, six tensors a
+ * layer. */
+static void set_up_loop(struct builder *b, int layers)
+{
+	for (int l = 0; l < layers; l++)
+		for (uint64_t p = 0; p < 6; p++) {
+			add(b, LYNX_PROF_LAUNCH, 0x500 + p);
+			add(b, LYNX_PROF_SYNC, 0);
+		}
+}
+
+/*
+ * A set-up loop that synchronises once per tensor covers more tokens than the first steps
+ * do, and is found first; once the warm-up has ruled its unit out (it has no layers), the
+ * training step is found, and the unit key names a unit whatever rotation it is read at.
+ */
+static void test_period_looks_past_a_ruled_out_set_up_loop(void **state)
+{
+	struct builder *b = calloc(1, sizeof(*b));
+	struct lynx_prof_iterations it;
+	char why[256];
+
+	(void)state;
+	set_up_loop(b, 16);
+	train_step(b, true);
+	train_step(b, false);
+	train_step(b, false);
+	struct lynx_prof_trace t = trace_of(b);
+	assert_int_equal(lynx_prof_find_iterations(&t, &it, why, sizeof(why)), 0);
+	assert_int_equal(it.period, 12);
+	uint64_t set_up = it.unit_key;
+	struct lynx_prof_unit ruled_out = {set_up, 12};
+	lynx_prof_iterations_free(&it);
+
+	uint64_t unit[12], rotated[12];
+	for (int i = 0; i < 12; i++)
+		unit[i] = lynx_prof_signature(&b->ev[i]);
+	for (int i = 0; i < 12; i++)
+		rotated[i] = unit[(i + 5) % 12];
+	assert_true(lynx_prof_unit_key(unit, 12) == set_up);
+	assert_true(lynx_prof_unit_key(rotated, 12) == set_up);
+	assert_true(lynx_prof_unit_key(unit, 11) != set_up);
+
+	assert_int_equal(lynx_prof_find_iterations_except(&t, &ruled_out, 1, &it, why, sizeof(why)),
+	                 0);
+	assert_int_equal(it.period, 24);
+	assert_int_equal(it.count, 2);
+	assert_true(it.unit_key != set_up);
+	assert_int_equal(t.events[it.iter[0].first].kind, LYNX_PROF_MEMSET);
+	lynx_prof_iterations_free(&it);
+
+	/* Ruled out, with no step repeated yet: the reason says so. */
+	b->n = 0;
+	set_up_loop(b, 16);
+	train_step(b, true);
+	t = trace_of(b);
+	assert_int_equal(lynx_prof_find_iterations_except(&t, &ruled_out, 1, &it, why, sizeof(why)),
+	                 -EINVAL);
+	assert_non_null(strstr(why, "found to have no layers"));
+	free(b);
+}
+
 /* ---- tinytrain ---------------------------------------------------------------------------- */
 
 /* Every rank finds steps iterations, back to back, after the set-up. */
@@ -297,6 +360,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_period_is_a_training_step_between_eval_steps),
 	        cmocka_unit_test(test_period_refuses_a_trace_without_repeats),
 	        cmocka_unit_test(test_period_is_no_short_repeat_without_a_synchronisation),
+	        cmocka_unit_test(test_period_looks_past_a_ruled_out_set_up_loop),
 	        cmocka_unit_test(test_period_finds_each_tinytrain_step),
 	        cmocka_unit_test(test_period_finds_steps_with_the_backward_on_the_same_thread),
 	        cmocka_unit_test(test_period_skips_a_real_first_step_that_differs),

@@ -118,10 +118,22 @@ static void fill_shard(float *host, uint64_t seed, uint64_t tensor, int64_t rows
 				        seed, tensor, row0 + i, p * full_part_cols + col0 + c);
 }
 
-static void upload(float *dev, const float *host, int64_t n)
+/*
+ * Moves one tensor to the device as PyTorch's `module.to(device)` does with a pageable host
+ * tensor: a copy on the stream, a conversion kernel (here a scale by 1, exact), and a wait
+ * for the stream before the host buffer is reused. Set-up then repeats once per layer with
+ * a host synchronisation in every repeat, as a real trainer's does, and the profiler must
+ * not take it for the training iteration.
+ */
+static void upload(struct tt_rank *r, float *dev, const float *host, int64_t n)
 {
-	tt_check_cuda(cudaMemcpy(dev, host, (size_t)n * sizeof(float), cudaMemcpyHostToDevice),
-	              "cudaMemcpy");
+	tt_check_cuda(cudaMemcpyAsync(dev, host, (size_t)n * sizeof(float), cudaMemcpyHostToDevice,
+	                              r->compute),
+	              "cudaMemcpyAsync");
+	tt_check_cuda(tt_scale(r->compute, dev, dev, 1.0f, n,
+	                       (struct tt_vcost){(uint64_t)n, 8 * (uint64_t)n}),
+	              "tt_scale");
+	tt_check_cuda(cudaStreamSynchronize(r->compute), "cudaStreamSynchronize");
 }
 
 /* Carves one layer's tensors out of base, in TT_LAYER_TENSORS order; returns the floats
@@ -187,31 +199,32 @@ static void init_weights(struct tt_rank *r)
 	}
 	for (int64_t i = 0; i < h; i++)
 		ones[i] = 1.0f;
-	tt_check_cuda(cudaMemset(r->params, 0, (size_t)r->param_count * sizeof(float)),
-	              "cudaMemset");
+	tt_check_cuda(
+	        cudaMemsetAsync(r->params, 0, (size_t)r->param_count * sizeof(float), r->compute),
+	        "cudaMemsetAsync");
 	for (int l = 0; l < r->local_layers; l++) {
 		const struct tt_layer_weights *w = &r->w[l];
 		uint64_t t = (uint64_t)tt_global_layer(r, l) * 8;
 
-		upload(w->ln1_gamma, ones, h);
-		upload(w->ln2_gamma, ones, h);
+		upload(r, w->ln1_gamma, ones, h);
+		upload(r, w->ln2_gamma, ones, h);
 		fill_shard(host, seed, t + T_QKV, h, 3 * hl, 3, 0, h, r->tp_rank * hl);
-		upload(w->qkv, host, h * 3 * hl);
+		upload(r, w->qkv, host, h * 3 * hl);
 		fill_shard(host, seed, t + T_PROJ, hl, h, 1, r->tp_rank * hl, h, 0);
-		upload(w->proj, host, hl * h);
+		upload(r, w->proj, host, hl * h);
 		fill_shard(host, seed, t + T_FC1, h, ffl, 1, 0, 4 * h, r->tp_rank * ffl);
-		upload(w->fc1, host, h * ffl);
+		upload(r, w->fc1, host, h * ffl);
 		fill_shard(host, seed, t + T_FC2, ffl, h, 1, r->tp_rank * ffl, h, 0);
-		upload(w->fc2, host, ffl * h);
+		upload(r, w->fc2, host, ffl * h);
 	}
 	if (r->first_stage) {
 		fill_shard(host, seed, 1000000 + T_EMBEDDING, s->vocab, h, 1, 0, h, 0);
-		upload(r->ew.embedding, host, s->vocab * h);
+		upload(r, r->ew.embedding, host, s->vocab * h);
 	}
 	if (r->last_stage) {
-		upload(r->ew.lnf_gamma, ones, h);
+		upload(r, r->ew.lnf_gamma, ones, h);
 		fill_shard(host, seed, 1000000 + T_HEAD, h, s->vocab, 1, 0, s->vocab, 0);
-		upload(r->ew.head, host, h * s->vocab);
+		upload(r, r->ew.head, host, h * s->vocab);
 	}
 	free(host);
 	free(ones);

@@ -28,6 +28,7 @@ struct record {
 	double loss;
 	char grad_hash[17];
 	uint64_t peak_bytes, step_time_ns, launches;
+	uint64_t setup_launches; /* step 0's: kernels launched before it */
 };
 
 struct run {
@@ -71,9 +72,13 @@ static struct run run_with_env(const char *env, const char *args, const char *er
 			const char *end = strchr(line, '\n');
 			rec->has_loss = strcmp(loss, "null") != 0;
 			rec->loss = rec->has_loss ? atof(loss) : 0;
+			const char *setup = strstr(line, ",\"setup_launches\":");
 			if (launches && (!end || launches < end))
 				rec->launches =
 				        strtoull(launches + strlen(",\"launches\":"), NULL, 10);
+			if (setup && (!end || setup < end))
+				rec->setup_launches =
+				        strtoull(setup + strlen(",\"setup_launches\":"), NULL, 10);
 			r.count++;
 		}
 		line = strchr(line, '\n');
@@ -349,7 +354,8 @@ static uint64_t counter(const char *out, const char *symbol)
 	return total;
 }
 
-/* Every rank launches the same number of kernels in every step, more than none. */
+/* Every rank launches the same number of kernels in every step, more than none; returns
+ * all the run's launches, set-up's included. */
 static uint64_t expect_steady_launches(const struct run *r)
 {
 	uint64_t total = 0;
@@ -362,7 +368,7 @@ static uint64_t expect_steady_launches(const struct run *r)
 			fail_msg("rank %d launched %" PRIu64 " kernels in step %d, %" PRIu64
 			         " in step 0",
 			         rec->rank, rec->launches, rec->step, first->launches);
-		total += rec->launches;
+		total += rec->launches + rec->setup_launches;
 	}
 	return total;
 }
