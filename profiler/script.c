@@ -113,16 +113,19 @@ int lynx_prof_script_build(const struct lynx_prof_script_input *in, struct lynx_
 	}
 	out->n_tokens = (uint32_t)tok.count;
 	out->sig = malloc(tok.count * sizeof(*out->sig));
+	out->kind = malloc(tok.count * sizeof(*out->kind));
 	out->buffers = calloc(lt->count ? lt->count : 1, sizeof(*out->buffers));
 	per_span = calloc(in->span_count ? in->span_count : 1, sizeof(*per_span));
 	for (size_t i = in->first; i < in->end; i++)
 		n_nccl += is_nccl_call(&in->trace->events[i]);
 	out->nccl_tokens = malloc((n_nccl ? n_nccl : 1) * sizeof(*out->nccl_tokens));
-	if (!out->sig || !out->buffers || !per_span || !out->nccl_tokens) {
+	if (!out->sig || !out->kind || !out->buffers || !per_span || !out->nccl_tokens) {
 		err = -ENOMEM;
 		goto out;
 	}
 	memcpy(out->sig, tok.sig, tok.count * sizeof(*out->sig));
+	for (size_t t = 0; t < tok.count; t++)
+		out->kind[t] = (uint8_t)in->trace->events[tok.event[t]].kind;
 	place_nccl(in, &tok, out);
 	/* Buffers are in allocation order, which is token order within the iteration. */
 	for (size_t i = 0; i < lt->count; i++) {
@@ -149,6 +152,7 @@ out:
 void lynx_prof_script_free(struct lynx_prof_script *script)
 {
 	free(script->sig);
+	free(script->kind);
 	free(script->buffers);
 	free(script->nccl_tokens);
 	memset(script, 0, sizeof(*script));

@@ -50,6 +50,8 @@ struct lynx_prof_script_buffer {
 
 struct lynx_prof_script {
 	uint64_t *sig; /* the iteration's tokens; the one before sig[0] is sig[n_tokens - 1] */
+	uint8_t *kind; /* each token's enum lynx_prof_kind: the executor passes over host
+	                  synchronisations that differ, and names what it expected */
 	uint32_t n_tokens;
 	struct lynx_prof_script_buffer *buffers; /* by alloc_token, then alloc_ordinal */
 	size_t n_buffers;

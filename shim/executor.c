@@ -889,6 +889,61 @@ static void act(uint32_t t, CUstream stream)
 		sample_memory();
 }
 
+/*
+ * Host synchronisations do not change the device's work or its memory, and their number
+ * can differ from one iteration to the next (an allocator that waits on an event only
+ * when the event has not completed, a trainer that logs every few steps). Where the live
+ * call differs from the script, one synchronisation more is passed over (the cursor stays:
+ * the allocations after it count from the same token, as in the script), and script
+ * synchronisations missing live are passed (acting at them, in order) up to the token that
+ * matches. True when the call was taken so; the cursor then points at the matching token,
+ * or stays where it was for a passed-over synchronisation.
+ */
+static bool pass_over_syncs(const struct lynx_prof_event *pe, uint64_t sig,
+                            const struct lynx_event *ev)
+{
+	uint32_t next = ex.pos;
+
+	if (pe->kind == LYNX_PROF_SYNC) {
+		ex.stats.syncs_passed++;
+		return true;
+	}
+	while (next < ex.script.n_tokens && ex.script.kind[next] == LYNX_PROF_SYNC &&
+	       ex.script.sig[next] != sig)
+		next++;
+	if (next == ex.pos || next == ex.script.n_tokens || ex.script.sig[next] != sig)
+		return false;
+	CUstream stream = stream_of((enum lynx_hook_id)ev->hook, ev->stream);
+	for (; ex.pos < next; ex.pos++) {
+		act(ex.pos, stream);
+		ex.stats.syncs_passed++;
+	}
+	ex.ordinal = 0;
+	return true;
+}
+
+/* Says, once per run at the default level and after that at INFO, where the live calls
+ * left the learned iteration: what was called against what warm-up saw. */
+static void note_lost(const struct lynx_prof_event *pe)
+{
+	const char *expected = lynx_prof_kind_name((enum lynx_prof_kind)ex.script.kind[ex.pos]);
+	const char *seen = lynx_prof_kind_name(pe->kind);
+	char kernel[96] = "";
+
+	if (pe->kind == LYNX_PROF_LAUNCH && pe->u.launch.name)
+		snprintf(kernel, sizeof(kernel), " of %.80s", pe->u.launch.name);
+	if (ex.stats.lost == 1)
+		lynx_warn("recompute mode: call %u of the iteration is a %s (%s%s) where warm-up "
+		          "saw a %s; evicting nothing until the next iteration starts",
+		          ex.pos, seen ? seen : "call", pe->hook, kernel,
+		          expected ? expected : "different call");
+	else
+		lynx_info("recompute mode: call %u of the iteration is a %s (%s%s) where warm-up "
+		          "saw a %s; evicting nothing until the next iteration starts",
+		          ex.pos, seen ? seen : "call", pe->hook, kernel,
+		          expected ? expected : "different call");
+}
+
 /* The driver launch nested in this thread's current top-level call, for exec_capture(). */
 static __thread struct {
 	struct lynx_event event;
@@ -942,15 +997,15 @@ void lynx_exec_after(const struct lynx_event *ev)
 		ex.curves[ex.curve_now].n = 0;
 		ex.curves[ex.curve_now].start_ns = exec_now_ns();
 		ex.started = 0; /* a lost stretch is not an iteration's time */
-	} else if (sig != ex.script.sig[ex.pos]) {
+	} else if (sig != ex.script.sig[ex.pos] && !pass_over_syncs(&pe, sig, ev)) {
 		ex.tracking = false;
 		reset_cursors();
 		ex.stats.lost++;
-		lynx_info("recompute mode: call %u of the iteration is not the learned one; "
-		          "evicting nothing until the next iteration starts",
-		          ex.pos);
+		note_lost(&pe);
 		ex.prev_sig = sig;
 		goto out;
+	} else if (sig != ex.script.sig[ex.pos]) {
+		goto out; /* a host synchronisation warm-up did not see: passed over */
 	}
 	if (!ex.pos && !lynx_capture_active())
 		iteration_started(stream_of((enum lynx_hook_id)ev->hook, ev->stream));
@@ -1241,15 +1296,17 @@ static int copy_script(const struct lynx_prof_script *s)
 	ex.script.nccl_tokens = NULL; /* the caller's: windows come with the decisions */
 	ex.script.n_nccl = 0;
 	ex.script.sig = malloc(s->n_tokens * sizeof(*s->sig));
+	ex.script.kind = malloc(s->n_tokens * sizeof(*s->kind));
 	ex.script.buffers = malloc((n ? n : 1) * sizeof(*s->buffers));
 	ex.bufs = calloc(n ? n : 1, sizeof(*ex.bufs));
 	ex.evict_order = malloc((n ? n : 1) * sizeof(*ex.evict_order));
 	ex.restore_order = malloc((n ? n : 1) * sizeof(*ex.restore_order));
 	ex.window_order = malloc((n ? n : 1) * sizeof(*ex.window_order));
-	if (!ex.script.sig || !ex.script.buffers || !ex.bufs || !ex.evict_order ||
-	    !ex.restore_order || !ex.window_order)
+	if (!ex.script.sig || !ex.script.kind || !ex.script.buffers || !ex.bufs ||
+	    !ex.evict_order || !ex.restore_order || !ex.window_order)
 		return -ENOMEM;
 	memcpy(ex.script.sig, s->sig, s->n_tokens * sizeof(*s->sig));
+	memcpy(ex.script.kind, s->kind, s->n_tokens * sizeof(*s->kind));
 	memcpy(ex.script.buffers, s->buffers, n * sizeof(*s->buffers));
 	return 0;
 }
@@ -1264,6 +1321,7 @@ static void free_script(void)
 	}
 	ex.n_awaiting = 0;
 	free(ex.script.sig);
+	free(ex.script.kind);
 	free(ex.script.buffers);
 	free(ex.bufs);
 	free(ex.evict_order);
@@ -1595,12 +1653,13 @@ void lynx_exec_print_summary(FILE *f, const char *tag)
 	lynx_exec_stats(&s);
 	lynx_arena_stats(ex.arena, &arena);
 	fprintf(f,
-	        "%s: executor: %" PRIu64 " iterations followed (%" PRIu64 " times lost); of %zu "
-	        "scripted activations %u kept (%u of them below a %zu KiB granule), %u offloaded "
+	        "%s: executor: %" PRIu64 " iterations followed (%" PRIu64 " times lost, %" PRIu64
+	        " host synchronisations passed over); of %zu scripted activations %u kept (%u of "
+	        "them below a %zu KiB granule), %u offloaded "
 	        "(%" PRIu64 " of them to hold the budget), %u planned for recompute; %u below "
 	        "a granule evicted in %u packs\n",
-	        tag, s.iterations, s.lost, ex.script.n_buffers, ex.planned[LYNX_EXEC_KEEP],
-	        ex.too_small, lynx_arena_granularity(ex.arena) / 1024,
+	        tag, s.iterations, s.lost, s.syncs_passed, ex.script.n_buffers,
+	        ex.planned[LYNX_EXEC_KEEP], ex.too_small, lynx_arena_granularity(ex.arena) / 1024,
 	        ex.planned[LYNX_EXEC_OFFLOAD], s.promoted, ex.planned[LYNX_EXEC_RECOMPUTE],
 	        ex.packed, ex.packing.n_packs);
 	print_replay(f, tag, &s);

@@ -58,10 +58,11 @@
  * Limits: the guard sees pointers in kernel parameters (also inside by-value structs),
  * copies, memsets and NCCL buffers; a kernel that reads an activation's address from device
  * memory, or a CUDA graph launched after capture, is not seen. Nothing is done while a
- * stream captures a graph. The tracker is lost at the first call that differs from the
- * script and resynchronises at the next iteration's start; while lost nothing new is
- * evicted. Forward and backward calls must not interleave across threads (they do not
- * under 1F1B with PyTorch autograd or tinytrain).
+ * stream captures a graph. The tracker passes over host synchronisations that differ from
+ * the script (one more, or some fewer: they change neither the work nor the memory); it is
+ * lost at the first other call that differs and resynchronises at the next iteration's
+ * start; while lost nothing new is evicted. Forward and backward calls must not interleave across
+ * threads (they do not under 1F1B with PyTorch autograd or tinytrain).
  *
  * Thread safety: every entry point may be called from any trainer thread; the state is
  * under one mutex. Once armed, the tracker takes it at each of the program's top-level
@@ -119,6 +120,8 @@ enum lynx_exec_fault {
 #define LYNX_EXEC_STATS                                                                         \
 	LYNX_EXEC_STAT(iterations, "iterations followed from start to end")                     \
 	LYNX_EXEC_STAT(lost, "times the live calls left the script")                            \
+	LYNX_EXEC_STAT(syncs_passed,                                                            \
+	               "host synchronisations passed over, more or fewer than learned")         \
 	LYNX_EXEC_STAT(routed, "allocations served from the arena")                             \
 	LYNX_EXEC_STAT(route_failures, "scripted allocations left to the trainer's allocator")  \
 	LYNX_EXEC_STAT(reused, "allocations given memory the device was about to be done with") \

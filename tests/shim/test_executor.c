@@ -501,6 +501,29 @@ static void test_a_failing_cuMemCreate_during_restores_loses_nothing(void **stat
 	release(&o);
 }
 
+/*
+ * A host synchronisation that warm-up did not see (a trainer that checks for NaNs every
+ * few steps) changes neither the work nor the memory: the executor passes over it and
+ * follows the iteration on, instead of losing it; results stay the same.
+ */
+static void test_a_host_synchronisation_more_than_learned_is_passed_over(void **state)
+{
+	struct step_line a[MAX_LINES], b[MAX_LINES];
+	const char *layout = PP2_TP2 " --sync-every 11";
+
+	(void)state;
+	struct output plain = run_trainer(layout, NULL, NULL);
+	struct output o = run_trainer(layout, "LYNX_BUDGET=2150K", "extra-sync");
+	assert_identical(&plain, &o, a, b);
+	for (int rank = 0; rank < 4; rank++) {
+		assert_int_equal(stat_of(o.err, rank, "times lost"), 0);
+		assert_int_equal(stat_of(o.err, rank, "host synchronisations passed over"), 1);
+		assert_true(stat_of(o.err, rank, "evicted (") > 0);
+	}
+	release(&plain);
+	release(&o);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -516,6 +539,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_lost_bytes_stop_the_trainer_with_an_error),
 	        cmocka_unit_test(test_a_search_runs_off_the_trainers_thread),
 	        cmocka_unit_test(test_a_failing_cuMemCreate_during_restores_loses_nothing),
+	        cmocka_unit_test(test_a_host_synchronisation_more_than_learned_is_passed_over),
 	};
 	int failed;
 

@@ -103,6 +103,7 @@ static void usage(FILE *f)
 	        "                 [--seed K] [--no-hazard NAME]... [--report-saved]\n"
 	        "                 [--schedule %s [--virtual-stages V]]\n"
 	        "                 [--lazy-optimizer] [--ddp-buckets KB] [--fork-worker-after N]\n"
+	        "                 [--sync-every N]\n"
 	        "                 [--retain-pool] [--virtual-copies]\n"
 	        "                 [--launch %s]\n"
 	        "                 [--compute-stream %s]\n"
@@ -111,7 +112,8 @@ static void usage(FILE *f)
 	        "data parallel), printing one JSON line per step and rank, ordered by step then\n"
 	        "rank: step, rank, loss (last pipeline stage, reduced over data parallel; null\n"
 	        "elsewhere), grad_hash, peak_bytes, step_time_ns (virtual), launches (kernels the\n"
-	        "rank launched in the step). --report-saved first prints a line per rank with\n"
+	        "rank launched in the step; step 0 adds setup_launches, those before it).\n"
+	        "--report-saved first prints a line per rank with\n"
 	        "step -1, saved_layer_bytes: the bytes each local layer's forward keeps for its\n"
 	        "backward (its input included), the most over micro-batches, in local layer\n"
 	        "order, and layers: the rank's layer count.\n"
@@ -144,6 +146,9 @@ static void usage(FILE *f)
 	        "  --fork-worker-after N  after N steps each rank forks a worker that exits at\n"
 	        "                     once, normally (a DataLoader worker, a compile worker);\n"
 	        "                     the rank fails if the worker does not exit 0.\n"
+	        "  --sync-every N     every N-th step waits on the host after its first layer's\n"
+	        "                     forward (a trainer that checks for NaNs every few steps):\n"
+	        "                     steps whose host synchronisations differ.\n"
 	        "  --launch           runtime: cudaLaunchKernel. ex: cudaLaunchKernelExC.\n"
 	        "                     driver: cuLaunchKernel. driver-ex: cuLaunchKernelEx.\n"
 	        "                     mixed: GEMMs driver-ex, the rest runtime (as cuBLASLt\n"
@@ -218,6 +223,7 @@ enum {
 	OPT_VIRTUAL_COPIES,
 	OPT_DDP_BUCKETS,
 	OPT_FORK_WORKER_AFTER,
+	OPT_SYNC_EVERY,
 	OPT_LAUNCH,
 	OPT_COMPUTE_STREAM,
 	OPT_HELP,
@@ -249,6 +255,7 @@ static const struct option long_options[] = {
         {"virtual-copies", no_argument, NULL, OPT_VIRTUAL_COPIES},
         {"ddp-buckets", required_argument, NULL, OPT_DDP_BUCKETS},
         {"fork-worker-after", required_argument, NULL, OPT_FORK_WORKER_AFTER},
+        {"sync-every", required_argument, NULL, OPT_SYNC_EVERY},
         {"launch", required_argument, NULL, OPT_LAUNCH},
         {"compute-stream", required_argument, NULL, OPT_COMPUTE_STREAM},
         {"help", no_argument, NULL, OPT_HELP},
@@ -395,6 +402,9 @@ int tt_parse_args(int argc, char **argv, struct tt_config *cfg)
 			break;
 		case OPT_FORK_WORKER_AFTER:
 			positive = &cfg->fork_worker_after;
+			break;
+		case OPT_SYNC_EVERY:
+			positive = &cfg->sync_every;
 			break;
 		case OPT_RECOMPUTE:
 			value = lookup_choice("recompute", recompute_names,

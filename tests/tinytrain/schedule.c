@@ -127,8 +127,12 @@ static float *forward_step(struct tt_rank *r, struct microbatch *m, int chunk, i
 	float *x = holds_embedding(r, chunk) ? tt_embed_forward(r, mb, &m[mb].tokens) : input;
 	int first = chunk * r->chunk_layers;
 
-	for (int l = first; l < first + r->chunk_layers; l++)
+	for (int l = first; l < first + r->chunk_layers; l++) {
 		x = tt_layer_forward(r, l, mb, x);
+		if (l == first && mb == 0 && chunk == 0 && r->cfg->sync_every &&
+		    (r->step + 1) % r->cfg->sync_every == 0)
+			tt_check_cuda(cudaStreamSynchronize(r->compute), "cudaStreamSynchronize");
+	}
 	if (!holds_head(r, chunk))
 		return x;
 	m[mb].head_grad = tt_head_forward_backward(r, mb, x);

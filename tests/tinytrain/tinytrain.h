@@ -102,6 +102,9 @@ struct tt_config {
 	int ddp_bucket_kb;
 	/* After this many steps, fork a worker that exits at once; 0: never. */
 	int fork_worker_after;
+	/* Every this many steps, a host synchronisation after the first layer's forward; 0:
+	 * never. */
+	int sync_every;
 	struct tt_dims real; /* what the arithmetic runs on */
 	struct tt_dims virt; /* what the cost model and communication sizes describe */
 	const char *virtual_name;
