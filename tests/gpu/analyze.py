@@ -379,21 +379,23 @@ def profile_check(work, variant, layers_expected, simgpu, checks):
     rows, worst = [], 0.0
     for phase in ("forward", "backward"):
         found_layers = [l for l in layers if l.get("kernels", {}).get(phase)]
-        if not found_layers:
-            continue
-        pattern = [base_name(n) for n in found_layers[0]["kernels"][phase]]
-        starts = occurrences(names, pattern)
-        if phase == "backward":
-            starts = list(reversed(starts))  # the backward runs the last layer first
-        for idx, layer in enumerate(found_layers):
+        # The backward runs the last layer first: torch.profiler's order is launch order.
+        order = list(reversed(found_layers)) if phase == "backward" else found_layers
+        at = 0  # each layer is looked for after the one before it
+        for layer in order:
+            pattern = [base_name(n) for n in layer["kernels"][phase]]
             lynx_ns = (layer.get(phase) or {}).get("ns")
             lynx_kernel_ns = sum(layer["kernels"].get(f"{phase}_ns", []) or []) or None
-            if idx >= len(starts) or not lynx_ns:
+            starts = occurrences(names[at:], pattern)
+            if not starts or not lynx_ns:
                 rows.append({"layer": layer.get("index"), "phase": phase, "lynx_ns": lynx_ns,
-                             "torch_ns": None, "note": "not matched"})
+                             "torch_ns": None, "kernels": len(pattern),
+                             "note": "its kernel names not found in torch.profiler's, in order"})
                 worst = float("inf")
                 continue
-            ks = tk[starts[idx]:starts[idx] + len(pattern)]
+            first = at + starts[0]
+            at = first + len(pattern)
+            ks = tk[first:at]
             span = (ks[-1]["ts_us"] + ks[-1]["dur_us"] - ks[0]["ts_us"]) * 1e3
             busy = sum(k["dur_us"] for k in ks) * 1e3
             err = abs(lynx_ns - span) / span if span else float("inf")
@@ -597,6 +599,10 @@ def summary_md(res):
                          f"{f'{ratio:.3f}' if ratio else '-'} | "
                          f"{mib(r.get('peak_in_use'))} | {mib(r.get('max_allocated'))} | "
                          f"{mib(r.get('budget'))} |")
+    if res.get("eager_events"):
+        ev = res["eager_events"]
+        lines += ["", f"## The eager event dump's run ({ev['status']}, exit {ev['rc']})", "",
+                  "```"] + ev["lynx_said"][:25] + ["```"]
     lines += ["", "## What Lynx said (recompute and profile cells)", ""]
     for variant, row in res.get("matrix", {}).items():
         for cell, r in row.items():
@@ -627,6 +633,11 @@ def main():
     res["profile"] = {v: profile_check(a.work, v, layers or 0, a.simgpu, checks)
                       for v in res["matrix"]}
     res["coverage"] = coverage(a.work, a.simgpu, checks)
+    # The eager event dump's run (a host synchronisation ending each step): what Lynx said.
+    for st in steps_log:
+        if st.get("name") == "eager-events":
+            res["eager_events"] = {"status": st.get("status"), "rc": st.get("rc"),
+                                   "lynx_said": lynx_lines(read_text(st.get("stderr", "")))[:40]}
     res["replay"] = replay(res["matrix"], checks)
     res["checks"] = checks.items
     res["passed"] = sum(c["status"] == "pass" for c in checks.items)

@@ -274,9 +274,20 @@ run_coverage() {
 		--out "$work/coverage.lynx" -- "${trainer[@]}"
 }
 
-# Eager cells first, then the coverage run (it compiles, filling the caches), then the compiled
-# cells: what the deadline cuts is the least informative.
+# The eager trainer's whole event dump (eight steps, profile mode, a host synchronisation
+# ending each step), returned compressed: `lynx profile` rebuilds its profile here, and the
+# shim's warm-up can be worked on offline with the real trainer's calls.
+run_eager_events() {
+	trainer_for eager 8 $([ $simgpu -eq 1 ] || echo --sync-steps)
+	run_step eager-events 60 "$work/eager-events.jsonl" "$work/eager-events.err" -- \
+		env LYNX_LOG=info LYNX_EVENTS="$work/eager.events" "$lynx" run --mode profile \
+		--out "$work/eager-events.lynx" -- "${trainer[@]}"
+}
+
+# Eager cells first, then the eager event dump and the coverage run (it compiles, filling the
+# caches), then the compiled cells: what the deadline cuts is the least informative.
 run_variant eager
+run_eager_events
 run_coverage
 [ $simgpu -eq 1 ] || run_variant compile
 
@@ -285,31 +296,37 @@ say "analysis"
 python3 "$here/analyze.py" --work "$work" --out "$out" $([ $simgpu -eq 1 ] && echo --simgpu)
 status=$?
 
-# At most six files besides results.json and summary.md: run.log (this script), one log per
-# variant with every cell's stderr, setup.log, the Lynx output directories (profiles, plans,
-# summaries; no event dumps) as one archive, and the trainer's event dump.
+# At most six files besides results.json and summary.md: run.log (this script's log, with
+# doctor's and vmm_probe's output), one log per variant with every cell's stderr (the
+# coverage run's in the compiled one's, or the eager one's on simgpu), the Lynx output
+# directories (profiles, plans, summaries; no event dumps) as one archive, and two event
+# dumps.
+coverage_variant=${variants[${#variants[@]} - 1]}
 for variant in "${variants[@]}"; do
-	for f in "$work/$variant"-*.err; do
+	for f in "$work/$variant"-*.err $([ "$variant" = "$coverage_variant" ] &&
+		echo "$work/coverage.err"); do
 		[ -f "$f" ] && { echo "===== $(basename "$f")"; tail -c 400000 "$f"; }
 	done >"$out/$variant.log"
 done
-{ cat "$work/doctor.out" "$work/doctor.err" "$work/vmm.err" "$work/coverage.err"; } \
-	>"$out/setup.log" 2>/dev/null
-# The coverage run's event dump (the trainer's process: the largest), compressed, in a file
-# of its own: with the launches' parameters, which the traces lack, `lynx profile` rebuilds
-# lifetimes and saved activations from it here, and `lynx plan` plans the real trainer
-# offline. A file that comes back may hold 16 MiB; a larger dump stays behind, and the log
-# says so.
-dump=$(ls -S "$work"/coverage.events.*.jsonl 2>/dev/null | head -1)
-if [ -n "$dump" ]; then
-	gzip -c "$dump" >"$out/coverage-trainer.events.jsonl.gz"
-	if [ "$(stat -c %s "$out/coverage-trainer.events.jsonl.gz")" -gt 15000000 ]; then
-		say "the coverage run's event dump is over 15 MB compressed: not returned"
-		rm -f "$out/coverage-trainer.events.jsonl.gz"
+# The trainer's event dumps (its process: the largest file of each run), compressed, each in
+# a file of its own: with the launches' parameters, which the traces lack, `lynx profile`
+# rebuilds lifetimes and saved activations from them here, and `lynx plan` plans the real
+# trainer offline. A file that comes back may hold 16 MiB; a larger dump stays behind, and
+# the log says so.
+return_dump() { # return_dump STEM NAME
+	local dump
+	dump=$(ls -S "$work/$1".events.*.jsonl 2>/dev/null | head -1)
+	[ -n "$dump" ] || return 0
+	gzip -c "$dump" >"$out/$2"
+	if [ "$(stat -c %s "$out/$2")" -gt 15000000 ]; then
+		say "the $1 run's event dump is over 15 MB compressed: not returned"
+		rm -f "$out/$2"
 	fi
-fi
+}
+return_dump coverage coverage-trainer.events.jsonl.gz
+return_dump eager eager-trainer.events.jsonl.gz
 (cd "$work" && tar -czf "$out/lynx-out.tar.gz" --exclude='*.events*' --exclude=cache \
-	--exclude='*.torch_kernels.json' ./*.lynx vmm.json env.json steps.jsonl ./*.jsonl 2>/dev/null)
+	./*.lynx vmm.json env.json steps.jsonl ./*.jsonl ./*.torch_kernels.json 2>/dev/null)
 if [ "$(stat -c %s "$out/lynx-out.tar.gz" 2>/dev/null || echo 0)" -gt 15000000 ]; then
 	(cd "$work" && tar -czf "$out/lynx-out.tar.gz" --exclude='*.events*' --exclude=cache \
 		--exclude='trace.*' --exclude='*.torch_kernels.json' ./*.lynx vmm.json env.json \
