@@ -105,6 +105,8 @@ enum lynx_exec_action {
 	X(FAIL_PREFETCH, "fail-prefetch")         /* every restore on the restore stream fails */ \
 	X(FAIL_REPLAY, "fail-replay")             /* each replay's first launch fails */          \
 	X(LOSE_REPLAYS, "lose-replays")           /* every replay launch fails: bytes lost */     \
+	/* every iteration's second non-synchronising call differs from the script: lost */       \
+	X(LOSE_TRACK, "lose-track")                                                               \
 	/* the plan counts buffers below a granule as evictable and leaves no room for what       \
 	 * warm-up had beyond its tensors: it predicts low */                                     \
 	X(PLAN_LOW, "plan-low")

@@ -356,6 +356,31 @@ static void test_a_pool_that_keeps_freed_memory_is_trimmed_to_hold_the_budget(vo
 	release(&o);
 }
 
+/*
+ * An executor that loses every iteration evicts nothing, so the memory in use stays above
+ * the budget whatever it does: it then leaves the trainer's pool alone (on an H200 a trim at
+ * every allocation cost 15% of the step for nothing), and says once where it got lost.
+ */
+static void test_a_lost_executor_leaves_the_pool_alone(void **state)
+{
+	struct step_line a[MAX_LINES], b[MAX_LINES];
+	struct output plain = run_trainer(PP2_TP2 " --retain-pool", NULL, NULL);
+	struct output o = run_trainer(PP2_TP2 " --retain-pool",
+	                              "LYNX_BUDGET=2150K LYNX_FAULT=lose-track", "lost");
+
+	(void)state;
+	assert_identical(&plain, &o, a, b);
+	for (int rank = 0; rank < 4; rank++) {
+		assert_int_equal(stat_of(o.err, rank, "iterations followed"), 0);
+		assert_true(stat_of(o.err, rank, "times lost") > 0);
+		assert_int_equal(stat_of(o.err, rank, "trims of the default pool"), 0);
+	}
+	assert_non_null(strstr(o.err, "where warm-up saw"));
+	assert_non_null(strstr(o.err, "the executor evicted nothing"));
+	release(&plain);
+	release(&o);
+}
+
 static void test_restores_that_cannot_start_ahead_are_made_on_demand(void **state)
 {
 	struct step_line a[MAX_LINES], b[MAX_LINES];
@@ -534,6 +559,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_a_plan_that_predicts_low_is_corrected_to_hold_the_budget),
 	        cmocka_unit_test(test_failing_stream_waits_are_made_by_the_host),
 	        cmocka_unit_test(test_a_pool_that_keeps_freed_memory_is_trimmed_to_hold_the_budget),
+	        cmocka_unit_test(test_a_lost_executor_leaves_the_pool_alone),
 	        cmocka_unit_test(test_restores_that_cannot_start_ahead_are_made_on_demand),
 	        cmocka_unit_test(test_a_recompute_only_plan_survives_failing_replays),
 	        cmocka_unit_test(test_lost_bytes_stop_the_trainer_with_an_error),
