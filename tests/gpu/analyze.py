@@ -151,6 +151,9 @@ def base_name(name):
     if not name:
         return ""
     if name.startswith("_Z"):
+        # The components of the nested name up to the function's: its template arguments
+        # ("I...") or the nested name's end ("E") follow it. Lynx's names are cut at 128
+        # characters, often inside the template arguments, so nothing after them is read.
         i, parts = 2, []
         nested = name[i:i + 1] == "N"
         if nested:
@@ -168,21 +171,7 @@ def base_name(name):
             i += len(m.group(1))
             parts.append(name[i:i + n])
             i += n
-            if not nested:
-                break
-            # Template arguments of a component: skip to the next component, if any.
-            if name[i:i + 1] == "I":
-                depth = 0
-                while i < len(name):
-                    if name[i] == "I":
-                        depth += 1
-                    elif name[i] == "E":
-                        depth -= 1
-                        if depth == 0:
-                            i += 1
-                            break
-                    i += 1
-            if name[i:i + 1] == "E":
+            if not nested or name[i:i + 1] in ("I", "E"):
                 break
         return parts[-1] if parts else name
     n = name.replace("(anonymous namespace)::", "")
