@@ -294,6 +294,41 @@ static int scan_event(struct builder *b, size_t i, uint32_t call)
 	}
 }
 
+/*
+ * A buffer whose first reference is a kernel that names it alone (it reads nothing: a
+ * fill), followed by a kernel that names it and other buffers, is produced by that second
+ * kernel: PyTorch under torch.use_deterministic_algorithms fills every new tensor (NaN)
+ * before the kernel that computes it overwrites it, and replaying the fill rebuilds
+ * nothing (the H200 run refused 72 such replays). Where the second kernel does not
+ * overwrite the whole buffer (zeros, then an accumulation), the replay's examination
+ * finds the difference and the buffer is offloaded instead. Returns 0 or -ENOMEM.
+ */
+static int past_initialisers(struct builder *b)
+{
+	struct lynx_prof_lifetimes *lt = b->lt;
+	const struct lynx_prof_trace *t = b->trace;
+	uint8_t *named = calloc(t->count ? t->count : 1, 1); /* buffers an event names, capped */
+
+	if (!named)
+		return -ENOMEM;
+	for (size_t r = 0; r < lt->ref_count; r++)
+		if (named[lt->refs[r].event] < 2)
+			named[lt->refs[r].event]++;
+	for (size_t id = 0; id < lt->count; id++) {
+		struct lynx_prof_buffer *buf = &lt->buffers[id];
+		if (buf->ref_count < 2)
+			continue;
+		uint32_t first = lt->refs[buf->first_ref].event;
+		uint32_t next = lt->refs[buf->first_ref + 1].event;
+		const struct lynx_prof_event *f = &t->events[first], *n = &t->events[next];
+		if (f->kind == LYNX_PROF_LAUNCH && !f->nested && named[first] == 1 &&
+		    n->kind == LYNX_PROF_LAUNCH && !n->nested && named[next] > 1)
+			buf->producer = next;
+	}
+	free(named);
+	return 0;
+}
+
 /* Groups the raw references by buffer, keeping event order (a stable counting sort). */
 static int gather_refs(struct builder *b)
 {
@@ -344,7 +379,7 @@ static int gather_refs(struct builder *b)
 		}
 	}
 	free(start);
-	return 0;
+	return past_initialisers(b);
 }
 
 int lynx_prof_lifetimes_build(const struct lynx_prof_trace *trace, struct lynx_prof_lifetimes *out,

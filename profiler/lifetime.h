@@ -29,7 +29,9 @@
  *    to the call the program made: a nested event's references belong to its enclosing
  *    non-nested event. Reads and writes look the same, so the first referencing event is
  *    called the producer; for a buffer written by a memset or copy first, that is the
- *    producer too.
+ *    producer too. One exception: a first kernel that names the buffer alone (a fill,
+ *    such as PyTorch's deterministic NaN fill of new tensors) followed by a kernel that
+ *    names it and other buffers: the second is the producer.
  *  - Order. Events are walked in trace order, which must be time order (trace.c merges
  *    the threads by time): a trace whose times decrease is refused.
  *
@@ -99,7 +101,7 @@ struct lynx_prof_buffer {
 	uint64_t alloc_ns, free_ns; /* free_ns 0 when never freed */
 	size_t first_ref;           /* refs[first_ref, first_ref + ref_count), in event order */
 	size_t ref_count;
-	uint32_t producer;      /* the first referencing event, or LYNX_PROF_NONE */
+	uint32_t producer;      /* the first referencing event (past a fill), or LYNX_PROF_NONE */
 	uint32_t last_consumer; /* the last referencing event, or LYNX_PROF_NONE */
 	enum lynx_prof_class cls;
 	uint32_t span; /* saved activations: the owning lynx_prof_structure.layers index */

@@ -289,6 +289,37 @@ static void test_lifetime_allocation_over_a_live_buffer_ends_it(void **state)
 	free(tb);
 }
 
+/*
+ * PyTorch under torch.use_deterministic_algorithms fills each new tensor before the kernel
+ * that computes it: a first kernel that names the buffer alone, then one that names it and
+ * its inputs. That second kernel is the producer. A fill followed by a kernel that names
+ * the buffer alone again (an in-place update) leaves the fill as the producer.
+ */
+static void test_lifetime_producer_is_past_a_fill(void **state)
+{
+	struct tb *tb = calloc(1, sizeof(*tb));
+	struct lynx_prof_lifetimes lt;
+
+	(void)state;
+	alloc(tb, 0x1000, 256); /* x, the input */
+	LAUNCH(tb, 0x1000);
+	alloc(tb, 0x2000, 256); /* y = f(x), filled first */
+	uint32_t fill_y = LAUNCH(tb, 0x2000);
+	uint32_t compute_y = LAUNCH(tb, 0x1000, 0x2000);
+	alloc(tb, 0x3000, 256); /* z: filled, then updated in place */
+	uint32_t fill_z = LAUNCH(tb, 0x3000);
+	LAUNCH(tb, 0x3000);
+	build(tb, &lt);
+
+	assert_int_equal(lt.count, 3);
+	assert_int_equal(lt.buffers[1].producer, compute_y);
+	assert_int_not_equal(lt.buffers[1].producer, fill_y);
+	assert_int_equal(lt.buffers[1].ref_count, 2); /* the fill is still a reference */
+	assert_int_equal(lt.buffers[2].producer, fill_z);
+	lynx_prof_lifetimes_free(&lt);
+	free(tb);
+}
+
 static void test_lifetime_refuses_a_trace_out_of_time_order(void **state)
 {
 	struct tb *tb = calloc(1, sizeof(*tb));
@@ -791,6 +822,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_lifetime_finds_pointers_into_the_middle_but_not_past_the_end),
 	        cmocka_unit_test(test_lifetime_copies_memsets_and_collectives_reference_buffers),
 	        cmocka_unit_test(test_lifetime_allocation_over_a_live_buffer_ends_it),
+	        cmocka_unit_test(test_lifetime_producer_is_past_a_fill),
 	        cmocka_unit_test(test_lifetime_refuses_a_trace_out_of_time_order),
 	        cmocka_unit_test(test_lifetime_classifies_weights_workspace_temporaries_and_saved),
 	        cmocka_unit_test(test_lifetime_peak_is_at_a_first_backward_with_its_breakdown),
