@@ -544,6 +544,20 @@ def vmm(work, checks):
     return v
 
 
+def executor_followed(label, said, checks):
+    """Whether an armed plan's executor followed the iteration: the summary's "N iterations
+    followed (M times lost, ...)" (rank 0's line; a cell whose plan was not armed has none)."""
+    line = next((l for l in said if "executor:" in l and "iterations followed" in l), None)
+    if line is None:
+        checks.add(f"{label}: executor followed the iteration", "skip",
+                   "no executor summary among what Lynx said (no plan armed)")
+        return
+    m = re.search(r"(\d+) iterations followed \((\d+) times lost", line)
+    followed, lost = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    checks.ok(f"{label}: executor followed the iteration", followed > 0,
+              f"{followed} iterations followed, {lost} times lost")
+
+
 def replay(table, checks):
     """The examination's verdicts, from each recompute cell's executor summary and info
     lines."""
@@ -555,6 +569,7 @@ def replay(table, checks):
             said = r.get("lynx_said", [])
             lines = [l for l in said if "replay" in l and ("executor" in l)]
             out[f"{variant} {cell}"] = lines
+            executor_followed(f"{variant} {cell}", said, checks)
     seen = [l for lines in out.values() for l in lines]
     if seen:
         checks.add("replay: examination verdicts", "pass",
