@@ -1185,6 +1185,43 @@ static int fill_script(const struct build *b, struct lynx_prof_script *script)
 	return err == -ENOMEM ? err : 0;
 }
 
+/* Starts of the iteration tried before giving up on its layers (period.h). */
+#define PHASE_TRIES 4
+
+/*
+ * Finds the iteration and segments it. Where its best start cuts a layer stack (a host
+ * synchronisation inside the step, every few steps, waits longer than the step's end), the
+ * next starts after a host synchronisation are tried; the reason given is the first's.
+ */
+static int find_and_segment(struct build *b, const struct lynx_prof_build_options *opt, char *why,
+                            size_t why_len)
+{
+	char first_why[512] = "";
+	int err = -EINVAL;
+
+	for (size_t rank = 0; rank < PHASE_TRIES; rank++) {
+		err = lynx_prof_find_iterations_phase(b->t, opt ? opt->not_iterations : NULL,
+		                                      opt ? opt->not_iterations_count : 0, rank,
+		                                      &b->its, why, why_len);
+		if (err == -ENOENT && rank) {
+			err = -EINVAL;
+			break;
+		}
+		if (err || (err = segment_all(b, why, why_len)) != -EINVAL)
+			return err;
+		if (!rank)
+			snprintf(first_why, sizeof(first_why), "%s", why);
+		for (size_t i = 0; b->layers && i < b->its.count; i++)
+			lynx_prof_layers_free(&b->layers[i]);
+		free(b->layers);
+		b->layers = NULL;
+		b->chosen = 0;
+		lynx_prof_iterations_free(&b->its);
+	}
+	snprintf(why, why_len, "%s", first_why);
+	return err;
+}
+
 int lynx_prof_build_profile(const struct lynx_prof_trace *trace,
                             const struct lynx_prof_build_options *opt, struct lynx_profile *out,
                             char *why, size_t why_len)
@@ -1206,10 +1243,7 @@ int lynx_prof_build_profile(const struct lynx_prof_trace *trace,
 		err = -ENOMEM;
 		goto out;
 	}
-	if ((err = lynx_prof_find_iterations_except(trace, opt ? opt->not_iterations : NULL,
-	                                            opt ? opt->not_iterations_count : 0, &b.its,
-	                                            why, why_len)) ||
-	    (err = segment_all(&b, why, why_len)) || (err = lifetimes(&b, why, why_len)))
+	if ((err = find_and_segment(&b, opt, why, why_len)) || (err = lifetimes(&b, why, why_len)))
 		goto out;
 	if ((err = samples_init(&iter_samples, b.its.count)))
 		goto out;

@@ -718,19 +718,21 @@ static void consider_peak(struct lynx_prof_lifetimes *lt,
 }
 
 /*
- * The peak and its breakdown by class, and the non-saved peak, over events [from, to): the
- * identical iterations. Only there are activations classified; a different first
- * iteration's are "other". That iteration often reaches the same total (optimizer state
- * made at start-up, the same activations), so a peak taken over the whole trace would
- * report no saved bytes at it, and every budget would look below static memory. What is
- * live on entry to the range counts too: a caching allocator may allocate nothing there.
+ * The peak and its breakdown by class, and the non-saved peak, inside the identical
+ * iterations (spans [begin, end), in order). Only there are activations classified; a
+ * different first iteration's are "other". That iteration often reaches the same total
+ * (optimizer state made at start-up, the same activations), so a peak taken over the whole
+ * trace would report no saved bytes at it, and every budget would look below static
+ * memory. The same holds for a step between two runs of identical iterations (one that
+ * synchronises once more, every few steps). What is live on entry to an iteration counts
+ * too: a caching allocator may allocate nothing there.
  */
-static int find_peak(struct lynx_prof_lifetimes *lt, uint32_t from, uint32_t to)
+static int find_peak(struct lynx_prof_lifetimes *lt, const struct lynx_prof_span *its, size_t n_its)
 {
 	struct delta *d = malloc((2 * lt->count + 1) * sizeof(*d));
 	uint64_t live[LYNX_PROF_CLASS_COUNT] = {0}, total = 0;
-	bool entered = false;
-	size_t n = 0;
+	bool entered = false; /* iteration `cur` has been entered */
+	size_t n = 0, cur = 0;
 
 	if (!d)
 		return -ENOMEM;
@@ -744,12 +746,20 @@ static int find_peak(struct lynx_prof_lifetimes *lt, uint32_t from, uint32_t to)
 	lt->peak_event = LYNX_PROF_NONE;
 	lt->non_saved_peak_bytes = 0;
 	memset(lt->peak_by_class, 0, sizeof(lt->peak_by_class));
-	for (size_t k = 0; k < n && d[k].event < to; k++) {
+	for (size_t k = 0; k < n && cur < n_its; k++) {
 		const struct lynx_prof_buffer *buf = &lt->buffers[d[k].buffer];
+		uint32_t event = d[k].event;
 
-		if (!entered && d[k].event >= from) {
+		while (cur < n_its &&
+		       event >= its[cur].end) { /* past it: live on entry if unseen */
+			if (!entered)
+				consider_peak(lt, live, total, its[cur].begin);
+			cur++;
+			entered = false;
+		}
+		if (cur < n_its && !entered && event >= its[cur].begin) {
 			entered = true;
-			consider_peak(lt, live, total, from);
+			consider_peak(lt, live, total, its[cur].begin);
 		}
 		if (!d[k].alloc) {
 			live[buf->cls] -= buf->bytes;
@@ -759,10 +769,11 @@ static int find_peak(struct lynx_prof_lifetimes *lt, uint32_t from, uint32_t to)
 		live[buf->cls] += buf->bytes;
 		total += buf->bytes;
 		if (entered)
-			consider_peak(lt, live, total, d[k].event);
+			consider_peak(lt, live, total, event);
 	}
-	if (!entered)
-		consider_peak(lt, live, total, from);
+	for (; cur < n_its; cur++, entered = false)
+		if (!entered)
+			consider_peak(lt, live, total, its[cur].begin);
 	free(d);
 	return 0;
 }
@@ -793,10 +804,9 @@ int lynx_prof_lifetimes_classify(struct lynx_prof_lifetimes *lt,
 			lt->saved_bytes[buf->span] += buf->bytes;
 	}
 	if (!err && structure->iteration_count)
-		err = find_peak(lt, structure->iterations[0].begin,
-		                structure->iterations[structure->iteration_count - 1].end);
+		err = find_peak(lt, structure->iterations, structure->iteration_count);
 	else if (!err)
-		err = find_peak(lt, 0, UINT32_MAX);
+		err = find_peak(lt, &(struct lynx_prof_span){0, UINT32_MAX}, 1);
 	if (err)
 		set_why(why, why_len, "out of memory");
 	free(c.iter_bounds);

@@ -276,13 +276,40 @@ static uint64_t token_time(const struct lynx_prof_trace *trace, const struct lyn
  * synchronisation (the first token after a row of them) when the unit has one, ranked by
  * the host-time gap before the token summed over the run; otherwise the longest gap.
  */
-static size_t phase(const struct lynx_prof_trace *trace, const struct lynx_prof_tokens *tok,
-                    const struct lynx_prof_run *run)
-{
-	size_t p = run->period, best = 0;
-	uint64_t best_gap = 0;
-	bool best_sync = false;
+struct phase_choice {
+	size_t offset;
+	uint64_t gap;
+	bool sync;
+};
 
+static int by_rank(const void *a, const void *b)
+{
+	const struct phase_choice *x = a, *y = b;
+
+	if (x->sync != y->sync)
+		return x->sync ? -1 : 1;
+	if (x->gap != y->gap)
+		return x->gap > y->gap ? -1 : 1;
+	return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/*
+ * The rank-th choice (0: the best) of offset: PHASE_NONE when there is no such choice, or
+ * PHASE_NOMEM. Past the best, only offsets after a host synchronisation are choices, and
+ * only in a unit that has one: a host synchronisation inside a step (a check every few
+ * steps) can wait longer than the step's end, and an iteration started there cuts a layer
+ * stack in two.
+ */
+#define PHASE_NONE ((size_t)-1)
+#define PHASE_NOMEM ((size_t)-2)
+static size_t phase(const struct lynx_prof_trace *trace, const struct lynx_prof_tokens *tok,
+                    const struct lynx_prof_run *run, size_t rank)
+{
+	size_t p = run->period, n = 0, chosen = PHASE_NONE;
+	struct phase_choice *c = malloc(p * sizeof(*c));
+
+	if (!c)
+		return PHASE_NOMEM;
 	for (size_t j = 0; j < p; j++) {
 		size_t first = run->start + j;
 		uint64_t gap = 0;
@@ -293,13 +320,13 @@ static size_t phase(const struct lynx_prof_trace *trace, const struct lynx_prof_
 		bool sync = is_sync(trace, tok, first - 1) && !is_sync(trace, tok, first);
 		for (size_t i = first; i < run->end; i += p)
 			gap += token_time(trace, tok, i) - token_time(trace, tok, i - 1);
-		if ((sync && !best_sync) || (sync == best_sync && gap > best_gap)) {
-			best = j;
-			best_gap = gap;
-			best_sync = sync;
-		}
+		c[n++] = (struct phase_choice){j, gap, sync};
 	}
-	return best;
+	qsort(c, n, sizeof(*c), by_rank);
+	if (rank < n && (!rank || c[rank].sync))
+		chosen = c[rank].offset;
+	free(c);
+	return chosen;
 }
 
 static int iteration_push(struct lynx_prof_iterations *out, size_t *cap,
@@ -466,6 +493,14 @@ int lynx_prof_find_iterations_except(const struct lynx_prof_trace *trace,
                                      const struct lynx_prof_unit *not_iterations, size_t count,
                                      struct lynx_prof_iterations *out, char *why, size_t why_len)
 {
+	return lynx_prof_find_iterations_phase(trace, not_iterations, count, 0, out, why, why_len);
+}
+
+int lynx_prof_find_iterations_phase(const struct lynx_prof_trace *trace,
+                                    const struct lynx_prof_unit *not_iterations, size_t count,
+                                    size_t phase_rank, struct lynx_prof_iterations *out, char *why,
+                                    size_t why_len)
+{
 	struct lynx_prof_tokens tok;
 	struct lynx_prof_run *runs = NULL;
 	struct period_score *scores = NULL;
@@ -508,7 +543,18 @@ int lynx_prof_find_iterations_except(const struct lynx_prof_trace *trace,
 	 * layers, say, in a run of one step) gives way to the next. */
 	for (size_t c; (c = choose_period(scores, nscores)) < nscores; scores[c].excluded = true) {
 		const struct lynx_prof_run *best = &runs[scores[c].best];
-		size_t p = scores[c].period, j = phase(trace, &tok, best);
+		size_t p = scores[c].period, j = phase(trace, &tok, best, phase_rank);
+		if (j == PHASE_NOMEM) {
+			err = -ENOMEM;
+			goto out_scores;
+		}
+		if (j == PHASE_NONE) {
+			snprintf(why, why_len,
+			         "the iteration of %zu tokens has no start choice %zu", p,
+			         phase_rank + 1);
+			err = -ENOENT;
+			goto out_scores;
+		}
 		/* the unit at the phase lies inside the best run, which holds two whole units */
 		const uint64_t *unit = tok.sig + best->start + j;
 		out->period = p;

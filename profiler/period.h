@@ -109,6 +109,16 @@ int lynx_prof_find_iterations_except(const struct lynx_prof_trace *trace,
                                      const struct lynx_prof_unit *not_iterations, size_t count,
                                      struct lynx_prof_iterations *out, char *why, size_t why_len);
 
+/*
+ * The same, with the iterations started at the phase_rank-th choice of start (0: the one
+ * above). Past the first, only starts right after a host synchronisation are choices: the
+ * build tries them when the first cuts a layer stack (a synchronisation inside the step,
+ * every few steps). -ENOENT, with why, when there is no such choice.
+ */
+int lynx_prof_find_iterations_phase(const struct lynx_prof_trace *trace,
+                                    const struct lynx_prof_unit *not_iterations, size_t count,
+                                    size_t phase_rank, struct lynx_prof_iterations *out, char *why,
+                                    size_t why_len);
 void lynx_prof_iterations_free(struct lynx_prof_iterations *iterations);
 
 #endif /* LYNX_PROF_PERIOD_H */

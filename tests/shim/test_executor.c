@@ -549,6 +549,32 @@ static void test_a_host_synchronisation_more_than_learned_is_passed_over(void **
 	release(&o);
 }
 
+/*
+ * A host synchronisation inside every third step (after the first layer's forward), from
+ * the start: warm-up's identical iterations are the steps between, the iteration's start
+ * is not taken inside a layer stack, the peak is taken in those steps only, and the
+ * executor passes over each extra synchronisation. Before, no profile was made.
+ */
+static void test_a_check_every_few_steps_is_profiled_and_followed(void **state)
+{
+	struct step_line a[MAX_LINES], b[MAX_LINES];
+	const char *layout = PP2_TP2 " --sync-every 3";
+
+	(void)state;
+	struct output plain = run_trainer(layout, NULL, NULL);
+	struct output o = run_trainer(layout, "LYNX_BUDGET=2150K", "every-3");
+	assert_identical(&plain, &o, a, b);
+	assert_null(strstr(o.err, "no profile"));
+	for (int rank = 0; rank < 4; rank++) {
+		assert_true(stat_of(o.err, rank, "iterations followed") >= 2);
+		assert_int_equal(stat_of(o.err, rank, "times lost"), 0);
+		assert_true(stat_of(o.err, rank, "host synchronisations passed over") >= 1);
+		assert_true(stat_of(o.err, rank, "evicted (") > 0);
+	}
+	release(&plain);
+	release(&o);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -566,6 +592,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_a_search_runs_off_the_trainers_thread),
 	        cmocka_unit_test(test_a_failing_cuMemCreate_during_restores_loses_nothing),
 	        cmocka_unit_test(test_a_host_synchronisation_more_than_learned_is_passed_over),
+	        cmocka_unit_test(test_a_check_every_few_steps_is_profiled_and_followed),
 	};
 	int failed;
 
