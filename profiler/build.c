@@ -332,17 +332,24 @@ struct build {
 	bool have_lt;
 };
 
+/* The iterations found and their segments, for another try or the end. */
+static void iterations_free(struct build *b)
+{
+	for (size_t i = 0; b->layers && i < b->its.count; i++)
+		lynx_prof_layers_free(&b->layers[i]);
+	free(b->layers);
+	b->layers = NULL;
+	b->chosen = 0;
+	lynx_prof_iterations_free(&b->its);
+}
+
 static void build_free(struct build *b)
 {
-	if (b->layers)
-		for (size_t i = 0; i < b->its.count; i++)
-			lynx_prof_layers_free(&b->layers[i]);
-	free(b->layers);
+	iterations_free(b);
 	free(b->iter_spans);
 	free(b->spans);
 	if (b->have_lt)
 		lynx_prof_lifetimes_free(&b->lt);
-	lynx_prof_iterations_free(&b->its);
 }
 
 /* Segments every iteration; the chosen one is the last that segments, and the others must
@@ -1211,12 +1218,7 @@ static int find_and_segment(struct build *b, const struct lynx_prof_build_option
 			return err;
 		if (!rank)
 			snprintf(first_why, sizeof(first_why), "%s", why);
-		for (size_t i = 0; b->layers && i < b->its.count; i++)
-			lynx_prof_layers_free(&b->layers[i]);
-		free(b->layers);
-		b->layers = NULL;
-		b->chosen = 0;
-		lynx_prof_iterations_free(&b->its);
+		iterations_free(b);
 	}
 	snprintf(why, why_len, "%s", first_why);
 	return err;

@@ -271,11 +271,7 @@ static uint64_t token_time(const struct lynx_prof_trace *trace, const struct lyn
 	return trace->events[tok->event[i]].t_ns;
 }
 
-/*
- * The offset in [0, period) of the run's unit where an iteration starts: after a host
- * synchronisation (the first token after a row of them) when the unit has one, ranked by
- * the host-time gap before the token summed over the run; otherwise the longest gap.
- */
+/* One start an iteration can take in a run's unit, with what ranks it (phase()). */
 struct phase_choice {
 	size_t offset;
 	uint64_t gap;
@@ -294,11 +290,13 @@ static int by_rank(const void *a, const void *b)
 }
 
 /*
- * The rank-th choice (0: the best) of offset: PHASE_NONE when there is no such choice, or
- * PHASE_NOMEM. Past the best, only offsets after a host synchronisation are choices, and
- * only in a unit that has one: a host synchronisation inside a step (a check every few
- * steps) can wait longer than the step's end, and an iteration started there cuts a layer
- * stack in two.
+ * The offset in [0, period) of the run's unit where an iteration starts: after a host
+ * synchronisation (the first token after a row of them) when the unit has one, ranked by
+ * the host-time gap before the token summed over the run; otherwise the longest gap. That
+ * is the rank-th choice (0: the best); PHASE_NONE when there is none, PHASE_NOMEM. Past the
+ * best, only offsets after a host synchronisation are choices, and only in a unit that has
+ * one: a host synchronisation inside a step (a check every few steps) can wait longer than
+ * the step's end, and an iteration started there cuts a layer stack in two.
  */
 #define PHASE_NONE ((size_t)-1)
 #define PHASE_NOMEM ((size_t)-2)
@@ -486,14 +484,7 @@ static int list_iterations(const struct lynx_prof_trace *trace, const struct lyn
 int lynx_prof_find_iterations(const struct lynx_prof_trace *trace, struct lynx_prof_iterations *out,
                               char *why, size_t why_len)
 {
-	return lynx_prof_find_iterations_except(trace, NULL, 0, out, why, why_len);
-}
-
-int lynx_prof_find_iterations_except(const struct lynx_prof_trace *trace,
-                                     const struct lynx_prof_unit *not_iterations, size_t count,
-                                     struct lynx_prof_iterations *out, char *why, size_t why_len)
-{
-	return lynx_prof_find_iterations_phase(trace, not_iterations, count, 0, out, why, why_len);
+	return lynx_prof_find_iterations_phase(trace, NULL, 0, 0, out, why, why_len);
 }
 
 int lynx_prof_find_iterations_phase(const struct lynx_prof_trace *trace,
@@ -568,8 +559,7 @@ int lynx_prof_find_iterations_phase(const struct lynx_prof_trace *trace,
 	if (out->count < 2) {
 		snprintf(why, why_len,
 		         "no repeating sequence that holds a host synchronisation repeats twice "
-		         "whole "
-		         "in %zu tokens (%zu events): no iteration has repeated yet",
+		         "whole in %zu tokens (%zu events): no iteration has repeated yet",
 		         tok.count, trace->count);
 		err = -EINVAL;
 		goto out_scores;

@@ -102,18 +102,11 @@ struct lynx_prof_unit {
  * The same, leaving out the runs of the units in not_iterations, and of their repetitions
  * (a run whose unit is k copies of one): repeating sequences already found to be something
  * else, such as a set-up loop over the parameters that synchronises once per tensor (a
- * model moved to the device one tensor at a time) and has no layers to segment. A warm-up
- * that ruled one out looks on past it.
- */
-int lynx_prof_find_iterations_except(const struct lynx_prof_trace *trace,
-                                     const struct lynx_prof_unit *not_iterations, size_t count,
-                                     struct lynx_prof_iterations *out, char *why, size_t why_len);
-
-/*
- * The same, with the iterations started at the phase_rank-th choice of start (0: the one
- * above). Past the first, only starts right after a host synchronisation are choices: the
- * build tries them when the first cuts a layer stack (a synchronisation inside the step,
- * every few steps). -ENOENT, with why, when there is no such choice.
+ * model moved to the device one tensor at a time) and has no layers to segment; a warm-up
+ * that ruled one out looks on past it. The iterations start at the phase_rank-th choice of
+ * start (0: the one above); past the first, only starts right after a host synchronisation
+ * are choices: the build tries them when the first cuts a layer stack (a synchronisation
+ * inside the step, every few steps). -ENOENT, with why, when there is no such choice.
  */
 int lynx_prof_find_iterations_phase(const struct lynx_prof_trace *trace,
                                     const struct lynx_prof_unit *not_iterations, size_t count,

@@ -897,33 +897,25 @@ static void act(uint32_t t, CUstream stream)
 /*
  * Host synchronisations do not change the device's work or its memory, and their number
  * can differ from one iteration to the next (an allocator that waits on an event only
- * when the event has not completed, a trainer that logs every few steps). Where the live
- * call differs from the script, one synchronisation more is passed over (the cursor stays:
- * the allocations after it count from the same token, as in the script), and script
- * synchronisations missing live are passed (acting at them, in order) up to the token that
- * matches. True when the call was taken so; the cursor then points at the matching token,
- * or stays where it was for a passed-over synchronisation.
+ * when the event has not completed, a trainer that checks every few steps). A live one
+ * more than the script is passed over where it comes (lynx_exec_after); script ones missing
+ * live are passed here, acting at them in order, up to the token that matches sig. True
+ * when the cursor now points at that token; false when no run of script synchronisations
+ * leads to it.
  */
-static bool pass_over_syncs(const struct lynx_prof_event *pe, uint64_t sig,
-                            const struct lynx_event *ev)
+static bool skip_missing_syncs(uint64_t sig, CUstream stream)
 {
 	uint32_t next = ex.pos;
 
-	if (pe->kind == LYNX_PROF_SYNC) {
-		ex.stats.syncs_passed++;
-		return true;
-	}
 	while (next < ex.script.n_tokens && ex.script.kind[next] == LYNX_PROF_SYNC &&
 	       ex.script.sig[next] != sig)
 		next++;
 	if (next == ex.pos || next == ex.script.n_tokens || ex.script.sig[next] != sig)
 		return false;
-	CUstream stream = stream_of((enum lynx_hook_id)ev->hook, ev->stream);
 	for (; ex.pos < next; ex.pos++) {
 		act(ex.pos, stream);
 		ex.stats.syncs_passed++;
 	}
-	ex.ordinal = 0;
 	return true;
 }
 
@@ -937,16 +929,11 @@ static void note_lost(const struct lynx_prof_event *pe)
 
 	if (pe->kind == LYNX_PROF_LAUNCH && pe->u.launch.name)
 		snprintf(kernel, sizeof(kernel), " of %.80s", pe->u.launch.name);
-	if (ex.stats.lost == 1)
-		lynx_warn("recompute mode: call %u of the iteration is a %s (%s%s) where warm-up "
-		          "saw a %s; evicting nothing until the next iteration starts",
-		          ex.pos, seen ? seen : "call", pe->hook, kernel,
-		          expected ? expected : "different call");
-	else
-		lynx_info("recompute mode: call %u of the iteration is a %s (%s%s) where warm-up "
-		          "saw a %s; evicting nothing until the next iteration starts",
-		          ex.pos, seen ? seen : "call", pe->hook, kernel,
-		          expected ? expected : "different call");
+	lynx_log(ex.stats.lost == 1 ? LYNX_LOG_WARN : LYNX_LOG_INFO,
+	         "recompute mode: call %u of the iteration is a %s (%s%s) where warm-up saw a %s; "
+	         "evicting nothing until the next iteration starts",
+	         ex.pos, seen ? seen : "call", pe->hook, kernel,
+	         expected ? expected : "different call");
 }
 
 /* The driver launch nested in this thread's current top-level call, for exec_capture(). */
@@ -1005,15 +992,19 @@ void lynx_exec_after(const struct lynx_event *ev)
 		ex.curves[ex.curve_now].n = 0;
 		ex.curves[ex.curve_now].start_ns = exec_now_ns();
 		ex.started = 0; /* a lost stretch is not an iteration's time */
-	} else if (sig != ex.script.sig[ex.pos] && !pass_over_syncs(&pe, sig, ev)) {
-		ex.tracking = false;
-		reset_cursors();
-		ex.stats.lost++;
-		note_lost(&pe);
-		ex.prev_sig = sig;
-		goto out;
 	} else if (sig != ex.script.sig[ex.pos]) {
-		goto out; /* a host synchronisation warm-up did not see: passed over */
+		if (pe.kind == LYNX_PROF_SYNC) { /* one more than warm-up saw: passed over */
+			ex.stats.syncs_passed++;
+			goto out;
+		}
+		if (!skip_missing_syncs(sig, stream_of((enum lynx_hook_id)ev->hook, ev->stream))) {
+			ex.tracking = false;
+			reset_cursors();
+			ex.stats.lost++;
+			note_lost(&pe);
+			ex.prev_sig = sig;
+			goto out;
+		}
 	}
 	if (!ex.pos && !lynx_capture_active())
 		iteration_started(stream_of((enum lynx_hook_id)ev->hook, ev->stream));

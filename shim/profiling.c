@@ -606,12 +606,9 @@ static int rule_out_setup(const struct lynx_prof_trace *view,
 		uint64_t saved = 0;
 		for (size_t l = 0; l < p.layer_count; l++)
 			saved += p.layers[l].saved_bytes;
-		if (saved)
-			err = 0;
-		else
-			snprintf(why, sizeof(why),
-			         "its %zu \"layers\" keep nothing from a forward for a backward",
-			         p.layer_count);
+		snprintf(why, sizeof(why),
+		         "its %zu \"layers\" keep nothing from a forward for a backward",
+		         p.layer_count);
 		lynx_profile_free(&p);
 		if (saved)
 			return 0;
@@ -643,9 +640,9 @@ static void look(uint32_t needed, bool final, bool forced)
 
 	if (sorted_view(&view))
 		return;
-	while ((found = lynx_prof_find_iterations_except(&view, prof.not_iterations,
-	                                                 prof.not_iterations_count, &iters, why,
-	                                                 sizeof(why))) == 0) {
+	while ((found = lynx_prof_find_iterations_phase(&view, prof.not_iterations,
+	                                                prof.not_iterations_count, 0, &iters, why,
+	                                                sizeof(why))) == 0) {
 		size_t count = iters.count, period = iters.period;
 		bool sampled = false;
 		for (size_t i = 0; i < iters.count && !sampled; i++)
@@ -716,8 +713,8 @@ static void look(uint32_t needed, bool final, bool forced)
 		char losses[256], set_up[640];
 		lynx_warn("no profile: %s%s%s", why, set_up_clause(set_up, sizeof(set_up)),
 		          recorder_losses(losses, sizeof(losses)));
-	} else if (found && final) { /* a process that launched nothing: a launcher, a compile
-		                       worker */
+	} else if (found && final) {
+		/* a process that launched nothing: a launcher, a compile worker */
 		lynx_info("no profile: %s", why);
 	}
 	free(view.events);

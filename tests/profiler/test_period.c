@@ -243,8 +243,8 @@ static void test_period_looks_past_a_ruled_out_set_up_loop(void **state)
 	assert_true(lynx_prof_unit_key(rotated, 12) == set_up);
 	assert_true(lynx_prof_unit_key(unit, 11) != set_up);
 
-	assert_int_equal(lynx_prof_find_iterations_except(&t, &ruled_out, 1, &it, why, sizeof(why)),
-	                 0);
+	assert_int_equal(
+	        lynx_prof_find_iterations_phase(&t, &ruled_out, 1, 0, &it, why, sizeof(why)), 0);
 	assert_int_equal(it.period, 24);
 	assert_int_equal(it.count, 2);
 	assert_true(it.unit_key != set_up);
@@ -256,8 +256,9 @@ static void test_period_looks_past_a_ruled_out_set_up_loop(void **state)
 	set_up_loop(b, 16);
 	train_step(b, true);
 	t = trace_of(b);
-	assert_int_equal(lynx_prof_find_iterations_except(&t, &ruled_out, 1, &it, why, sizeof(why)),
-	                 -EINVAL);
+	assert_int_equal(
+	        lynx_prof_find_iterations_phase(&t, &ruled_out, 1, 0, &it, why, sizeof(why)),
+	        -EINVAL);
 	assert_non_null(strstr(why, "found to have no layers"));
 	free(b);
 }
