@@ -3,7 +3,7 @@
 """The shape matrix: Lynx on trainers of every shape tinytrain can take (issue 16).
 
 Each cell is one tinytrain job: a pipeline schedule, lazy optimizer state, DDP buckets
-overlapped with the backward, one or several micro-batches, a launch API, a compute stream
+overlapped with the backward, PyTorch's deterministic fill of new tensors, one or several micro-batches, a launch API, a compute stream
 and a pp/tp/dp layout. Per cell, three runs on simgpu:
 
   none       tinytrain alone, with --report-saved: the truth (layers per rank, steps)
@@ -58,6 +58,8 @@ CELLS = [
     ("dp2-m4-ddp", "--nproc 2 --dp 2 --microbatches 4 --ddp-buckets 64", False),
     ("dp2-m1-torchlike", "--nproc 2 --dp 2 --microbatches 1 --ddp-buckets 64 "
      "--lazy-optimizer --launch mixed --compute-stream null", True),
+    ("dp2-m1-torchlike-fill", "--nproc 2 --dp 2 --microbatches 1 --ddp-buckets 64 "
+     "--lazy-optimizer --launch mixed --compute-stream null --deterministic-fill", False),
     # tensor parallel
     ("tp2-m1", "--nproc 2 --tp 2 --microbatches 1", False),
     ("tp2-m4-ex", "--nproc 2 --tp 2 --microbatches 4 --launch ex", False),

@@ -103,7 +103,7 @@ static void usage(FILE *f)
 	        "                 [--seed K] [--no-hazard NAME]... [--report-saved]\n"
 	        "                 [--schedule %s [--virtual-stages V]]\n"
 	        "                 [--lazy-optimizer] [--ddp-buckets KB] [--fork-worker-after N]\n"
-	        "                 [--sync-every N]\n"
+	        "                 [--sync-every N] [--deterministic-fill]\n"
 	        "                 [--retain-pool] [--virtual-copies]\n"
 	        "                 [--launch %s]\n"
 	        "                 [--compute-stream %s]\n"
@@ -132,6 +132,9 @@ static void usage(FILE *f)
 	        "                     P >= 3, L %% (P*V) == 0 and M %% P == 0.\n"
 	        "  --lazy-optimizer   Adam's state is allocated (cudaMalloc) and zeroed at the\n"
 	        "                     first step, as torch.optim.Adam does, not at start-up.\n"
+	        "  --deterministic-fill  every new buffer is filled (all bytes 0xff: NaN) by a\n"
+	        "                     kernel of its own before anything computes it, as PyTorch\n"
+	        "                     does under torch.use_deterministic_algorithms.\n"
 	        "  --ddp-buckets KB   DDP's gradient buckets of about KB KiB, all-reduced on the\n"
 	        "                     communication stream during the last micro-batch's\n"
 	        "                     backward, from flat buffers allocated in the first\n"
@@ -219,6 +222,7 @@ enum {
 	OPT_SCHEDULE,
 	OPT_VIRTUAL_STAGES,
 	OPT_LAZY_OPTIMIZER,
+	OPT_DETERMINISTIC_FILL,
 	OPT_RETAIN_POOL,
 	OPT_VIRTUAL_COPIES,
 	OPT_DDP_BUCKETS,
@@ -251,6 +255,7 @@ static const struct option long_options[] = {
         {"schedule", required_argument, NULL, OPT_SCHEDULE},
         {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
         {"lazy-optimizer", no_argument, NULL, OPT_LAZY_OPTIMIZER},
+        {"deterministic-fill", no_argument, NULL, OPT_DETERMINISTIC_FILL},
         {"retain-pool", no_argument, NULL, OPT_RETAIN_POOL},
         {"virtual-copies", no_argument, NULL, OPT_VIRTUAL_COPIES},
         {"ddp-buckets", required_argument, NULL, OPT_DDP_BUCKETS},
@@ -442,6 +447,9 @@ int tt_parse_args(int argc, char **argv, struct tt_config *cfg)
 			continue;
 		case OPT_LAZY_OPTIMIZER:
 			cfg->lazy_optimizer = true;
+			continue;
+		case OPT_DETERMINISTIC_FILL:
+			cfg->deterministic_fill = true;
 			continue;
 		case OPT_VIRTUAL_MODEL:
 			value = -1;

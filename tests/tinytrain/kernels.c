@@ -404,6 +404,16 @@ cudaError_t tt_scale(cudaStream_t stream, const float *x, float *y, float alpha,
 	return launch(&tt_scale_target, n, args, stream);
 }
 
+cudaError_t tt_fill(cudaStream_t stream, void *ptr, int64_t bytes, int value, struct tt_vcost cost)
+{
+	void *args[] = {&ptr, &bytes, &value, &cost};
+	CHECK_ARGS(tt_fill, args);
+
+	if (bytes < 0)
+		return cudaErrorInvalidValue;
+	return launch(&tt_fill_target, bytes, args, stream);
+}
+
 cudaError_t tt_adam(cudaStream_t stream, float *param, const float *grad, float *m, float *v,
                     int64_t n, struct tt_adam hyper, struct tt_vcost cost)
 {

@@ -179,6 +179,10 @@ cudaError_t tt_sum(cudaStream_t stream, const float *x, float *out, int n, int a
 cudaError_t tt_scale(cudaStream_t stream, const float *x, float *y, float alpha, int64_t n,
                      struct tt_vcost cost);
 
+/* Every one of the bytes bytes at ptr set to value: PyTorch's fill of a new tensor under
+ * torch.use_deterministic_algorithms (NaN for floats), a kernel that names its buffer alone. */
+cudaError_t tt_fill(cudaStream_t stream, void *ptr, int64_t bytes, int value, struct tt_vcost cost);
+
 /* Adam step `t` (1-based) on n parameters with bias correction, no weight decay. */
 struct tt_adam {
 	float lr, beta1, beta2, eps;

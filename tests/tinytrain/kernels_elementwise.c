@@ -30,6 +30,13 @@ void tt_scale_body(const struct simgpu_launch_dims *dims, void **params)
 		y[i] = alpha * x[i];
 }
 
+void tt_fill_body(const struct simgpu_launch_dims *dims, void **params)
+{
+	(void)dims;
+	memset(TT_ARG(params, 0, void *), TT_ARG(params, 2, int),
+	       (size_t)TT_ARG(params, 1, int64_t));
+}
+
 static uint64_t splitmix64(uint64_t z)
 {
 	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

@@ -50,6 +50,7 @@
 	  P(const float *) P(const int *) P(float *) P(float *) P(int) P(int) P(float))          \
 	X(tt_sum, P(const float *) P(float *) P(int) P(int))                                     \
 	X(tt_scale, P(const float *) P(float *) P(float) P(int64_t))                             \
+	X(tt_fill, P(void *) P(int64_t) P(int))                                                  \
 	X(tt_adam, P(float *) P(const float *) P(float *) P(float *) P(int64_t) P(struct tt_adam))
 
 /* Parameter i of a kernel body, read as CUDA passes it (params[i] points at its bytes). */

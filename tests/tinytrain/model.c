@@ -38,6 +38,11 @@ void *tt_alloc(struct tt_rank *r, size_t bytes)
 	void *p = NULL;
 
 	tt_check_cuda(cudaMallocAsync(&p, bytes, r->compute), "cudaMallocAsync");
+	/* One pass that writes every byte (the same virtual cost as any other such pass). */
+	if (r->cfg->deterministic_fill)
+		tt_check_cuda(tt_fill(r->compute, p, (int64_t)bytes, 0xff,
+		                      (struct tt_vcost){(uint64_t)bytes, (uint64_t)bytes / 2}),
+		              "tt_fill");
 	return p;
 }
 

@@ -767,6 +767,24 @@ static void test_scale_and_axpy_match_reference(void **state)
 		assert_true(got[i] == 0.5f * x[i]);
 }
 
+/* The deterministic fill sets every byte it is given, and only those: a 7-byte fill of a
+ * float buffer leaves the eighth byte and what follows as they were. */
+static void test_fill_sets_exactly_its_bytes(void **state)
+{
+	float x[VEC_N], got[VEC_N];
+	float *x_dev;
+
+	fill_uniform(x, VEC_N, -1, 1, 73);
+	x_dev = dev_copy(x, VEC_N);
+	assert_int_equal(tt_fill(0, x_dev, 7, 0xff, free_cost), cudaSuccess);
+	download(got, x_dev, sizeof(got));
+	assert_true(isnan(got[0]));
+	static const unsigned char ones[3] = {0xff, 0xff, 0xff};
+	assert_memory_equal((unsigned char *)got + 4, ones, 3);
+	assert_memory_equal((unsigned char *)got + 7, (unsigned char *)x + 7, sizeof(x) - 7);
+	assert_int_equal(tt_fill(0, x_dev, -1, 0, free_cost), cudaErrorInvalidValue);
+}
+
 static void test_adam_matches_cpu_adam_over_three_steps(void **state)
 {
 	struct tt_adam hyper = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
@@ -1080,6 +1098,7 @@ int main(void)
 	        cmocka_unit_test_teardown(test_sum_writes_or_accumulates_in_index_order,
 	                                  free_allocs),
 	        cmocka_unit_test_teardown(test_scale_and_axpy_match_reference, free_allocs),
+	        cmocka_unit_test_teardown(test_fill_sets_exactly_its_bytes, free_allocs),
 	        cmocka_unit_test_teardown(test_adam_matches_cpu_adam_over_three_steps, free_allocs),
 	        cmocka_unit_test_setup_teardown(test_dropout_mask_depends_only_on_seed_and_offset,
 	                                        dropout_setup, free_allocs),

@@ -95,6 +95,8 @@ struct tt_config {
 	enum tt_launch_mode launch;
 	/* Adam's state is allocated at the first optimizer step, not at start-up. */
 	bool lazy_optimizer;
+	/* Each new buffer is filled by a kernel of its own first (PyTorch's deterministic mode). */
+	bool deterministic_fill;
 	bool retain_pool; /* the default pool keeps freed memory (PyTorch's cudaMallocAsync) */
 	/* Copies to and from page-locked host memory cost the virtual model's bytes. */
 	bool virtual_copies;
