@@ -833,6 +833,7 @@ struct item {
 	uint32_t merged;  /* buffers besides the first */
 	uint32_t id;      /* index into into[] */
 	bool reads_freed; /* one of its buffers' producer runs reads a temporary (profile.h) */
+	bool chained;     /* one's run is replayed after a temporary's writer (profile.h) */
 	uint64_t scratch; /* the most scratch one of its buffers' producer runs takes */
 	/* A pack of buffers below the granule: rebuilt by replaying each member's producer
 	 * run, the ops `runs` (each member's first op to its producer's). */
@@ -872,6 +873,7 @@ static void fold(struct item *it, size_t *n, uint32_t *into, size_t a, size_t b)
 	it[a].first = it[a].first < it[b].first ? it[a].first : it[b].first;
 	it[a].consumer = it[a].consumer < it[b].consumer ? it[a].consumer : it[b].consumer;
 	it[a].reads_freed = it[a].reads_freed || it[b].reads_freed;
+	it[a].chained = it[a].chained || it[b].chained;
 	it[a].scratch = it[a].scratch > it[b].scratch ? it[a].scratch : it[b].scratch;
 	it[a].runs |= it[b].runs;
 	memmove(&it[b], &it[b + 1], (*n - b - 1) * sizeof(*it));
@@ -1009,6 +1011,7 @@ static int fill_groups(struct layer_src *ls, struct lynx_problem_layer *L)
 		                      .kernel = gr->producer,
 		                      .id = (uint32_t)n,
 		                      .reads_freed = gr->reads_freed,
+		                      .chained = gr->chained,
 		                      .scratch = gr->scratch_known
 		                                         ? gr->scratch_bytes
 		                                         : ls->pr->memory.largest_workspace_bytes,
@@ -1046,6 +1049,7 @@ static int fill_groups(struct layer_src *ls, struct lynx_problem_layer *L)
 		pg->producer = it[g].producer;
 		pg->consumer = it[g].consumer;
 		pg->reads_freed = it[g].reads_freed;
+		pg->chained = it[g].chained && !it[g].reads_freed;
 		pg->scratch_bytes = it[g].scratch;
 		/* With what each run reads known, a rebuild needs only that resident, as the
 		 * executor brings back exactly the memory a replay names; else every group

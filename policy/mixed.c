@@ -8,6 +8,12 @@
  * it also holds memory until its copy out ends, and from its copy back on, which the checker
  * weighs. It is also the only way to evict what cannot be rebuilt.
  *
+ * Two starts. Where some groups are rebuilt through a chain (problem.h's chained: their run
+ * reads a temporary whose writer is replayed first), HEU also plans the problem in which
+ * those groups cannot be rebuilt (offloaded, as before chains were replayed), and the search
+ * starts from whichever of the two plans the checker finds better: a way more to rebuild
+ * must not leave a greedy search below what it reached without it.
+ *
  * Search. Groups are tried by rebuild time, the most expensive first. Each is switched to
  * OFFLOAD in every layer of every stage where it is rebuilt, or kept while it cannot be
  * rebuilt, and kept so if the checker finds the plan no worse (no_worse: while HEU's plan
@@ -191,6 +197,66 @@ static int offload_floor(const struct lynx_problem *p, struct lynx_plan *plan,
 	return err;
 }
 
+/* Whether `tried` is a better start than `best`: fitting first; of two that do not fit, the
+ * lower at its highest stage; of two that do, the shorter step. */
+static bool better_start(const struct lynx_checker_result *tried,
+                         const struct lynx_checker_result *best)
+{
+	if (tried->fits != best->fits)
+		return tried->fits;
+	if (!best->fits)
+		return largest_peak(tried) < largest_peak(best);
+	return tried->step_time_s < best->step_time_s;
+}
+
+/*
+ * The second start (the head comment): HEU on p with every chained group made one that
+ * cannot be rebuilt. It replaces *plan and *best when the checker finds it better on p.
+ * Returns 0, or -ENOMEM with nothing changed.
+ */
+static int chainless_start(const struct lynx_problem *p, struct lynx_plan *plan,
+                           struct lynx_checker_result *best)
+{
+	struct lynx_checker_result r;
+	struct lynx_problem *q;
+	struct lynx_plan alt;
+	bool chained = false;
+	char why[256];
+	int err;
+
+	for (uint32_t g = 0; g < p->layer.n_groups; g++)
+		chained = chained || p->layer.groups[g].chained;
+	if (!chained)
+		return 0;
+	if (!(q = malloc(sizeof(*q))))
+		return -ENOMEM;
+	*q = *p;
+	for (uint32_t g = 0; g < q->layer.n_groups; g++) {
+		struct lynx_problem_group *grp = &q->layer.groups[g];
+		grp->reads_freed = grp->reads_freed || grp->chained;
+		grp->chained = false;
+	}
+	err = lynx_planner_heu(q, &alt, why, sizeof(why));
+	free(q);
+	if (err)
+		return err == -ENOMEM ? err : 0;
+	if (lynx_checker_replay(p, &alt, &r, why, sizeof(why))) {
+		lynx_plan_free(&alt);
+		return 0;
+	}
+	if (!better_start(&r, best)) {
+		lynx_checker_free(&r);
+		lynx_plan_free(&alt);
+		return 0;
+	}
+	memcpy(alt.planner, plan->planner, sizeof(alt.planner));
+	lynx_plan_free(plan);
+	*plan = alt;
+	lynx_checker_free(best);
+	*best = r;
+	return 0;
+}
+
 static bool out_of_time(const struct lynx_problem *p, double started)
 {
 	return p->search_seconds > 0 && lynx_planner_now() - started > p->search_seconds;
@@ -218,13 +284,20 @@ int lynx_planner_mixed(const struct lynx_problem *p, struct lynx_plan *plan, cha
 		snprintf(why, len, "out of memory");
 		return -ENOMEM;
 	}
-	for (uint32_t s = 0; s < p->n_stages; s++)
-		left[s] = keeps_all_within(p, plan, s);
 	if ((err = lynx_checker_replay(p, plan, &best, why, len))) {
 		free(left);
 		lynx_plan_free(plan);
 		return err;
 	}
+	if ((err = chainless_start(p, plan, &best))) {
+		free(left);
+		lynx_checker_free(&best);
+		lynx_plan_free(plan);
+		snprintf(why, len, "out of memory");
+		return err;
+	}
+	for (uint32_t s = 0; s < p->n_stages; s++)
+		left[s] = keeps_all_within(p, plan, s);
 	/* Groups by rebuild time, most expensive first. */
 	for (uint32_t g = 0; g < L->n_groups; g++) {
 		uint32_t i = n++;

@@ -647,6 +647,21 @@ static uint32_t run_end_event(const struct lynx_prof_trace *t, uint32_t first, i
  * (4 KiB) name at most 512 pointers, and a run is a few kernels. */
 #define MAX_READS 1024
 
+/* The first reference made at event e or after it, in refs (ordered by event). */
+static size_t first_ref_at(const struct build *b, const struct ref_at *refs, uint32_t e)
+{
+	size_t lo = 0, hi = b->lt.ref_count;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (refs[mid].event < e)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 /* A group as fill_groups found it: its buffer, and the event of its first consumer in the
  * backward (the backward's start when none was seen). */
 struct group_src {
@@ -654,67 +669,149 @@ struct group_src {
 	uint32_t consumer;
 };
 
+/* The writers one rebuild may rerun before its producer run: Lynx's executor replays at most
+ * this many (shim/executor_internal.h, MAX_CHAIN_KERNELS). */
+#define MAX_CHAIN_WRITERS 4
+
+/* What one group's rebuild reads, gathered over its producer run and the writers it reruns
+ * first. */
+struct run_reads {
+	const struct build *b;
+	const struct ref_at *refs;
+	const int32_t *group_of;
+	size_t g;          /* the group */
+	uint32_t buffer;   /* its buffer */
+	uint32_t first;    /* its producer run's first event */
+	uint32_t consumer; /* its first consumer's event */
+	uint32_t reads[MAX_READS], workspaces[MAX_READS], rewritten[MAX_CHAIN_WRITERS];
+	size_t n_reads, n_workspaces, n_rewritten;
+	int in_writer; /* > 0: noting what a writer names */
+	struct lynx_profile_group *gr;
+};
+
+static bool listed(const uint32_t *list, size_t n, uint32_t x)
+{
+	for (size_t k = 0; k < n; k++)
+		if (list[k] == x)
+			return true;
+	return false;
+}
+
+static bool note_ref(struct run_reads *rr, uint32_t id);
+
+/*
+ * Buffer `id`, freed before the consumer: whether a rebuild can write it again. Its producer
+ * must be one of the program's launches, nothing but launches may name it from then to the
+ * run, and what that launch names must be still allocated at the consumer or written again
+ * itself, with at most MAX_CHAIN_WRITERS such launches in all.
+ * Lynx's executor then replays those writers into scratch before the run
+ * (shim/executor_chain.c): each temporary and each workspace its writer names count in the
+ * scratch; what the writer reads is not among the rebuild's reads (note_ref).
+ */
+static bool rewritable(struct run_reads *rr, uint32_t id)
+{
+	const struct build *b = rr->b;
+	const struct lynx_prof_buffer *buf = &b->lt.buffers[id];
+	uint32_t e = buf->producer;
+
+	if (listed(rr->rewritten, rr->n_rewritten, id))
+		return true;
+	if (e == LYNX_PROF_NONE || !is_program_launch(&b->t->events[e]) ||
+	    rr->n_rewritten == MAX_CHAIN_WRITERS)
+		return false;
+	/* Only launches may touch it between its writer and the run: a collective or a copy
+	 * (a tensor-parallel all-reduce in place, say) changes it where the writer's replay
+	 * would not. */
+	for (size_t r = 0; r < buf->ref_count; r++) {
+		uint32_t at = b->lt.refs[buf->first_ref + r].event;
+		if (at > e && at < rr->first && !is_program_launch(&b->t->events[at]))
+			return false;
+	}
+	rr->rewritten[rr->n_rewritten++] = id;
+	rr->gr->scratch_bytes += buf->bytes;
+	bool ok = true;
+	rr->in_writer++;
+	for (size_t r = first_ref_at(b, rr->refs, e);
+	     ok && r < b->lt.ref_count && rr->refs[r].event == e; r++)
+		ok = rr->refs[r].buffer == id || note_ref(rr, rr->refs[r].buffer);
+	rr->in_writer--;
+	return ok;
+}
+
+/* A buffer the rebuild names: a temporary it must write again (false if it cannot), a
+ * workspace it takes scratch for, a saved activation of the layer it needs resident. */
+static bool note_ref(struct run_reads *rr, uint32_t id)
+{
+	const struct lynx_prof_buffer *other = &rr->b->lt.buffers[id];
+	const struct lynx_prof_buffer *buf = &rr->b->lt.buffers[rr->buffer];
+
+	if (id == rr->buffer)
+		return true;
+	if (other->free_event != LYNX_PROF_NONE && other->free_event < rr->consumer)
+		return rewritable(rr, id);
+	if (other->cls == LYNX_PROF_CLASS_WORKSPACE &&
+	    !listed(rr->workspaces, rr->n_workspaces, id) && rr->n_workspaces < MAX_READS) {
+		rr->workspaces[rr->n_workspaces++] = id;
+		rr->gr->scratch_bytes += other->bytes;
+	}
+	/* What a writer reads is not listed: the groups it names may be packed with groups
+	 * produced after this one (from_profile.c orders a pack by its last producer), which
+	 * would make this group depend on a later one. The executor brings them back anyway
+	 * (an approximation of the rebuild's memory). */
+	int32_t dep = rr->group_of[id];
+	if (rr->in_writer || dep < 0 || (size_t)dep == rr->g || other->producer >= rr->first ||
+	    other->span != buf->span)
+		return true;
+	if (!listed(rr->reads, rr->n_reads, (uint32_t)dep) && rr->n_reads < MAX_READS)
+		rr->reads[rr->n_reads++] = (uint32_t)dep;
+	return true;
+}
+
 /*
  * What group g's producer run reads (profile.h): every buffer its launches name besides the
  * activation itself. One freed before the activation's first consumer (a temporary, read or
- * written) makes the run one the executor cannot replay; a saved activation of the same layer
- * span produced before the run is one the rebuild needs; the workspaces it names, once each,
- * are the scratch a replay of it takes. group_of: each buffer's group, or -1.
+ * written) makes the run one the executor cannot replay, unless its writer can be replayed
+ * first (rewritable: a chain); a saved activation of the same layer span produced before the
+ * run is one the rebuild needs; the workspaces it names, once each, and the temporaries it
+ * writes again are the scratch a replay of it takes. group_of: each buffer's group, or -1.
  */
 static int fill_reads(const struct build *b, const struct ref_at *refs, const struct group_src *src,
                       const int32_t *group_of, struct lynx_profile *p, size_t g)
 {
+	struct run_reads *rr;
 	struct lynx_profile_group *gr = &p->groups[g];
-	const struct lynx_prof_buffer *buf = &b->lt.buffers[src[g].buffer];
-	uint32_t reads[MAX_READS], workspaces[MAX_READS];
-	uint32_t first = buf->producer, last, consumer = src[g].consumer;
-	size_t lo = 0, hi = b->lt.ref_count, n = 0, n_workspaces = 0;
+	uint32_t first = b->lt.buffers[src[g].buffer].producer, last;
+	int err = 0;
 
 	gr->reads_known = true;
 	gr->scratch_known = true;
 	if (first == LYNX_PROF_NONE || gr->producer < 0)
 		return 0;
-	last = run_end_event(b->t, first, gr->producer_end - gr->producer);
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (refs[mid].event < first)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	for (size_t r = lo; r < b->lt.ref_count && refs[r].event <= last; r++) {
-		const struct lynx_prof_buffer *other = &b->lt.buffers[refs[r].buffer];
-		if (refs[r].buffer == src[g].buffer)
-			continue;
-		if (other->free_event != LYNX_PROF_NONE && other->free_event < consumer)
-			gr->reads_freed = true;
-		if (other->cls == LYNX_PROF_CLASS_WORKSPACE) {
-			bool counted = false;
-			for (size_t k = 0; k < n_workspaces; k++)
-				counted = counted || workspaces[k] == refs[r].buffer;
-			if (!counted && n_workspaces < MAX_READS) {
-				workspaces[n_workspaces++] = refs[r].buffer;
-				gr->scratch_bytes += other->bytes;
-			}
-		}
-		int32_t dep = group_of[refs[r].buffer];
-		if (dep < 0 || (size_t)dep == g || other->producer >= first ||
-		    other->span != buf->span)
-			continue;
-		bool listed = false;
-		for (size_t k = 0; k < n; k++)
-			listed = listed || reads[k] == (uint32_t)dep;
-		if (!listed && n < MAX_READS)
-			reads[n++] = (uint32_t)dep;
-	}
-	if (!n)
-		return 0;
-	if (!(gr->reads = malloc(n * sizeof(*gr->reads))))
+	if (!(rr = calloc(1, sizeof(*rr))))
 		return -ENOMEM;
-	memcpy(gr->reads, reads, n * sizeof(*reads));
-	qsort(gr->reads, n, sizeof(*gr->reads), by_u32);
-	gr->read_count = (uint32_t)n;
-	return 0;
+	*rr = (struct run_reads){.b = b,
+	                         .refs = refs,
+	                         .group_of = group_of,
+	                         .g = g,
+	                         .buffer = src[g].buffer,
+	                         .first = first,
+	                         .consumer = src[g].consumer,
+	                         .gr = gr};
+	last = run_end_event(b->t, first, gr->producer_end - gr->producer);
+	for (size_t r = first_ref_at(b, refs, first); r < b->lt.ref_count && refs[r].event <= last;
+	     r++)
+		if (!note_ref(rr, refs[r].buffer))
+			gr->reads_freed = true;
+	gr->chained = !gr->reads_freed && rr->n_rewritten > 0;
+	if (rr->n_reads && !(gr->reads = malloc(rr->n_reads * sizeof(*gr->reads))))
+		err = -ENOMEM;
+	else if (rr->n_reads) {
+		memcpy(gr->reads, rr->reads, rr->n_reads * sizeof(*rr->reads));
+		qsort(gr->reads, rr->n_reads, sizeof(*gr->reads), by_u32);
+		gr->read_count = (uint32_t)rr->n_reads;
+	}
+	free(rr);
+	return err;
 }
 
 /* The saved activations of each layer on micro-batch 0 of the chosen iteration. */

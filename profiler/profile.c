@@ -54,7 +54,9 @@
  * characters (readers print it). A group's "reads" and "reads_freed" came last: the indices of
  * the other groups of its layer that its producer run reads, ascending, and true when the
  * run names memory freed before the group's first consumer; "reads" is written exactly when
- * reads_known, after "last_consumer", and "reads_freed" after it exactly when true. Absent,
+ * reads_known, after "last_consumer", and "reads_freed" after it exactly when true ("chained",
+ * later, after that exactly when true: the run's temporaries are written again by their
+ * writers; never beside "reads_freed"). Absent,
  * what the run reads is unknown. Memory's "largest_workspace_bytes" came last: the largest
  * single workspace buffer, always written; absent, the at_peak workspace bytes (one replay's
  * scratch counted as every workspace at once). A group's "scratch_bytes" came after: the
@@ -271,6 +273,7 @@ static bool add_group(cJSON *arr, const struct lynx_profile_group *g)
 		cJSON_AddItemToArray(reads, n);
 	}
 	return reads && (!g->reads_freed || cJSON_AddTrueToObject(o, "reads_freed")) &&
+	       (!g->chained || cJSON_AddTrueToObject(o, "chained")) &&
 	       (!g->scratch_known || add_num(o, "scratch_bytes", (double)g->scratch_bytes));
 }
 
@@ -757,6 +760,8 @@ static int read_group_reads(struct reader *r, const cJSON *o, const char *where,
 	if (!arr) {
 		if (cJSON_GetObjectItemCaseSensitive(o, "reads_freed"))
 			return refuse(r, "%s.reads_freed: given without \"reads\"", where);
+		if (cJSON_GetObjectItemCaseSensitive(o, "chained"))
+			return refuse(r, "%s.chained: given without \"reads\"", where);
 		return 0;
 	}
 	if ((err = get_array(r, o, where, "reads", &arr)))
@@ -765,6 +770,14 @@ static int read_group_reads(struct reader *r, const cJSON *o, const char *where,
 	if (cJSON_GetObjectItemCaseSensitive(o, "reads_freed") &&
 	    (err = get_bool(r, o, where, "reads_freed", &g->reads_freed)))
 		return err;
+	if (cJSON_GetObjectItemCaseSensitive(o, "chained") &&
+	    (err = get_bool(r, o, where, "chained", &g->chained)))
+		return err;
+	if (g->chained && g->reads_freed)
+		return refuse(r,
+		              "%s.chained: a run that cannot be replayed (reads_freed) is no "
+		              "chain",
+		              where);
 	size_t n = (size_t)cJSON_GetArraySize(arr);
 	if (!n)
 		return 0;

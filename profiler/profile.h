@@ -155,6 +155,11 @@ struct lynx_profile_group {
 	 */
 	bool reads_known;
 	bool reads_freed;
+	/* When reads_known and not reads_freed: its run reads a temporary freed before that
+	 * consumer, which the rebuild writes again first by replaying the temporary's writer
+	 * (a chain, at most 4 writers, whose temporaries and workspaces are in scratch_bytes;
+	 * what the writers read is not in reads). */
+	bool chained;
 	uint32_t *reads;
 	uint32_t read_count;
 	/*

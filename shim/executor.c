@@ -970,7 +970,11 @@ void lynx_exec_after(const struct lynx_event *ev)
 		exec_capture(&nested_launch.event); /* the runtime's launch, made by the driver's */
 	else if (ev->kind == LYNX_EV_LAUNCH && ex.tracking)
 		exec_unseen_launch(ev); /* a runtime launch with no driver launch seen beneath */
+	if (pe.kind == LYNX_PROF_FREE && !pe.nested && !ev->result)
+		chain_note_free((CUdeviceptr)pe.u.mem.ptr);
 	if (lynx_prof_script_counts_alloc(&pe)) {
+		if (ex.tracking && !ev->result)
+			chain_remember_alloc((CUdeviceptr)pe.u.mem.ptr);
 		ex.ordinal += ex.tracking;
 		goto out;
 	}
@@ -1316,8 +1320,10 @@ static void free_script(void)
 		for (uint32_t k = 0; k < MAX_PRODUCER_KERNELS; k++)
 			free(ex.bufs[i].launch[k]);
 		free(ex.bufs[i].operands);
+		chain_forget(&ex.bufs[i]);
 		lynx_replay_segment_destroy(ex.bufs[i].segment); /* host memory only */
 	}
+	chain_history_close();
 	ex.n_awaiting = 0;
 	free(ex.script.sig);
 	free(ex.script.kind);
@@ -1519,6 +1525,10 @@ int lynx_exec_arm(const struct lynx_prof_script *script, const struct lynx_exec_
 	err = -EINVAL;
 	if (!evict_bytes)
 		goto fail;
+	/* Without its history, a producer that reads a freed temporary is offloaded. */
+	if (ex.can_replay && ex.planned[LYNX_EXEC_RECOMPUTE] && chain_history_open())
+		lynx_warn("recompute mode: no memory to remember launches: activations whose "
+		          "producers read temporaries are offloaded, not recomputed");
 	qsort(ex.evict_order, script->n_buffers, sizeof(uint32_t), token_cmp_evict);
 	qsort(ex.restore_order, script->n_buffers, sizeof(uint32_t), token_cmp_restore);
 	qsort(ex.window_order, ex.n_windowed, sizeof(uint32_t), token_cmp_window);
@@ -1617,12 +1627,15 @@ static void print_replay(FILE *f, const char *tag, const struct lynx_exec_stats 
 		refused += v != LYNX_REPLAY_REPRODUCES ? ex.verdicts[v] : 0;
 	fprintf(f,
 	        "%s: executor: replay: %" PRIu64 " producers captured; %" PRIu64
-	        " examined and replayed from then on, %" PRIu64 " refused (offloaded instead); "
+	        " examined and replayed from then on (%" PRIu64
+	        " after the writers of temporaries they read), %" PRIu64
+	        " refused (offloaded instead); "
 	        "%" PRIu64 " evicted without a copy, %" PRIu64 " restored by replay (%" PRIu64
 	        " launches failed and were tried again); at most %.2f MiB of scratch for one "
 	        "replay\n",
-	        tag, s->producers, ex.verdicts[LYNX_REPLAY_REPRODUCES], refused, s->discards,
-	        s->replays, s->replay_failures, lynx_prof_mib(s->replay_scratch_bytes));
+	        tag, s->producers, ex.verdicts[LYNX_REPLAY_REPRODUCES], s->chained, refused,
+	        s->discards, s->replays, s->replay_failures,
+	        lynx_prof_mib(s->replay_scratch_bytes));
 	for (int v = 0; v < LYNX_REPLAY_VERDICT_COUNT; v++)
 		if (v != LYNX_REPLAY_REPRODUCES && ex.verdicts[v])
 			fprintf(f,

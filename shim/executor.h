@@ -119,41 +119,42 @@ enum lynx_exec_fault {
 };
 
 /* LYNX_EXEC_STAT(field, meaning): what the executor counts, for the exit summary. */
-#define LYNX_EXEC_STATS                                                                         \
-	LYNX_EXEC_STAT(iterations, "iterations followed from start to end")                     \
-	LYNX_EXEC_STAT(lost, "times the live calls left the script")                            \
-	LYNX_EXEC_STAT(syncs_passed,                                                            \
-	               "host synchronisations passed over, more or fewer than learned")         \
-	LYNX_EXEC_STAT(routed, "allocations served from the arena")                             \
-	LYNX_EXEC_STAT(route_failures, "scripted allocations left to the trainer's allocator")  \
-	LYNX_EXEC_STAT(reused, "allocations given memory the device was about to be done with") \
-	LYNX_EXEC_STAT(offloads, "copies to host started")                                      \
-	LYNX_EXEC_STAT(evictions, "activations unmapped after their copy")                      \
-	LYNX_EXEC_STAT(cancelled, "evictions cancelled: touched before their copy ended")       \
-	LYNX_EXEC_STAT(prefetches, "restores started on the restore stream")                    \
-	LYNX_EXEC_STAT(prefetch_failures, "restores that could not map memory in time")         \
-	LYNX_EXEC_STAT(on_demand, "restores made by the guard on the consumer's stream")        \
-	LYNX_EXEC_STAT(waits, "consumer streams made to wait for a restore")                    \
-	LYNX_EXEC_STAT(stalls, "host waits for a copy to host whose memory was reused")         \
-	LYNX_EXEC_STAT(budget_stalls, "host waits for memory, to keep the budget")              \
-	LYNX_EXEC_STAT(oom_waits, "restores that first had to wait for frees")                  \
-	LYNX_EXEC_STAT(failures, "driver failures (the activation stayed as it was)")           \
-	LYNX_EXEC_STAT(host_waits, "stream waits that failed, made by the host instead")        \
-	LYNX_EXEC_STAT(promoted, "activations the plan kept, offloaded to hold the budget")     \
-	LYNX_EXEC_STAT(pool_trims, "trims of the memory the default pool kept, for the budget") \
-	LYNX_EXEC_STAT(pool_trimmed_bytes, "bytes those trims gave back to the device")         \
-	LYNX_EXEC_STAT(producers, "producers captured for activations planned for recompute")   \
-	LYNX_EXEC_STAT(discards, "evictions without a copy (restored by replay)")               \
-	LYNX_EXEC_STAT(replays, "restores by replaying the producer")                           \
-	LYNX_EXEC_STAT(replay_failures, "replays whose launch failed (then tried again)")       \
-	LYNX_EXEC_STAT(replay_scratch_bytes, "most scratch one replay took (freed after it)")   \
-	LYNX_EXEC_STAT(window_replays, "replays made in their window, on the replay stream")    \
-	LYNX_EXEC_STAT(window_misses, "window replays left to the guard (could not start)")     \
-	LYNX_EXEC_STAT(evicted_bytes, "bytes evicted, summed")                                  \
-	LYNX_EXEC_STAT(peak_evicted_bytes, "most bytes evicted at once")                        \
-	LYNX_EXEC_STAT(peak_used_bytes,                                                         \
-	               "most device memory in use seen (cuMemGetInfo), at actions")             \
-	LYNX_EXEC_STAT(timed_iterations, "followed iterations timed on the device")             \
+#define LYNX_EXEC_STATS                                                                          \
+	LYNX_EXEC_STAT(iterations, "iterations followed from start to end")                      \
+	LYNX_EXEC_STAT(lost, "times the live calls left the script")                             \
+	LYNX_EXEC_STAT(syncs_passed,                                                             \
+	               "host synchronisations passed over, more or fewer than learned")          \
+	LYNX_EXEC_STAT(routed, "allocations served from the arena")                              \
+	LYNX_EXEC_STAT(route_failures, "scripted allocations left to the trainer's allocator")   \
+	LYNX_EXEC_STAT(reused, "allocations given memory the device was about to be done with")  \
+	LYNX_EXEC_STAT(offloads, "copies to host started")                                       \
+	LYNX_EXEC_STAT(evictions, "activations unmapped after their copy")                       \
+	LYNX_EXEC_STAT(cancelled, "evictions cancelled: touched before their copy ended")        \
+	LYNX_EXEC_STAT(prefetches, "restores started on the restore stream")                     \
+	LYNX_EXEC_STAT(prefetch_failures, "restores that could not map memory in time")          \
+	LYNX_EXEC_STAT(on_demand, "restores made by the guard on the consumer's stream")         \
+	LYNX_EXEC_STAT(waits, "consumer streams made to wait for a restore")                     \
+	LYNX_EXEC_STAT(stalls, "host waits for a copy to host whose memory was reused")          \
+	LYNX_EXEC_STAT(budget_stalls, "host waits for memory, to keep the budget")               \
+	LYNX_EXEC_STAT(oom_waits, "restores that first had to wait for frees")                   \
+	LYNX_EXEC_STAT(failures, "driver failures (the activation stayed as it was)")            \
+	LYNX_EXEC_STAT(host_waits, "stream waits that failed, made by the host instead")         \
+	LYNX_EXEC_STAT(promoted, "activations the plan kept, offloaded to hold the budget")      \
+	LYNX_EXEC_STAT(pool_trims, "trims of the memory the default pool kept, for the budget")  \
+	LYNX_EXEC_STAT(pool_trimmed_bytes, "bytes those trims gave back to the device")          \
+	LYNX_EXEC_STAT(producers, "producers captured for activations planned for recompute")    \
+	LYNX_EXEC_STAT(chained, "producers replayed after the writers of temporaries they read") \
+	LYNX_EXEC_STAT(discards, "evictions without a copy (restored by replay)")                \
+	LYNX_EXEC_STAT(replays, "restores by replaying the producer")                            \
+	LYNX_EXEC_STAT(replay_failures, "replays whose launch failed (then tried again)")        \
+	LYNX_EXEC_STAT(replay_scratch_bytes, "most scratch one replay took (freed after it)")    \
+	LYNX_EXEC_STAT(window_replays, "replays made in their window, on the replay stream")     \
+	LYNX_EXEC_STAT(window_misses, "window replays left to the guard (could not start)")      \
+	LYNX_EXEC_STAT(evicted_bytes, "bytes evicted, summed")                                   \
+	LYNX_EXEC_STAT(peak_evicted_bytes, "most bytes evicted at once")                         \
+	LYNX_EXEC_STAT(peak_used_bytes,                                                          \
+	               "most device memory in use seen (cuMemGetInfo), at actions")              \
+	LYNX_EXEC_STAT(timed_iterations, "followed iterations timed on the device")              \
 	LYNX_EXEC_STAT(iteration_ns, "the median of their device times (of the last 64)")
 
 struct lynx_exec_stats {

@@ -41,7 +41,16 @@
  * nest. Beyond them an activation is offloaded instead. */
 #define MAX_AWAITING 64
 #define MAX_PRODUCER_KERNELS 8
+/* Launches that may come between a fill and the kernel that computes its buffer (the fills
+ * of that kernel's other new outputs, say). */
+#define MAX_FILL_WAIT 8
 #define MAX_POINTER_WORDS 32
+/* Chains (executor_chain.c): the temporaries one producer's capture keeps the writer of,
+ * the writers one replay may run before the producer, and the launches and allocations
+ * remembered to find them. */
+#define MAX_CHAIN_CANDIDATES 8
+#define MAX_CHAIN_KERNELS 4
+#define HISTORY_LENGTH 64
 #define MAX_OPERANDS 64
 #define MAX_EXAMINED_BYTES (256ull << 20)
 #define MAX_REPLAY_DEPTH 32
@@ -120,6 +129,29 @@ struct captured_launch {
 	unsigned char params[]; /* kernel.param_bytes */
 };
 
+/* A temporary that a producer's launch named as it ran (memory the trainer frees before the
+ * backward, not an activation of the arena), and the launch that wrote it, captured with
+ * the producer: the examination takes the writer into the replay if the temporary is gone
+ * by then (executor_chain.c). */
+struct chain_candidate {
+	CUdeviceptr base;
+	size_t size;
+	uint64_t serial; /* the writer's launch */
+	uint64_t frees;  /* of its base, seen by then (an address freed and taken again may
+	                  * look as it was: the count tells) */
+	struct captured_launch *writer;
+};
+
+/* Once examined, segment kernel j < n_chain writes a temporary into scratch for the kernels
+ * after it: a word of a later kernel names it (kernel, offset, displacement from its base),
+ * so that each iteration finds its writer again by that word and this function. */
+struct chain_link {
+	CUfunction function;
+	uint32_t kernel, offset;
+	uint64_t displacement;
+	size_t size;
+};
+
 /* What is known of a RECOMPUTE activation's producer (executor.h). */
 enum producer_state {
 	PRODUCER_UNEXAMINED, /* offloaded until its producer is captured and examined */
@@ -174,12 +206,23 @@ struct exec_buf {
 	 * done at `checked`; compared with `host` once that and the offload are done. */
 	bool check_pending;
 	void *check_host;
-	uint32_t n_launches;      /* of its producer, seen in this iteration */
+	uint32_t n_launches; /* of its producer, seen in this iteration */
+	/* A fill (a first launch that names it alone: PyTorch's NaN fill of a new tensor under
+	 * deterministic algorithms) comes before the kernel that computes it. fill_pending: the
+	 * one captured may be such a fill (fill_wait launches since); fill_function: its
+	 * producer was found past one, whose later instances are passed over. */
+	bool fill_pending;
+	uint32_t fill_wait;
+	CUfunction fill_function;
 	uint32_t chain;           /* replays that a replay of it makes, itself included (examine) */
 	uint64_t producer_serial; /* the launch that started it: siblings share it */
-	CUfunction producer_function;                         /* the first one's */
-	struct captured_launch *launch[MAX_PRODUCER_KERNELS]; /* kept until examined */
-	struct lynx_replay_segment *segment;                  /* once examined and replayed */
+	CUfunction producer_function;                           /* the first one's */
+	struct captured_launch *launch[MAX_PRODUCER_KERNELS];   /* kept until examined */
+	struct chain_candidate candidate[MAX_CHAIN_CANDIDATES]; /* kept until examined */
+	uint32_t n_candidates;
+	struct chain_link link[MAX_CHAIN_KERNELS]; /* the segment's first n_chain kernels */
+	uint32_t n_chain;
+	struct lynx_replay_segment *segment; /* once examined and replayed */
 	struct lynx_replay_operand *operands;
 	uint32_t n_operands;
 	CUevent used, copied, ready, freed, checked;
@@ -285,6 +328,11 @@ struct exec_state {
 	struct exec_buf *awaiting[MAX_AWAITING];
 	uint32_t n_awaiting;
 	uint64_t launch_serial; /* launches captured from */
+	/* The last launches and allocations, oldest first from history_next (executor_chain.c);
+	 * NULL when no activation is planned for recompute. */
+	struct history_entry *history;
+	uint32_t history_next, history_count;
+	struct watched_base *watched; /* uthash: the frees of the candidates' temporaries */
 	/* The trainer's streams seen, each with an event marking how far it got. */
 	CUstream streams[MAX_STREAMS];
 	CUevent stream_marks[MAX_STREAMS];
@@ -353,5 +401,31 @@ int exec_restore(struct exec_buf *b, CUstream stream);
 void exec_prefetch(struct exec_buf *b);
 void finish_check(struct exec_buf *b, bool wait);
 void at_window(struct exec_buf *b, uint32_t t);
+/* Which allocation holds addr, as the examination asks (replay.h's lynx_replay_range_of). */
+bool exec_range_of(CUdeviceptr addr, CUdeviceptr *base, size_t *size, void *arg);
+/* The allocations c's parameter words name, into c->pointers. */
+void exec_find_pointers(struct captured_launch *c);
+
+/* executor_chain.c: the writers of temporaries a producer reads, replayed before it. */
+int chain_history_open(void); /* 0 or -ENOMEM */
+void chain_history_close(void);
+void chain_remember_launch(const struct lynx_replay_kernel *k);
+void chain_remember_alloc(CUdeviceptr base);
+void chain_note_free(CUdeviceptr base);
+/* After b's capture kept launch c: the writers of what c names that the history shows
+ * allocated and written just before (recursively, up to MAX_CHAIN_CANDIDATES). */
+void chain_capture(struct exec_buf *b, const struct captured_launch *c);
+void chain_forget(struct exec_buf *b); /* its candidates */
+/*
+ * At b's examination: the candidates whose temporaries b's producer (or a writer taken)
+ * needs because they were freed since, in launch order, into chain[0..*n); false with
+ * check's verdict and reason (FREED_OPERAND: one has no writer; TOO_LARGE: more than
+ * MAX_CHAIN_KERNELS; too many pointers) when the replay cannot be made.
+ */
+bool chain_resolve(struct exec_buf *b, const struct chain_candidate **chain, uint32_t *n,
+                   struct lynx_replay_check *check);
+/* Once b's producer is captured again in a later iteration (its segment refreshed from
+ * kernel n_chain on): the chain's writers found again and refreshed. False: not found. */
+bool chain_refresh(struct exec_buf *b);
 
 #endif

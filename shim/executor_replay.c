@@ -18,8 +18,6 @@
 
 /* ---- Replay ---------------------------------------------------------------------------- */
 
-static bool range_of(CUdeviceptr addr, CUdeviceptr *base, size_t *size, void *arg);
-
 /* The executor's buffer based at addr (locked), or NULL. */
 struct exec_buf *find_buf(CUdeviceptr addr)
 {
@@ -83,7 +81,9 @@ void end_capture(struct exec_buf *b)
 		b->captured = false; /* its producer may be the launch that was not seen */
 	else if (b->awaiting && b->producer == PRODUCER_REPLAYED)
 		b->captured =
-		        !b->misfit && b->n_launches == lynx_replay_segment_kernels(b->segment);
+		        !b->misfit &&
+		        b->n_launches + b->n_chain == lynx_replay_segment_kernels(b->segment) &&
+		        chain_refresh(b);
 	else if (b->awaiting)
 		b->captured = b->n_launches > 0;
 	ex.stats.producers += b->awaiting && b->captured;
@@ -95,7 +95,9 @@ void end_capture(struct exec_buf *b)
 void await_producer(struct exec_buf *b)
 {
 	b->captured = b->misfit = b->examine = b->copied_out = b->unseen = false;
-	b->n_launches = 0;
+	b->fill_pending = false;
+	b->n_launches = b->fill_wait = 0;
+	chain_forget(b);
 	if (b->action != LYNX_EXEC_RECOMPUTE || !ex.can_replay || b->producer == PRODUCER_REFUSED ||
 	    ex.n_awaiting >= MAX_AWAITING)
 		return;
@@ -114,8 +116,8 @@ static void keep_launch(struct exec_buf *b, const struct lynx_replay_kernel *k)
 		b->producer_serial = ex.launch_serial;
 	}
 	if (b->producer == PRODUCER_REPLAYED) {
-		if (i >= lynx_replay_segment_kernels(b->segment) ||
-		    lynx_replay_segment_refresh(b->segment, i, k)) {
+		if (i + b->n_chain >= lynx_replay_segment_kernels(b->segment) ||
+		    lynx_replay_segment_refresh(b->segment, i + b->n_chain, k)) {
 			b->misfit = true;
 			lynx_warn_once("recompute mode: an activation's producer was launched "
 			               "differently than when it was examined; that instance is "
@@ -136,13 +138,23 @@ static void keep_launch(struct exec_buf *b, const struct lynx_replay_kernel *k)
 		memcpy(c->attrs, k->attrs,
 		       lynx_launch_attrs_recorded(k->attr_count) * sizeof(*k->attrs));
 	c->kernel.attrs = k->attrs ? c->attrs : NULL;
+	exec_find_pointers(c);
+	/* A first launch that names b alone reads nothing: it may be a fill. */
+	b->fill_pending = !i && !c->too_many_pointers && c->n_pointers > 0;
+	for (uint32_t j = 0; b->fill_pending && j < c->n_pointers; j++)
+		b->fill_pending = c->pointers[j].base == b->addr;
+	chain_capture(b, c);
+}
+
+void exec_find_pointers(struct captured_launch *c)
+{
 	c->n_pointers = 0;
 	c->too_many_pointers = false;
-	for (uint32_t at = 0; at + 8 <= k->param_bytes; at += 8) {
+	for (uint32_t at = 0; at + 8 <= c->kernel.param_bytes; at += 8) {
 		struct pointer_word p = {.offset = at};
 		uint64_t word;
 		__builtin_memcpy(&word, c->params + at, 8);
-		if (!range_of((CUdeviceptr)word, &p.base, &p.size, NULL))
+		if (!exec_range_of((CUdeviceptr)word, &p.base, &p.size, NULL))
 			continue;
 		if (c->n_pointers == MAX_POINTER_WORDS)
 			c->too_many_pointers = true;
@@ -151,36 +163,44 @@ static void keep_launch(struct exec_buf *b, const struct lynx_replay_kernel *k)
 	}
 }
 
-/* Whether the memory b's captured producer named as it ran is still allocated, as it was;
- * if not, the reason in check. */
-static bool operands_still_allocated(const struct exec_buf *b, struct lynx_replay_check *check)
+/* Whether launch k names an allocation other than b. */
+static bool names_other(const struct lynx_replay_kernel *k, const struct exec_buf *b)
 {
-	for (uint32_t i = 0; i < b->n_launches; i++) {
-		const struct captured_launch *c = b->launch[i];
-		if (c->too_many_pointers) {
-			check->verdict = LYNX_REPLAY_TOO_LARGE;
-			snprintf(check->reason, sizeof(check->reason),
-			         "kernel %u names more than %d allocations", i, MAX_POINTER_WORDS);
-			return false;
-		}
-		for (uint32_t j = 0; j < c->n_pointers; j++) {
-			const struct pointer_word *p = &c->pointers[j];
-			CUdeviceptr base;
-			size_t size;
-			uint64_t word;
-			__builtin_memcpy(&word, c->params + p->offset, 8);
-			if (range_of((CUdeviceptr)word, &base, &size, NULL) && base == p->base &&
-			    size == p->size)
-				continue;
-			check->verdict = LYNX_REPLAY_FREED_OPERAND;
-			snprintf(
-			        check->reason, sizeof(check->reason),
-			        "kernel %u's parameter word at byte %u names memory freed since it "
-			        "ran (a temporary)",
-			        i, p->offset);
-			return false;
-		}
+	const unsigned char *p = k->params;
+	CUdeviceptr base;
+	size_t size;
+	uint64_t word;
+
+	for (uint32_t at = 0; p && at + 8 <= k->param_bytes; at += 8) {
+		__builtin_memcpy(&word, p + at, 8);
+		if (!(word >= b->addr && word - b->addr < b->sb->bytes) &&
+		    exec_range_of((CUdeviceptr)word, &base, &size, NULL))
+			return true;
 	}
+	return false;
+}
+
+/*
+ * Whether launch k, which names b or not (names), is passed over in b's capture because of
+ * a fill (executor_internal.h): the fill of a replayed producer; a launch between a fill
+ * and what follows it. Or k computes b after its fill: the capture starts again at k. As
+ * the profiler takes producers (lifetime.c, past_initialisers); a fill followed by a kernel
+ * that names b alone (an accumulation) stays the producer, and its examination refuses it.
+ */
+static bool past_fill(struct exec_buf *b, const struct lynx_replay_kernel *k, bool names)
+{
+	if (b->producer == PRODUCER_REPLAYED)
+		return names && !b->n_launches && b->fill_function &&
+		       k->function == b->fill_function;
+	if (!b->fill_pending || b->n_launches != 1)
+		return false;
+	if (!names)
+		return ++b->fill_wait <= MAX_FILL_WAIT;
+	if (k->function == b->producer_function || !names_other(k, b))
+		return false;
+	b->fill_function = b->producer_function;
+	b->n_launches = 0;
+	keep_launch(b, k);
 	return true;
 }
 
@@ -216,7 +236,7 @@ void exec_capture(const struct lynx_event *ev)
 {
 	struct lynx_replay_kernel k;
 
-	if (!ex.n_awaiting || ev->result != CUDA_SUCCESS ||
+	if ((!ex.n_awaiting && !ex.history) || ev->result != CUDA_SUCCESS ||
 	    !lynx_replay_kernel_from_event(ev, &k) || !k.params)
 		return;
 	ex.launch_serial++;
@@ -224,10 +244,12 @@ void exec_capture(const struct lynx_event *ev)
 		struct exec_buf *b = ex.awaiting[i];
 		bool names = b->addr && launch_names(&k, b);
 		size_t most = b->producer == PRODUCER_REPLAYED
-		                      ? lynx_replay_segment_kernels(b->segment)
+		                      ? lynx_replay_segment_kernels(b->segment) - b->n_chain
 		                      : MAX_PRODUCER_KERNELS;
-		if (names && b->n_launches < most &&
-		    (!b->n_launches || k.function == b->producer_function)) {
+		if (past_fill(b, &k, names)) {
+			i++;
+		} else if (names && b->n_launches < most &&
+		           (!b->n_launches || k.function == b->producer_function)) {
 			keep_launch(b, &k);
 			i++;
 		} else if (names && b->n_launches == MAX_PRODUCER_KERNELS &&
@@ -241,6 +263,7 @@ void exec_capture(const struct lynx_event *ev)
 			end_capture(b); /* moves the last one to i */
 		}
 	}
+	chain_remember_launch(&k);
 }
 
 /*
@@ -439,7 +462,7 @@ static int replay_into(struct exec_buf *b, CUstream stream, bool may_defer)
 
 /* Which allocation holds addr, for the examination: an activation of the arena, else what
  * the driver says. */
-static bool range_of(CUdeviceptr addr, CUdeviceptr *base, size_t *size, void *arg)
+bool exec_range_of(CUdeviceptr addr, CUdeviceptr *base, size_t *size, void *arg)
 {
 	struct lynx_arena_range range;
 	struct exec_buf *b;
@@ -469,11 +492,12 @@ static bool range_of(CUdeviceptr addr, CUdeviceptr *base, size_t *size, void *ar
  * their memory early. So each is redirected to scratch, in the examination (redirects,
  * scratch it allocates: b must not depend on what they held) and in every replay (one
  * SCRATCH operand per word that names one, in operands). Returns how many redirects, or
- * -1 when there is no memory (what was allocated is in redirects[0..]).
+ * -1 when there is no memory (what was allocated is in redirects[0..]). b's launch i is
+ * segment kernel first + i.
  */
-static int sibling_redirects(const struct exec_buf *b, struct lynx_replay_redirect *redirects,
-                             size_t *n_redirects, struct lynx_replay_operand *operands,
-                             size_t *n_operands)
+static int sibling_redirects(const struct exec_buf *b, uint32_t first,
+                             struct lynx_replay_redirect *redirects, size_t *n_redirects,
+                             struct lynx_replay_operand *operands, size_t *n_operands)
 {
 	struct lynx_arena_range range;
 	struct exec_buf *c;
@@ -489,7 +513,7 @@ static int sibling_redirects(const struct exec_buf *b, struct lynx_replay_redire
 			    word - c->addr >= c->sb->bytes || *n_operands == MAX_OPERANDS)
 				continue;
 			operands[(*n_operands)++] = (struct lynx_replay_operand){
-			        i, at, word - c->addr, c->sb->bytes, LYNX_REPLAY_SCRATCH};
+			        first + i, at, word - c->addr, c->sb->bytes, LYNX_REPLAY_SCRATCH};
 			size_t j = 0;
 			while (j < *n_redirects && redirects[j].from != c->addr)
 				j++;
@@ -546,23 +570,69 @@ static const char *producer_name(const struct exec_buf *b)
 }
 
 /*
+ * After chain[0..n_chain) were examined as the segment's first kernels, each with its
+ * temporary redirected to scratch: every word of the segment that names a temporary becomes
+ * a SCRATCH operand (operands[*n_operands..], at most MAX_OPERANDS in all), and b's links
+ * say how each iteration finds the writers again. False when the words do not fit.
+ */
+static bool chain_operands(struct exec_buf *b, const struct chain_candidate *const *chain,
+                           uint32_t n_chain, const struct lynx_replay_kernel *kernels,
+                           size_t n_kernels, struct lynx_replay_operand *operands,
+                           size_t *n_operands)
+{
+	b->n_chain = n_chain;
+	for (uint32_t j = 0; j < n_chain; j++) {
+		const struct chain_candidate *t = chain[j];
+		bool linked = false;
+		b->link[j] = (struct chain_link){.function = kernels[j].function, .size = t->size};
+		for (uint32_t k = 0; k < n_kernels; k++) {
+			const unsigned char *p = kernels[k].params;
+			for (uint32_t at = 0; p && at + 8 <= kernels[k].param_bytes; at += 8) {
+				uint64_t word;
+				__builtin_memcpy(&word, p + at, 8);
+				if (word < t->base || word - t->base >= t->size)
+					continue;
+				if (*n_operands == MAX_OPERANDS)
+					return false;
+				operands[(*n_operands)++] = (struct lynx_replay_operand){
+				        k, at, word - t->base, t->size, LYNX_REPLAY_SCRATCH};
+				if (k > j && !linked) {
+					b->link[j].kernel = k;
+					b->link[j].offset = at;
+					b->link[j].displacement = word - t->base;
+					linked = true;
+				}
+			}
+		}
+		if (!linked)
+			return false;
+	}
+	return true;
+}
+
+/*
  * The first instance of b restored by copy, at its first use in the backward on stream:
  * replay its producer beside it and examine the result (replay.h), with every activation
- * the producer names resident and the device idle. The verdict holds for b from then on.
+ * the producer names resident and the device idle. A temporary the producer read and that
+ * is freed since is written again first by its writer, into scratch (executor_chain.c).
+ * The verdict holds for b from then on.
  */
 void exec_examine(struct exec_buf *b, CUstream stream)
 {
-	struct lynx_replay_operand operands[2 * MAX_OPERANDS], *found = operands + MAX_OPERANDS;
-	struct lynx_replay_redirect siblings[MAX_OPERANDS];
-	size_t n_siblings = 0, n_sibling_words = 0;
-	struct lynx_replay_examination how = {.range_of = range_of,
+	/* siblings' words, then the chain's, then what the examination found */
+	struct lynx_replay_operand operands[3 * MAX_OPERANDS], *found = operands + 2 * MAX_OPERANDS;
+	struct lynx_replay_redirect redirects[MAX_OPERANDS + MAX_CHAIN_KERNELS];
+	size_t n_redirects = 0, n_sibling_words = 0, n_words = 0;
+	struct lynx_replay_examination how = {.range_of = exec_range_of,
 	                                      .max_operand_bytes = MAX_EXAMINED_BYTES,
 	                                      .operands = found,
 	                                      .operand_capacity = MAX_OPERANDS};
 	struct lynx_replay_range output = {b->addr, b->sb->bytes};
-	struct lynx_replay_kernel kernels[MAX_PRODUCER_KERNELS];
+	struct lynx_replay_kernel kernels[MAX_CHAIN_KERNELS + MAX_PRODUCER_KERNELS];
+	const struct chain_candidate *chain[MAX_CHAIN_KERNELS];
 	struct lynx_replay_check check = {.verdict = LYNX_REPLAY_NO_MEMORY};
 	uint64_t start = exec_now_ns();
+	uint32_t n_chain = 0;
 	uint64_t word;
 
 	b->examine = false;
@@ -575,24 +645,55 @@ void exec_examine(struct exec_buf *b, CUstream stream)
 			bring_back(word, stream, b);
 		}
 	}
-	ex.drv.ctx_synchronize();
-	for (uint32_t i = 0; i < b->n_launches; i++)
-		kernels[i] = b->launch[i]->kernel;
-	if (!operands_still_allocated(b, &check))
-		; /* check says why */
-	else if (sibling_redirects(b, siblings, &n_siblings, operands, &n_sibling_words))
-		snprintf(check.reason, sizeof(check.reason), "no memory for its siblings' scratch");
-	else if (lynx_replay_segment_create(&ex.replay_drv, kernels, b->n_launches, &b->segment))
-		snprintf(check.reason, sizeof(check.reason), "no memory for the segment");
-	else {
-		/* Measured with its operands brought back and its siblings' scratch taken. */
-		how.max_device_bytes = examination_room();
-		lynx_replay_examine(b->segment, stream, &output, 1, siblings, n_siblings, &how,
-		                    &check);
+	for (uint32_t i = 0; i < b->n_candidates; i++) {
+		const struct captured_launch *w = b->candidate[i].writer;
+		for (uint32_t at = 0; at + 8 <= w->kernel.param_bytes; at += 8) {
+			__builtin_memcpy(&word, w->params + at, 8);
+			bring_back(word, stream, b);
+		}
 	}
-	for (size_t i = 0; i < n_siblings; i++)
-		ex.replay_drv.mem_free(siblings[i].to);
-	size_t n_operands = n_sibling_words + how.operand_count;
+	ex.drv.ctx_synchronize();
+	if (!chain_resolve(b, chain, &n_chain, &check))
+		; /* check says why */
+	else if (sibling_redirects(b, n_chain, redirects, &n_redirects, operands, &n_sibling_words))
+		snprintf(check.reason, sizeof(check.reason), "no memory for its siblings' scratch");
+	else {
+		for (uint32_t j = 0; j < n_chain; j++)
+			kernels[j] = chain[j]->writer->kernel;
+		for (uint32_t i = 0; i < b->n_launches; i++)
+			kernels[n_chain + i] = b->launch[i]->kernel;
+		/* Each temporary of the chain is written into scratch of its own. */
+		for (uint32_t j = 0; j < n_chain; j++) {
+			CUdeviceptr to = 0;
+			if (ex.replay_drv.mem_alloc(&to, chain[j]->size) != CUDA_SUCCESS)
+				break;
+			redirects[n_redirects++] =
+			        (struct lynx_replay_redirect){chain[j]->base, chain[j]->size, to};
+		}
+		if (n_redirects < n_chain)
+			snprintf(check.reason, sizeof(check.reason),
+			         "no memory for its temporaries' scratch");
+		else if (lynx_replay_segment_create(&ex.replay_drv, kernels,
+		                                    n_chain + b->n_launches, &b->segment))
+			snprintf(check.reason, sizeof(check.reason), "no memory for the segment");
+		else {
+			/* Measured with its operands brought back and the scratch taken. */
+			how.max_device_bytes = examination_room();
+			lynx_replay_examine(b->segment, stream, &output, 1, redirects, n_redirects,
+			                    &how, &check);
+		}
+	}
+	for (size_t i = 0; i < n_redirects; i++)
+		ex.replay_drv.mem_free(redirects[i].to);
+	n_words = n_sibling_words;
+	if (check.verdict == LYNX_REPLAY_REPRODUCES &&
+	    !chain_operands(b, chain, n_chain, kernels, n_chain + b->n_launches, operands,
+	                    &n_words)) {
+		check.verdict = LYNX_REPLAY_TOO_LARGE;
+		snprintf(check.reason, sizeof(check.reason),
+		         "its temporaries are named by more than %d parameter words", MAX_OPERANDS);
+	}
+	size_t n_operands = n_words + how.operand_count;
 	/* Replays nest through evicted inputs that are replayed too: bound the chain. */
 	b->chain = 1;
 	for (size_t i = 0; check.verdict == LYNX_REPLAY_REPRODUCES && i < how.operand_count; i++) {
@@ -626,18 +727,21 @@ void exec_examine(struct exec_buf *b, CUstream stream)
 		         "layer %u activation %u, kernel %.80s: %s", b->sb->layer, b->sb->index,
 		         kernel, check.reason);
 	if (check.verdict == LYNX_REPLAY_REPRODUCES) {
-		memmove(operands + n_sibling_words, found, how.operand_count * sizeof(*operands));
-		memcpy(b->operands, operands, n_operands * sizeof(*operands));
+		memcpy(b->operands, operands, n_words * sizeof(*operands));
+		memcpy(b->operands + n_words, found, how.operand_count * sizeof(*operands));
 		b->n_operands = (uint32_t)n_operands;
 		b->producer = PRODUCER_REPLAYED;
+		ex.stats.chained += n_chain > 0;
 	} else {
 		b->producer = PRODUCER_REFUSED;
+		b->n_chain = 0;
 		lynx_replay_segment_destroy(b->segment);
 		b->segment = NULL;
 	}
 	if (!b->sb->microbatch)
-		lynx_info("recompute mode: layer %u activation %u, kernel %s: %s: %s", b->sb->layer,
-		          b->sb->index, kernel,
+		lynx_info("recompute mode: layer %u activation %u, kernel %s%s: %s: %s",
+		          b->sb->layer, b->sb->index, kernel,
+		          n_chain ? " (after its temporaries' writers)" : "",
 		          b->producer == PRODUCER_REPLAYED ? "recomputed by replay from now on"
 		                                           : "offloaded instead",
 		          check.reason);
@@ -645,6 +749,7 @@ void exec_examine(struct exec_buf *b, CUstream stream)
 		free(b->launch[i]);
 		b->launch[i] = NULL;
 	}
+	chain_forget(b);
 	exec_trace(TRACE_EXAMINE, b, start);
 }
 

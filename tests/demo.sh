@@ -81,9 +81,9 @@ awk -v budget="$BUDGET" -v quote="$BUILD/demo-headline.txt" '{
 	}' "$rec.baselines"
 echo "(the same grad_hash everywhere: recompute changes memory and time, never results;"
 echo " Lynx replays the producers of what its plan recomputes, in the communication window"
-echo " the plan chose or on demand; it offloads what its plan offloads, producers that read a"
-echo " temporary among them, and those whose examination refused them; see its summary above:"
-echo " the windows line says how many replays ran in windows)"
+echo " the plan chose or on demand, after the writers of temporaries they read; it offloads"
+echo " what its plan offloads and what an examination refused; see its summary above: the"
+echo " windows line says how many replays ran in windows)"
 echo
 echo "Open $out/trace.0.json in ui.perfetto.dev for rank 0's warm-up timeline;"
 echo "$out/report.svg plots memory and stream use per rank."

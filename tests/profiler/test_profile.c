@@ -181,9 +181,10 @@ static void test_profile_pp2_tp2_layers_and_windows(void **state)
 		}
 		assert_int_equal(runs, 2 * p.layer_count);
 		/* What each producer run reads. The QKV split and the softmax read temporaries
-		 * freed in the forward (the QKV GEMM's output, the scores): no replay can rebuild
-		 * them. The layer norm reads the layer's input, a group of its layer; the
-		 * attention dropout reads the softmax output. */
+		 * freed in the forward (the QKV GEMM's output, the scores), whose writers (GEMMs
+		 * of what the layer keeps) a rebuild reruns first, into scratch: the temporary
+		 * and the GEMM's workspace. The layer norm reads the layer's input, a group of
+		 * its layer; the attention dropout reads the softmax output. */
 		for (size_t g = 0; g < p.group_count; g++) {
 			const struct lynx_profile_group *gr = &p.groups[g];
 			const char *kernel =
@@ -201,8 +202,11 @@ static void test_profile_pp2_tp2_layers_and_windows(void **state)
 				assert_int_equal(gr->scratch_bytes, 0);
 			for (uint32_t k = 0; k < gr->read_count; k++)
 				assert_int_equal(p.groups[gr->reads[k]].layer, gr->layer);
-			if (!strcmp(kernel, "tt_split_qkv") || !strcmp(kernel, "tt_softmax_fwd"))
-				assert_true(gr->reads_freed);
+			if (!strcmp(kernel, "tt_split_qkv") || !strcmp(kernel, "tt_softmax_fwd")) {
+				assert_false(gr->reads_freed);
+				assert_true(gr->chained);
+				assert_true(gr->scratch_bytes > gr->bytes);
+			}
 			if (!strcmp(kernel, "tt_layernorm_fwd")) {
 				assert_false(gr->reads_freed);
 				assert_true(gr->read_count >= 1);
@@ -637,6 +641,7 @@ static void test_profile_round_trip_keeps_what_producers_read(void **state)
 	         .producer = -1,
 	         .producer_end = -1,
 	         .reads_known = true,
+	         .chained = true,
 	         .scratch_known = true},
 	        {.layer = 1,
 	         .bytes = 8192,
@@ -660,8 +665,10 @@ static void test_profile_round_trip_keeps_what_producers_read(void **state)
 	if (lynx_profile_from_json(text, strlen(text), &back, why, sizeof(why)))
 		fail_msg("%s", why);
 	assert_true(back.groups[0].reads_known && !back.groups[0].reads_freed);
+	assert_true(back.groups[0].chained);
 	assert_int_equal(back.groups[0].read_count, 0);
 	assert_true(back.groups[1].reads_known && back.groups[1].reads_freed);
+	assert_false(back.groups[1].chained);
 	assert_int_equal(back.groups[1].read_count, 1);
 	assert_int_equal(back.groups[1].reads[0], 0);
 	assert_false(back.groups[2].reads_known);
@@ -687,6 +694,11 @@ static void test_profile_round_trip_keeps_what_producers_read(void **state)
 	        {"\"reads_freed\":\ttrue", "\"reads_freed\":\t1",
 	         "groups[1].reads_freed: expected true or false"},
 	        {"\"reads\":\t[0],", "", "groups[1].reads_freed: given without \"reads\""},
+	        {"\"chained\":\ttrue", "\"chained\":\t0",
+	         "groups[0].chained: expected true or false"},
+	        {"\"reads\":\t[],", "", "groups[0].chained: given without \"reads\""},
+	        {"\"reads_freed\":\ttrue", "\"reads_freed\":\ttrue, \"chained\": true",
+	         "groups[1].chained: a run that cannot be replayed (reads_freed) is no chain"},
 	        {"\"scratch_bytes\":\t262144", "\"scratch_bytes\":\t-1",
 	         "groups[1].scratch_bytes: expected an integer"},
 	};

@@ -357,6 +357,54 @@ static void test_a_pool_that_keeps_freed_memory_is_trimmed_to_hold_the_budget(vo
 }
 
 /*
+ * Producers that read a temporary the trainer frees in the forward (the QKV split reads the
+ * QKV GEMM's output, the softmax the attention scores, the head merge the attention
+ * context) are replayed after that temporary's writer, into scratch. Megatron's full
+ * recompute as Lynx runs it rebuilds them bit for bit, where it offloaded them before (96
+ * activations a rank). What it still offloads is the last dropout's mask, one per layer and
+ * micro-batch (16 a rank): its input, the second GEMM's output, is all-reduced in place
+ * before the dropout reads it, which no replay of the GEMM gives back.
+ */
+static void test_producers_of_freed_temporaries_are_replayed_after_their_writers(void **state)
+{
+	struct step_line a[MAX_LINES], b[MAX_LINES];
+	struct output plain = plain_pp2_tp2();
+	struct output o = run_trainer(PP2_TP2, "LYNX_PLANNER=full", "chains");
+
+	assert_identical(&plain, &o, a, b);
+	assert_null(strstr(o.err, "FREED_OPERAND"));
+	assert_null(strstr(o.err, "was not found again"));
+	for (int rank = 0; rank < 4; rank++) {
+		assert_int_equal(stat_of(o.err, rank, "offloaded ("), 4 * 4);
+		assert_true(stat_of(o.err, rank, "after the writers of temporaries") > 0);
+		assert_true(stat_of(o.err, rank, "restored by replay") > 0);
+	}
+	release(&o);
+}
+
+/*
+ * PyTorch under torch.use_deterministic_algorithms fills every new tensor (NaN) with a kernel
+ * of its own before the kernel that computes it. The executor takes the computing kernel for
+ * the producer, as the profiler does: on an H200, where the fill was taken, 72 of 79
+ * examinations refused (DIFFERS) and nothing was replayed.
+ */
+static void test_a_fill_before_the_producer_is_passed_over(void **state)
+{
+	struct step_line a[MAX_LINES], b[MAX_LINES];
+	struct output plain = run_trainer(PP2_TP2 " --deterministic-fill", NULL, NULL);
+	struct output o = run_trainer(PP2_TP2 " --deterministic-fill", "LYNX_BUDGET=2150K", "fill");
+
+	assert_identical(&plain, &o, a, b);
+	assert_null(strstr(o.err, "DIFFERS"));
+	for (int rank = 0; rank < 4; rank++) {
+		assert_true(stat_of(o.err, rank, "examined and replayed") > 0);
+		assert_true(stat_of(o.err, rank, "restored by replay") > 0);
+	}
+	release(&plain);
+	release(&o);
+}
+
+/*
  * An executor that loses every iteration evicts nothing, so the memory in use stays above
  * the budget whatever it does: it then leaves the trainer's pool alone (on an H200 a trim at
  * every allocation cost 15% of the step for nothing), and says once where it got lost.
@@ -585,6 +633,9 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_a_plan_that_predicts_low_is_corrected_to_hold_the_budget),
 	        cmocka_unit_test(test_failing_stream_waits_are_made_by_the_host),
 	        cmocka_unit_test(test_a_pool_that_keeps_freed_memory_is_trimmed_to_hold_the_budget),
+	        cmocka_unit_test(test_a_fill_before_the_producer_is_passed_over),
+	        cmocka_unit_test(
+	                test_producers_of_freed_temporaries_are_replayed_after_their_writers),
 	        cmocka_unit_test(test_a_lost_executor_leaves_the_pool_alone),
 	        cmocka_unit_test(test_restores_that_cannot_start_ahead_are_made_on_demand),
 	        cmocka_unit_test(test_a_recompute_only_plan_survives_failing_replays),
