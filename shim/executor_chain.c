@@ -6,8 +6,8 @@
  * reading that scratch, as full recomputation reruns the ops between two saved tensors.
  *
  * The executor remembers its last launches (their parameters) and allocations. When an
- * awaited producer's launch is kept, each memory it names that is not an arena activation
- * and that the history shows allocated shortly before gets a candidate: the first launch
+ * awaited producer's launch is kept, each memory it names that the history shows allocated
+ * shortly before gets a candidate: the first launch
  * after that allocation that names it (past a fill that names it alone, as the profiler
  * takes producers), captured, and the same for what that launch names. The examination
  * keeps the candidates whose memory has been freed since (chain_resolve), puts their
@@ -75,8 +75,8 @@ int chain_history_open(void)
 	chain_history_close();
 	ex.history = calloc(HISTORY_LENGTH, sizeof(*ex.history));
 	for (uint32_t i = 0; ex.history && i < HISTORY_LENGTH; i++)
-		if (!(ex.history[i].slot =
-		              malloc(sizeof(struct captured_launch) + LYNX_LAUNCH_MAX_PARAM_BYTES))) {
+		if (!(ex.history[i].slot = malloc(sizeof(struct captured_launch) +
+		                                  LYNX_LAUNCH_MAX_PARAM_BYTES))) {
 			chain_history_close();
 			return -ENOMEM;
 		}
@@ -90,8 +90,7 @@ void chain_history_close(void)
 	free(ex.history);
 	ex.history = NULL;
 	struct watched_base *w, *tmp;
-	HASH_ITER(hh, ex.watched, w, tmp)
-	{
+	HASH_ITER (hh, ex.watched, w, tmp) {
 		HASH_DEL(ex.watched, w);
 		free(w);
 	}
@@ -157,23 +156,6 @@ static bool names_range(const struct lynx_replay_kernel *k, CUdeviceptr base, si
 	return false;
 }
 
-/* Whether every allocation k names lies in [base, base + size): a fill of it. */
-static bool names_only(const struct lynx_replay_kernel *k, CUdeviceptr base, size_t size)
-{
-	const unsigned char *p = k->params;
-	CUdeviceptr other;
-	size_t other_size;
-	uint64_t word;
-
-	for (uint32_t at = 0; p && at + 8 <= k->param_bytes; at += 8) {
-		__builtin_memcpy(&word, p + at, 8);
-		if (!(word >= base && word - base < size) &&
-		    exec_range_of((CUdeviceptr)word, &other, &other_size, NULL))
-			return false;
-	}
-	return true;
-}
-
 /*
  * The launch that wrote the memory at [base, base + size): among the remembered launches
  * before the one numbered `before`, the first that names it after its latest allocation;
@@ -192,7 +174,7 @@ static const struct history_entry *find_writer(CUdeviceptr base, size_t size, ui
 			continue;
 		if (!h->launch && h->base == base) {
 			if (!function && first && second &&
-			    names_only(&first->slot->kernel, base, size))
+			    exec_names_only(&first->slot->kernel, base, size))
 				return second;
 			return first;
 		}
@@ -216,12 +198,11 @@ static bool is_candidate(const struct exec_buf *b, CUdeviceptr base)
 /* c was launched as number `serial`. */
 static void capture_from(struct exec_buf *b, const struct captured_launch *c, uint64_t serial)
 {
-	struct lynx_arena_range range;
-
+	/* An activation of the arena too: one the trainer frees before this examination (the
+	 * next layer's input, read here before an in-place update) is gone like any other. */
 	for (uint32_t j = 0; j < c->n_pointers && b->n_candidates < MAX_CHAIN_CANDIDATES; j++) {
 		const struct pointer_word *p = &c->pointers[j];
-		if (p->base == b->addr || lynx_arena_find(ex.arena, p->base, &range) ||
-		    is_candidate(b, p->base))
+		if (p->base == b->addr || is_candidate(b, p->base))
 			continue;
 		const struct history_entry *h = find_writer(p->base, p->size, serial, NULL);
 		if (!h)
@@ -254,6 +235,16 @@ void chain_forget(struct exec_buf *b)
 	b->n_candidates = 0;
 }
 
+/* Whether base is an activation of the arena that is evicted and not freed. */
+static bool evicted_alive(CUdeviceptr base)
+{
+	struct lynx_arena_range range;
+	const struct exec_buf *a;
+
+	return lynx_arena_find(ex.arena, base, &range) && (a = buf_at(base, range.base)) &&
+	       a->addr == base && a->state == BUF_EVICTED && !a->free_pending;
+}
+
 static bool freed_since(const struct chain_candidate *t)
 {
 	struct watched_base *w = NULL;
@@ -270,8 +261,8 @@ static bool check_launch(const struct exec_buf *b, const struct captured_launch 
 {
 	if (c->too_many_pointers) {
 		check->verdict = LYNX_REPLAY_TOO_LARGE;
-		snprintf(check->reason, sizeof(check->reason), "a kernel names more than %d allocations",
-		         MAX_POINTER_WORDS);
+		snprintf(check->reason, sizeof(check->reason),
+		         "a kernel names more than %d allocations", MAX_POINTER_WORDS);
 		return false;
 	}
 	for (uint32_t j = 0; j < c->n_pointers; j++) {
@@ -280,18 +271,23 @@ static bool check_launch(const struct exec_buf *b, const struct captured_launch 
 		size_t size;
 		uint64_t word;
 		__builtin_memcpy(&word, c->params + p->offset, 8);
-		bool as_it_was = exec_range_of((CUdeviceptr)word, &base, &size, NULL) &&
-		                 base == p->base && size == p->size;
 		uint32_t i = 0;
 		while (i < b->n_candidates &&
 		       !(b->candidate[i].base == p->base && b->candidate[i].size == p->size))
 			i++;
-		if (i < b->n_candidates && (!as_it_was || freed_since(&b->candidate[i]))) {
+		if (i < b->n_candidates && freed_since(&b->candidate[i])) {
 			needed[i] = true;
 			continue;
 		}
-		if (as_it_was)
+		/* As it was, or an activation evicted but alive: a replay brings it back. */
+		if ((exec_range_of((CUdeviceptr)word, &base, &size, NULL) && base == p->base &&
+		     size == p->size) ||
+		    evicted_alive(p->base))
 			continue;
+		if (i < b->n_candidates) {
+			needed[i] = true;
+			continue;
+		}
 		check->verdict = LYNX_REPLAY_FREED_OPERAND;
 		snprintf(check->reason, sizeof(check->reason),
 		         "its parameter word at byte %u names memory freed since it ran (a "
@@ -350,9 +346,9 @@ bool chain_refresh(struct exec_buf *b)
 {
 	for (uint32_t j = b->n_chain; j-- > 0;) {
 		const struct chain_link *l = &b->link[j];
-		CUdeviceptr base = (CUdeviceptr)(lynx_replay_segment_word(b->segment, l->kernel,
-		                                                          l->offset) -
-		                                 l->displacement);
+		CUdeviceptr base =
+		        (CUdeviceptr)(lynx_replay_segment_word(b->segment, l->kernel, l->offset) -
+		                      l->displacement);
 		const struct history_entry *h =
 		        ex.history ? find_writer(base, l->size, b->producer_serial, l->function)
 		                   : NULL;

@@ -405,6 +405,8 @@ void at_window(struct exec_buf *b, uint32_t t);
 bool exec_range_of(CUdeviceptr addr, CUdeviceptr *base, size_t *size, void *arg);
 /* The allocations c's parameter words name, into c->pointers. */
 void exec_find_pointers(struct captured_launch *c);
+/* Whether every allocation launch k names lies in [base, base + size) (a fill of it). */
+bool exec_names_only(const struct lynx_replay_kernel *k, CUdeviceptr base, size_t size);
 
 /* executor_chain.c: the writers of temporaries a producer reads, replayed before it. */
 int chain_history_open(void); /* 0 or -ENOMEM */

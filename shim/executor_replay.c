@@ -163,21 +163,21 @@ void exec_find_pointers(struct captured_launch *c)
 	}
 }
 
-/* Whether launch k names an allocation other than b. */
-static bool names_other(const struct lynx_replay_kernel *k, const struct exec_buf *b)
+/* Whether every allocation k names lies in [base, base + size): a fill of it. */
+bool exec_names_only(const struct lynx_replay_kernel *k, CUdeviceptr base, size_t size)
 {
 	const unsigned char *p = k->params;
-	CUdeviceptr base;
-	size_t size;
+	CUdeviceptr other;
+	size_t other_size;
 	uint64_t word;
 
 	for (uint32_t at = 0; p && at + 8 <= k->param_bytes; at += 8) {
 		__builtin_memcpy(&word, p + at, 8);
-		if (!(word >= b->addr && word - b->addr < b->sb->bytes) &&
-		    exec_range_of((CUdeviceptr)word, &base, &size, NULL))
-			return true;
+		if (!(word >= base && word - base < size) &&
+		    exec_range_of((CUdeviceptr)word, &other, &other_size, NULL))
+			return false;
 	}
-	return false;
+	return true;
 }
 
 /*
@@ -196,7 +196,7 @@ static bool past_fill(struct exec_buf *b, const struct lynx_replay_kernel *k, bo
 		return false;
 	if (!names)
 		return ++b->fill_wait <= MAX_FILL_WAIT;
-	if (k->function == b->producer_function || !names_other(k, b))
+	if (k->function == b->producer_function || exec_names_only(k, b->addr, b->sb->bytes))
 		return false;
 	b->fill_function = b->producer_function;
 	b->n_launches = 0;
@@ -645,15 +645,17 @@ void exec_examine(struct exec_buf *b, CUstream stream)
 			bring_back(word, stream, b);
 		}
 	}
-	for (uint32_t i = 0; i < b->n_candidates; i++) {
-		const struct captured_launch *w = b->candidate[i].writer;
+	bool resolved = chain_resolve(b, chain, &n_chain, &check);
+	/* What the writers taken read comes back too (not what the others would). */
+	for (uint32_t j = 0; resolved && j < n_chain; j++) {
+		const struct captured_launch *w = chain[j]->writer;
 		for (uint32_t at = 0; at + 8 <= w->kernel.param_bytes; at += 8) {
 			__builtin_memcpy(&word, w->params + at, 8);
 			bring_back(word, stream, b);
 		}
 	}
 	ex.drv.ctx_synchronize();
-	if (!chain_resolve(b, chain, &n_chain, &check))
+	if (!resolved)
 		; /* check says why */
 	else if (sibling_redirects(b, n_chain, redirects, &n_redirects, operands, &n_sibling_words))
 		snprintf(check.reason, sizeof(check.reason), "no memory for its siblings' scratch");
@@ -662,7 +664,19 @@ void exec_examine(struct exec_buf *b, CUstream stream)
 			kernels[j] = chain[j]->writer->kernel;
 		for (uint32_t i = 0; i < b->n_launches; i++)
 			kernels[n_chain + i] = b->launch[i]->kernel;
-		/* Each temporary of the chain is written into scratch of its own. */
+		/* Each temporary of the chain is written into scratch of its own, within the
+		 * room the budget leaves (taken before the examination measures its own). */
+		size_t temporaries = 0, room = n_chain ? examination_room() : 0;
+		for (uint32_t j = 0; j < n_chain; j++)
+			temporaries += chain[j]->size;
+		if (room && temporaries >= room) {
+			check.verdict = LYNX_REPLAY_NO_ROOM;
+			snprintf(check.reason, sizeof(check.reason),
+			         "its temporaries take %zu bytes of device memory, %zu allowed now",
+			         temporaries, room);
+			n_chain = 0; /* nothing allocated, nothing examined */
+		}
+		size_t first_temporary = n_redirects; /* after the siblings' */
 		for (uint32_t j = 0; j < n_chain; j++) {
 			CUdeviceptr to = 0;
 			if (ex.replay_drv.mem_alloc(&to, chain[j]->size) != CUDA_SUCCESS)
@@ -670,7 +684,9 @@ void exec_examine(struct exec_buf *b, CUstream stream)
 			redirects[n_redirects++] =
 			        (struct lynx_replay_redirect){chain[j]->base, chain[j]->size, to};
 		}
-		if (n_redirects < n_chain)
+		if (check.verdict == LYNX_REPLAY_NO_ROOM)
+			; /* check says why */
+		else if (n_redirects - first_temporary < n_chain)
 			snprintf(check.reason, sizeof(check.reason),
 			         "no memory for its temporaries' scratch");
 		else if (lynx_replay_segment_create(&ex.replay_drv, kernels,
