@@ -1025,6 +1025,7 @@ void lynx_exec_after(const struct lynx_event *ev)
 		curve_iteration_ended(examined);
 		keep_budget(examined);
 		predict_as_followed();
+		chain_history_settle();
 	}
 out:
 	pthread_mutex_unlock(&ex.lock);

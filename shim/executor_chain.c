@@ -97,6 +97,17 @@ void chain_history_close(void)
 	ex.history_next = ex.history_count = 0;
 }
 
+void chain_history_settle(void)
+{
+	for (size_t i = 0; ex.history && i < ex.script.n_buffers; i++) {
+		const struct exec_buf *b = &ex.bufs[i];
+		if ((b->action == LYNX_EXEC_RECOMPUTE && b->producer == PRODUCER_UNEXAMINED) ||
+		    b->n_chain)
+			return;
+	}
+	chain_history_close();
+}
+
 static struct history_entry *next_entry(void)
 {
 	struct history_entry *h = &ex.history[ex.history_next];
@@ -120,15 +131,7 @@ void chain_remember_launch(const struct lynx_replay_kernel *k)
 	h->base = 0;
 	if (!h->launch)
 		return;
-	c->kernel = *k;
-	memcpy(c->params, k->params, k->param_bytes);
-	c->kernel.params = c->params;
-	if (k->attrs)
-		memcpy(c->attrs, k->attrs,
-		       lynx_launch_attrs_recorded(k->attr_count) * sizeof(*k->attrs));
-	c->kernel.attrs = k->attrs ? c->attrs : NULL;
-	c->n_pointers = 0;
-	c->too_many_pointers = false;
+	exec_copy_launch(c, k);
 }
 
 void chain_remember_alloc(CUdeviceptr base)
@@ -212,9 +215,7 @@ static void capture_from(struct exec_buf *b, const struct captured_launch *c, ui
 		struct captured_launch *w = freed ? malloc(sizeof(*w) + k->param_bytes) : NULL;
 		if (!w)
 			return;
-		memcpy(w, h->slot, sizeof(*w) + k->param_bytes);
-		w->kernel.params = w->params;
-		w->kernel.attrs = k->attrs ? w->attrs : NULL;
+		exec_copy_launch(w, k);
 		exec_find_pointers(w);
 		b->candidate[b->n_candidates++] =
 		        (struct chain_candidate){p->base, p->size, h->serial, freed->frees, w};

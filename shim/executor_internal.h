@@ -403,6 +403,9 @@ void finish_check(struct exec_buf *b, bool wait);
 void at_window(struct exec_buf *b, uint32_t t);
 /* Which allocation holds addr, as the examination asks (replay.h's lynx_replay_range_of). */
 bool exec_range_of(CUdeviceptr addr, CUdeviceptr *base, size_t *size, void *arg);
+/* k into c (room for k->param_bytes after it): its parameters and attributes, no pointers
+ * found yet. */
+void exec_copy_launch(struct captured_launch *c, const struct lynx_replay_kernel *k);
 /* The allocations c's parameter words name, into c->pointers. */
 void exec_find_pointers(struct captured_launch *c);
 /* Whether every allocation launch k names lies in [base, base + size) (a fill of it). */
@@ -411,6 +414,10 @@ bool exec_names_only(const struct lynx_replay_kernel *k, CUdeviceptr base, size_
 /* executor_chain.c: the writers of temporaries a producer reads, replayed before it. */
 int chain_history_open(void); /* 0 or -ENOMEM */
 void chain_history_close(void);
+/* At an iteration's end: the history closed once no producer can take a chain any more
+ * (every one examined, none replayed through a chain), so that launches stop being
+ * copied into it. */
+void chain_history_settle(void);
 void chain_remember_launch(const struct lynx_replay_kernel *k);
 void chain_remember_alloc(CUdeviceptr base);
 void chain_note_free(CUdeviceptr base);

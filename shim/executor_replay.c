@@ -131,6 +131,17 @@ static void keep_launch(struct exec_buf *b, const struct lynx_replay_kernel *k)
 		return;
 	}
 	b->launch[i] = c;
+	exec_copy_launch(c, k);
+	exec_find_pointers(c);
+	/* A first launch that names b alone reads nothing: it may be a fill. */
+	b->fill_pending = !i && !c->too_many_pointers && c->n_pointers > 0;
+	for (uint32_t j = 0; b->fill_pending && j < c->n_pointers; j++)
+		b->fill_pending = c->pointers[j].base == b->addr;
+	chain_capture(b, c);
+}
+
+void exec_copy_launch(struct captured_launch *c, const struct lynx_replay_kernel *k)
+{
 	memcpy(c->params, k->params, k->param_bytes);
 	c->kernel = *k;
 	c->kernel.params = c->params;
@@ -138,12 +149,8 @@ static void keep_launch(struct exec_buf *b, const struct lynx_replay_kernel *k)
 		memcpy(c->attrs, k->attrs,
 		       lynx_launch_attrs_recorded(k->attr_count) * sizeof(*k->attrs));
 	c->kernel.attrs = k->attrs ? c->attrs : NULL;
-	exec_find_pointers(c);
-	/* A first launch that names b alone reads nothing: it may be a fill. */
-	b->fill_pending = !i && !c->too_many_pointers && c->n_pointers > 0;
-	for (uint32_t j = 0; b->fill_pending && j < c->n_pointers; j++)
-		b->fill_pending = c->pointers[j].base == b->addr;
-	chain_capture(b, c);
+	c->n_pointers = 0;
+	c->too_many_pointers = false;
 }
 
 void exec_find_pointers(struct captured_launch *c)
