@@ -1631,11 +1631,12 @@ static void print_replay(FILE *f, const char *tag, const struct lynx_exec_stats 
 	        " examined and replayed from then on (%" PRIu64
 	        " after the writers of temporaries they read), %" PRIu64
 	        " refused (offloaded instead); "
-	        "%" PRIu64 " evicted without a copy, %" PRIu64 " restored by replay (%" PRIu64
+	        "%" PRIu64 " evicted without a copy, %" PRIu64 " restored by replay and %" PRIu64
+	        " beside a sibling's (%" PRIu64
 	        " launches failed and were tried again); at most %.2f MiB of scratch for one "
 	        "replay\n",
 	        tag, s->producers, ex.verdicts[LYNX_REPLAY_REPRODUCES], s->chained, refused,
-	        s->discards, s->replays, s->replay_failures,
+	        s->discards, s->replays, s->sibling_restores, s->replay_failures,
 	        lynx_prof_mib(s->replay_scratch_bytes));
 	for (int v = 0; v < LYNX_REPLAY_VERDICT_COUNT; v++)
 		if (v != LYNX_REPLAY_REPRODUCES && ex.verdicts[v])

@@ -146,6 +146,7 @@ enum lynx_exec_fault {
 	LYNX_EXEC_STAT(chained, "producers replayed after the writers of temporaries they read") \
 	LYNX_EXEC_STAT(discards, "evictions without a copy (restored by replay)")                \
 	LYNX_EXEC_STAT(replays, "restores by replaying the producer")                            \
+	LYNX_EXEC_STAT(sibling_restores, "restores written in place by a sibling's replay")      \
 	LYNX_EXEC_STAT(replay_failures, "replays whose launch failed (then tried again)")        \
 	LYNX_EXEC_STAT(replay_scratch_bytes, "most scratch one replay took (freed after it)")    \
 	LYNX_EXEC_STAT(window_replays, "replays made in their window, on the replay stream")     \
@@ -324,6 +325,7 @@ int lynx_exec_write_summary(const char *path, int rank);
 	X(RESTORE_ON_DEMAND, "restore on demand") /* by the guard */             \
 	X(DISCARD, "discard")                     /* evicted without a copy */   \
 	X(REPLAY, "replay")                       /* restored by its producer */ \
+	X(SIBLING_REPLAY, "replay beside")        /* by a sibling's replay */    \
 	X(EXAMINE, "examine")                     /* its producer, once */       \
 	X(WINDOW_CHECK, "check window")           /* a replay at its window */   \
 	X(WINDOW_REPLAY, "replay in window")      /* on the replay stream */     \

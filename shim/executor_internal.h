@@ -200,6 +200,7 @@ struct exec_buf {
 	enum producer_state producer;
 	bool awaiting, captured, misfit, by_replay, examine, unseen;
 	bool copied_out; /* this instance was offloaded: `host` holds its bytes */
+	bool riding;     /* mapped again for a sibling's replay to write it in place */
 	enum window_state window;
 	uint32_t window_token; /* LYNX_EXEC_NO_WINDOW: none */
 	/* The window's check in flight: its replay's bytes are copied to check_host (pinned),

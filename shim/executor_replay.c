@@ -372,6 +372,14 @@ static bool bring_back(uint64_t word, CUstream stream, const struct exec_buf *ow
 	return true;
 }
 
+/* The sibling mapped again at addr for the replay under way (riding), or NULL. */
+static const struct exec_buf *riding_at(CUdeviceptr addr)
+{
+	const struct exec_buf *c = find_buf(addr);
+
+	return c && c->riding ? c : NULL;
+}
+
 /*
  * Relaunches b's producer, captured in this iteration, on stream: into b's memory (mapped
  * again by the caller), or with into != 0 into that scratch instead. Inputs are read in
@@ -413,8 +421,8 @@ static int relaunch(struct exec_buf *b, CUstream stream, CUdeviceptr into)
 		CUdeviceptr from = (CUdeviceptr)(word - op->displacement);
 		size_t j = 0;
 
-		if (op->role == LYNX_REPLAY_INPUT)
-			continue;
+		if (op->role == LYNX_REPLAY_INPUT || riding_at(from))
+			continue; /* read in place; a sibling mapped again is written in place */
 		while (j < n && redirects[j].from != from)
 			j++;
 		if (j < n)
@@ -777,17 +785,15 @@ void exec_examine(struct exec_buf *b, CUstream stream)
 }
 
 /*
- * Maps memory at b's address again, refills it on stream (a copy back, or a replay of its
- * producer) and records `ready` there. The memory is a spare's if there is one, else new.
- * Out of memory: first the frees already done, then waiting for the pending ones. Returns
- * 0 or the arena's error (b then stays evicted).
+ * Maps memory at b's address again: a spare's if there is one, else new. Out of memory,
+ * with retry: first the frees already done, then waiting for the pending ones. Returns 0
+ * (b resident, to be filled) or the arena's error (b stays evicted).
  */
-int exec_restore(struct exec_buf *b, CUstream stream)
+static int map_again(struct exec_buf *b, CUstream stream, bool retry)
 {
 	/* A pack's memory is shared: it takes none given away. */
 	struct exec_buf *donor = b->pack ? NULL : take_spare(b->sb->bytes, stream, b);
 	int err = -ENOMEM;
-	CUresult r;
 
 	if (donor && !(err = lynx_arena_restore_from(ex.arena, b->addr, donor->addr))) {
 		donor->donated = true;
@@ -800,7 +806,7 @@ int exec_restore(struct exec_buf *b, CUstream stream)
 	 * whole device idle (a transient failure, another process's memory), a few times.
 	 * Another failure (a driver error on a fresh mapping) is retried as often: the bytes
 	 * are lost if the restore gives up. */
-	for (int attempt = 0; err && attempt < RESTORE_ATTEMPTS; attempt++) {
+	for (int attempt = 0; retry && err && attempt < RESTORE_ATTEMPTS; attempt++) {
 		if (!attempt && err == -ENOMEM)
 			ex.stats.oom_waits++;
 		complete_frees(attempt > 0);
@@ -812,9 +818,91 @@ int exec_restore(struct exec_buf *b, CUstream stream)
 		return err;
 	b->state = BUF_RESIDENT;
 	evicted_add(-(int64_t)b->sb->bytes);
+	return 0;
+}
+
+/*
+ * b's siblings (sibling_redirects) that wait, evicted, for a replay of the same launch:
+ * mapped again now, so that b's replay writes them in place (riding) instead of into
+ * scratch, and each is not replayed on its own later. The plan counts them so: siblings are
+ * rebuilt together (the checker's rebuild()), and where the producer is replayed after a
+ * temporary's writer, once per sibling would rerun that writer as often. One that cannot be
+ * mapped now is left for its own restore. Returns how many, in riders.
+ */
+static size_t board_siblings(struct exec_buf *b, CUstream stream, struct exec_buf **riders)
+{
+	size_t n = 0;
+
+	for (uint32_t i = 0; i < b->n_operands; i++) {
+		const struct lynx_replay_operand *op = &b->operands[i];
+		struct exec_buf *c;
+
+		if (op->role != LYNX_REPLAY_SCRATCH)
+			continue;
+		c = find_buf(
+		        (CUdeviceptr)(lynx_replay_segment_word(b->segment, op->kernel, op->offset) -
+		                      op->displacement));
+		if (!c || c == b || c->riding || c->pack || c->sb->bytes != op->size ||
+		    c->producer_serial != b->producer_serial || c->state != BUF_EVICTED ||
+		    !c->by_replay || c->producer != PRODUCER_REPLAYED || c->donated ||
+		    c->free_pending || map_again(c, stream, false))
+			continue;
+		c->riding = true;
+		riders[n++] = c;
+	}
+	return n;
+}
+
+/*
+ * After b's replay (err: replay_into's), its riders: written, so ready once the replay is;
+ * or, where it did not run, evicted once more for their own restores. One that cannot be
+ * unmapped is filled by its own replay now, as its restore would.
+ */
+static void land_siblings(struct exec_buf **riders, size_t n, CUstream stream, int err)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct exec_buf *c = riders[i];
+		CUresult r;
+
+		c->riding = false;
+		if (!err) {
+			if ((r = ex.drv.event_record(c->ready, stream)) == CUDA_SUCCESS) {
+				c->ready_pending = true;
+			} else {
+				driver_failed("ordering a replay", r);
+				ex.drv.ctx_synchronize();
+			}
+			ex.stats.sibling_restores++;
+			exec_trace(TRACE_SIBLING_REPLAY, c, 0);
+		} else if (!exec_unmap(c)) {
+			c->state = BUF_EVICTED;
+			evicted_add((int64_t)c->sb->bytes);
+		} else {
+			replay_into(c, stream, false);
+		}
+		exec_update(c);
+	}
+}
+
+/*
+ * Maps memory at b's address again (map_again), refills it on stream (a copy back, or a
+ * replay of its producer, which fills its evicted siblings too) and records `ready` there.
+ * Returns 0 or the arena's error (b then stays evicted).
+ */
+int exec_restore(struct exec_buf *b, CUstream stream)
+{
+	int err = map_again(b, stream, true);
+	CUresult r;
+
+	if (err)
+		return err;
 	if (b->by_replay) {
+		struct exec_buf *riders[MAX_OPERANDS];
+		size_t n_riders = b->segment ? board_siblings(b, stream, riders) : 0;
+
 		/* In a window, a replay that could not start leaves b evicted for the guard. */
 		err = replay_into(b, stream, stream == ex.replay_stream);
+		land_siblings(riders, n_riders, stream, err);
 		if (err == -EAGAIN && !exec_unmap(b)) {
 			b->state = BUF_EVICTED;
 			evicted_add((int64_t)b->sb->bytes);
@@ -822,8 +910,8 @@ int exec_restore(struct exec_buf *b, CUstream stream)
 			return err;
 		}
 		if (!err) {
-			/* Consumers on every stream must wait for it: if that cannot be ordered,
-			 * wait here until it is done. */
+			/* Consumers on every stream must wait for it (and for its riders, recorded
+			 * before it): if that cannot be ordered, wait here until it is done. */
 			if ((r = ex.drv.event_record(b->ready, stream)) == CUDA_SUCCESS)
 				r = fence_replay(stream, b->ready);
 			if (r == CUDA_SUCCESS) {
