@@ -834,6 +834,7 @@ struct item {
 	uint32_t id;      /* index into into[] */
 	bool reads_freed; /* one of its buffers' producer runs reads a temporary (profile.h) */
 	bool chained;     /* one's run is replayed after a temporary's writer (profile.h) */
+	uint32_t writers; /* the ops of those writers (bits), rerun before the runs */
 	uint64_t scratch; /* the most scratch one of its buffers' producer runs takes */
 	/* A pack of buffers below the granule: rebuilt by replaying each member's producer
 	 * run, the ops `runs` (each member's first op to its producer's). */
@@ -874,6 +875,7 @@ static void fold(struct item *it, size_t *n, uint32_t *into, size_t a, size_t b)
 	it[a].consumer = it[a].consumer < it[b].consumer ? it[a].consumer : it[b].consumer;
 	it[a].reads_freed = it[a].reads_freed || it[b].reads_freed;
 	it[a].chained = it[a].chained || it[b].chained;
+	it[a].writers |= it[b].writers;
 	it[a].scratch = it[a].scratch > it[b].scratch ? it[a].scratch : it[b].scratch;
 	it[a].runs |= it[b].runs;
 	memmove(&it[b], &it[b + 1], (*n - b - 1) * sizeof(*it));
@@ -1018,6 +1020,8 @@ static int fill_groups(struct layer_src *ls, struct lynx_problem_layer *L)
 		                      .pack = gr->bytes < ls->granule};
 		for (int32_t op = it[n].first; it[n].pack && op >= 0 && op <= it[n].producer; op++)
 			it[n].runs |= 1u << op;
+		for (uint32_t w = 0; gr->chained && w < gr->writer_count; w++)
+			it[n].writers |= 1u << producer_op(ls, gr->writers[w]);
 		n++;
 	}
 	/* The buffers below the granule are packed (the executor evicts a pack's together):
@@ -1068,9 +1072,12 @@ static int fill_groups(struct layer_src *ls, struct lynx_problem_layer *L)
 		 * ops and a plan that rebuilds it is lowered to OFFLOAD (problem.h), without one it
 		 * cannot be rebuilt. Nothing saved before it: what it reads was not kept. */
 		if (it[g].producer >= 0 && before && (!pg->reads_freed || ls->host_link))
-			for (int32_t op = it[g].pack || it[g].first > prev ? it[g].first : prev + 1;
-			     op >= 0 && op <= it[g].producer; op++) {
-				if (it[g].pack && !(it[g].runs & (1u << op)))
+			for (int32_t op = 0; op <= it[g].producer; op++) {
+				bool runs = it[g].pack ? (it[g].runs >> op) & 1
+				                       : op >= (it[g].first > prev ? it[g].first
+				                                                   : prev + 1);
+				/* A chain's writers are rerun too (chained: not reads_freed). */
+				if (!runs && !(pg->chained && ((it[g].writers >> op) & 1)))
 					continue;
 				pg->ops |= 1u << op;
 				pg->recompute_s += L->ops[op].rerun_s;

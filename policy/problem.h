@@ -128,9 +128,9 @@ struct lynx_problem_group {
 	 */
 	bool reads_freed;
 	/* From profiles: its rebuild replays the writer of a temporary its producer run reads
-	 * first (a chain, profile.h's chained): rerun ops the problem counts already (a
-	 * rebuild reruns every op from the last group produced before it). Planners may weigh
-	 * the plan that offloads such groups instead (mixed.c). False from models. */
+	 * first (a chain, profile.h's chained): the writers' ops are among its ops (those the
+	 * profile places in the layer). Planners may weigh the plan that offloads such groups
+	 * instead (mixed.c). False from models. */
 	bool chained;
 	/* From profiles: the scratch a rebuild of it takes while it runs, beside what it
 	 * rebuilds: the workspaces its producer run names (Lynx's executor replays a kernel

@@ -669,10 +669,6 @@ struct group_src {
 	uint32_t consumer;
 };
 
-/* The writers one rebuild may rerun before its producer run: Lynx's executor replays at most
- * this many (shim/executor_internal.h, MAX_CHAIN_KERNELS). */
-#define MAX_CHAIN_WRITERS 4
-
 /* What one group's rebuild reads, gathered over its producer run and the writers it reruns
  * first. */
 struct run_reads {
@@ -683,7 +679,7 @@ struct run_reads {
 	uint32_t buffer;   /* its buffer */
 	uint32_t first;    /* its producer run's first event */
 	uint32_t consumer; /* its first consumer's event */
-	uint32_t reads[MAX_READS], workspaces[MAX_READS], rewritten[MAX_CHAIN_WRITERS];
+	uint32_t reads[MAX_READS], workspaces[MAX_READS], rewritten[LYNX_PROFILE_MAX_WRITERS];
 	size_t n_reads, n_workspaces, n_rewritten;
 	int in_writer; /* > 0: noting what a writer names */
 	struct lynx_profile_group *gr;
@@ -703,7 +699,7 @@ static bool note_ref(struct run_reads *rr, uint32_t id);
  * Buffer `id`, freed before the consumer: whether a rebuild can write it again. Its producer
  * must be one of the program's launches, nothing but launches may name it from then to the
  * run, and what that launch names must be still allocated at the consumer or written again
- * itself, with at most MAX_CHAIN_WRITERS such launches in all.
+ * itself, with at most LYNX_PROFILE_MAX_WRITERS such launches in all.
  * Lynx's executor then replays those writers into scratch before the run
  * (shim/executor_chain.c): each temporary and each workspace its writer names count in the
  * scratch; what the writer reads is not among the rebuild's reads (note_ref).
@@ -717,7 +713,7 @@ static bool rewritable(struct run_reads *rr, uint32_t id)
 	if (listed(rr->rewritten, rr->n_rewritten, id))
 		return true;
 	if (e == LYNX_PROF_NONE || !is_program_launch(&b->t->events[e]) ||
-	    rr->n_rewritten == MAX_CHAIN_WRITERS)
+	    rr->n_rewritten == LYNX_PROFILE_MAX_WRITERS)
 		return false;
 	/* Only launches may touch it between its writer and the run: a collective or a copy
 	 * (a tensor-parallel all-reduce in place, say) changes it where the writer's replay
@@ -767,6 +763,24 @@ static bool note_ref(struct run_reads *rr, uint32_t id)
 	return true;
 }
 
+/* A writer a chain reruns, at forward position at (-1: outside the layer's forward, not
+ * listed), into gr's ascending writers. */
+static void note_writer(struct lynx_profile_group *gr, int32_t at)
+{
+	uint32_t k = 0;
+
+	if (at < 0 || at >= gr->producer)
+		return;
+	while (k < gr->writer_count && gr->writers[k] < at)
+		k++;
+	if (k < gr->writer_count && gr->writers[k] == at)
+		return;
+	memmove(&gr->writers[k + 1], &gr->writers[k],
+	        (gr->writer_count - k) * sizeof(*gr->writers));
+	gr->writers[k] = at;
+	gr->writer_count++;
+}
+
 /*
  * What group g's producer run reads (profile.h): every buffer its launches name besides the
  * activation itself. One freed before the activation's first consumer (a temporary, read or
@@ -803,6 +817,9 @@ static int fill_reads(const struct build *b, const struct ref_at *refs, const st
 		if (!note_ref(rr, refs[r].buffer))
 			gr->reads_freed = true;
 	gr->chained = !gr->reads_freed && rr->n_rewritten > 0;
+	for (size_t w = 0; gr->chained && w < rr->n_rewritten; w++)
+		note_writer(gr, position(b->t, &b->layers[b->chosen].fwd[gr->layer],
+		                         b->lt.buffers[rr->rewritten[w]].producer));
 	if (rr->n_reads && !(gr->reads = malloc(rr->n_reads * sizeof(*gr->reads))))
 		err = -ENOMEM;
 	else if (rr->n_reads) {

@@ -56,7 +56,8 @@
  * run names memory freed before the group's first consumer; "reads" is written exactly when
  * reads_known, after "last_consumer", and "reads_freed" after it exactly when true ("chained",
  * later, after that exactly when true: the run's temporaries are written again by their
- * writers; never beside "reads_freed"). Absent,
+ * writers; never beside "reads_freed"; "writers" beside it, later still, written exactly
+ * with "chained": their forward positions, absent in older profiles). Absent,
  * what the run reads is unknown. Memory's "largest_workspace_bytes" came last: the largest
  * single workspace buffer, always written; absent, the at_peak workspace bytes (one replay's
  * scratch counted as every workspace at once). A group's "scratch_bytes" came after: the
@@ -272,9 +273,22 @@ static bool add_group(cJSON *arr, const struct lynx_profile_group *g)
 			return false;
 		cJSON_AddItemToArray(reads, n);
 	}
-	return reads && (!g->reads_freed || cJSON_AddTrueToObject(o, "reads_freed")) &&
-	       (!g->chained || cJSON_AddTrueToObject(o, "chained")) &&
-	       (!g->scratch_known || add_num(o, "scratch_bytes", (double)g->scratch_bytes));
+	if (!reads || (g->reads_freed && !cJSON_AddTrueToObject(o, "reads_freed")))
+		return false;
+	if (g->chained) {
+		cJSON *writers = cJSON_AddTrueToObject(o, "chained")
+		                         ? cJSON_AddArrayToObject(o, "writers")
+		                         : NULL;
+		if (!writers)
+			return false;
+		for (uint32_t i = 0; i < g->writer_count; i++) {
+			cJSON *n = cJSON_CreateNumber(g->writers[i]);
+			if (!n)
+				return false;
+			cJSON_AddItemToArray(writers, n);
+		}
+	}
+	return !g->scratch_known || add_num(o, "scratch_bytes", (double)g->scratch_bytes);
 }
 
 static bool add_window(cJSON *arr, const struct lynx_profile_window *w)
@@ -748,6 +762,41 @@ static int read_layer(struct reader *r, const cJSON *o, size_t i, struct lynx_pr
 	return read_kernel_ns(r, k, pk.buf, "backward_ns", "backward", &l->bwd_kernels);
 }
 
+/* A chained group's optional "writers": ascending forward positions below its producer, at
+ * most LYNX_PROFILE_MAX_WRITERS. */
+static int read_group_writers(struct reader *r, const cJSON *o, const char *where,
+                              struct lynx_profile_group *g)
+{
+	const cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, "writers"), *it;
+	int err;
+
+	if (!arr)
+		return 0;
+	if (!g->chained)
+		return refuse(r, "%s.writers: given without \"chained\"", where);
+	if ((err = get_array(r, o, where, "writers", &arr)))
+		return err;
+	if (cJSON_GetArraySize(arr) > LYNX_PROFILE_MAX_WRITERS)
+		return refuse(r, "%s.writers: more than %d", where, LYNX_PROFILE_MAX_WRITERS);
+	cJSON_ArrayForEach(it, arr)
+	{
+		uint32_t k = g->writer_count;
+		if (!cJSON_IsNumber(it) || !(it->valuedouble >= 0) ||
+		    it->valuedouble != floor(it->valuedouble) ||
+		    it->valuedouble >= (double)g->producer)
+			return refuse(r,
+			              "%s.writers[%u]: expected a forward position below the "
+			              "producer %d",
+			              where, k, g->producer);
+		g->writers[k] = (int32_t)it->valuedouble;
+		if (k && g->writers[k] <= g->writers[k - 1])
+			return refuse(r, "%s.writers[%u]: %d is not above the position before it",
+			              where, k, g->writers[k]);
+		g->writer_count++;
+	}
+	return 0;
+}
+
 /* A group's optional "reads" and "reads_freed": the indices of other groups among the profile's
  * `limit`, ascending; that they are of its layer is checked once every group is read
  * (read_reads_layers). */
@@ -778,6 +827,8 @@ static int read_group_reads(struct reader *r, const cJSON *o, const char *where,
 		              "%s.chained: a run that cannot be replayed (reads_freed) is no "
 		              "chain",
 		              where);
+	if ((err = read_group_writers(r, o, where, g)))
+		return err;
 	size_t n = (size_t)cJSON_GetArraySize(arr);
 	if (!n)
 		return 0;

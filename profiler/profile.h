@@ -131,6 +131,10 @@ struct lynx_profile_layer {
 	uint64_t saved_bytes; /* saved activations, the largest over micro-batches */
 };
 
+/* The most writers of temporaries one rebuild reruns before its producer run (a chain):
+ * Lynx's executor replays at most this many (shim/executor_internal.h, MAX_CHAIN_KERNELS). */
+#define LYNX_PROFILE_MAX_WRITERS 4
+
 /* A place in a layer's segment: before kernel `kernel` (0-based count of the program's
  * launches in the segment before it); -1: outside the segment (a layer input, ...). */
 struct lynx_profile_group {
@@ -160,6 +164,12 @@ struct lynx_profile_group {
 	 * (a chain, at most 4 writers, whose temporaries and workspaces are in scratch_bytes;
 	 * what the writers read is not in reads). */
 	bool chained;
+	/* When chained: the writers' positions among its layer's forward kernels (as
+	 * producer's), ascending and distinct, each below producer; a writer outside the
+	 * layer's forward is not listed. What a rebuild reruns besides its run. Absent in
+	 * older profiles: writer_count 0 (the writers' time is then not counted). */
+	int32_t writers[LYNX_PROFILE_MAX_WRITERS];
+	uint32_t writer_count;
 	uint32_t *reads;
 	uint32_t read_count;
 	/*

@@ -269,6 +269,43 @@ static void test_a_producer_run_is_rebuilt_whole(void **state)
 }
 
 /*
+ * A chain (profile.h's chained): kernel 3's run reads a temporary that kernel 2 writes, which
+ * its rebuild replays first. Its ops are then kernels 2 and 3, and it costs both; a profile
+ * that does not say where the writers are (from before "writers") leaves op 3 alone.
+ */
+static void test_a_chains_writers_are_rerun_with_its_producer(void **state)
+{
+	struct lynx_profile *pr = tp_stage();
+	const struct lynx_profile *ranks[] = {pr};
+	struct lynx_problem p;
+	const struct lynx_problem_layer *L = &p.layer;
+
+	(void)state;
+	for (size_t g = 0; g < pr->group_count; g++) {
+		struct lynx_profile_group *gr = &pr->groups[g];
+
+		gr->reads_known = true;
+		gr->chained = gr->producer == 3;
+		gr->writers[0] = 2;
+		gr->writer_count = gr->chained;
+	}
+	build(ranks, 1, NULL, &p);
+	assert_true(L->groups[3].chained);
+	assert_int_equal(L->groups[3].ops, 0xc);
+	assert_near("recompute", L->groups[3].recompute_s, 2e-6);
+	assert_int_equal(L->groups[4].ops, 0x10);
+	lynx_problem_free(&p);
+
+	for (size_t g = 0; g < pr->group_count; g++)
+		pr->groups[g].writer_count = 0;
+	build(ranks, 1, NULL, &p);
+	assert_int_equal(L->groups[3].ops, 0x8);
+	assert_near("recompute", L->groups[3].recompute_s, 1e-6);
+	lynx_problem_free(&p);
+	drop(pr);
+}
+
+/*
  * A rebuild's scratch, per group: the workspaces its producer run names as the profile says
  * (scratch_bytes, 0 included), or the profile's largest workspace where it does not (a profile
  * from before the key).
@@ -1544,6 +1581,7 @@ int main(void)
 	        cmocka_unit_test(test_maps_kernels_groups_and_collectives),
 	        cmocka_unit_test(test_a_given_plan_is_predicted_on_this_jobs_problem),
 	        cmocka_unit_test(test_a_producer_run_is_rebuilt_whole),
+	        cmocka_unit_test(test_a_chains_writers_are_rerun_with_its_producer),
 	        cmocka_unit_test(test_each_group_takes_the_scratch_its_producer_names),
 	        cmocka_unit_test(test_what_producer_runs_read_sets_deps_and_what_cannot_be_rebuilt),
 	        cmocka_unit_test(test_heu_prices_what_it_must_offload_as_copies),

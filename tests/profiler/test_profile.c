@@ -206,7 +206,15 @@ static void test_profile_pp2_tp2_layers_and_windows(void **state)
 				assert_false(gr->reads_freed);
 				assert_true(gr->chained);
 				assert_true(gr->scratch_bytes > gr->bytes);
+				/* The one writer, the GEMM just before: what a rebuild reruns. */
+				assert_int_equal(gr->writer_count, 1);
+				assert_int_equal(gr->writers[0], gr->producer - 1);
+				assert_string_equal(
+				        p.layers[gr->layer].fwd_kernels.name[gr->writers[0]],
+				        "tt_gemm");
 			}
+			if (!gr->chained)
+				assert_int_equal(gr->writer_count, 0);
 			if (!strcmp(kernel, "tt_layernorm_fwd")) {
 				assert_false(gr->reads_freed);
 				assert_true(gr->read_count >= 1);
@@ -626,11 +634,13 @@ static void test_profile_refuses_bad_fields_with_their_path(void **state)
 }
 
 /*
- * What producer runs read: "reads" (other groups of the layer) and "reads_freed" come back as
- * written; a group without "reads" is unknown, as in profiles from before the key. Indices of
- * itself, beyond the groups, out of order or of another layer, and "reads_freed" alone, are
- * refused with the field's path. "scratch_bytes" comes back where it was known (0 included)
- * and is unknown where it was not written; a value that is not a byte count is refused.
+ * What producer runs read: "reads" (other groups of the layer), "reads_freed", "chained" and
+ * a chain's "writers" come back as written; a group without "reads" is unknown, as in
+ * profiles from before the key. Indices of itself, beyond the groups, out of order or of
+ * another layer, "reads_freed" alone, and writers that are not ascending positions before
+ * the producer, too many or without "chained", are refused with the field's path. "scratch_bytes"
+ * comes back where it was known (0 included) and is unknown where it was not written; a value that
+ * is not a byte count is refused.
  */
 static void test_profile_round_trip_keeps_what_producers_read(void **state)
 {
@@ -638,10 +648,12 @@ static void test_profile_round_trip_keeps_what_producers_read(void **state)
 	struct lynx_profile_group groups[3] = {
 	        {.layer = 1,
 	         .bytes = 4096,
-	         .producer = -1,
-	         .producer_end = -1,
+	         .producer = 1,
+	         .producer_end = 1,
 	         .reads_known = true,
 	         .chained = true,
+	         .writers = {0},
+	         .writer_count = 1,
 	         .scratch_known = true},
 	        {.layer = 1,
 	         .bytes = 8192,
@@ -666,6 +678,8 @@ static void test_profile_round_trip_keeps_what_producers_read(void **state)
 		fail_msg("%s", why);
 	assert_true(back.groups[0].reads_known && !back.groups[0].reads_freed);
 	assert_true(back.groups[0].chained);
+	assert_int_equal(back.groups[0].writer_count, 1);
+	assert_int_equal(back.groups[0].writers[0], 0);
 	assert_int_equal(back.groups[0].read_count, 0);
 	assert_true(back.groups[1].reads_known && back.groups[1].reads_freed);
 	assert_false(back.groups[1].chained);
@@ -699,6 +713,15 @@ static void test_profile_round_trip_keeps_what_producers_read(void **state)
 	        {"\"reads\":\t[],", "", "groups[0].chained: given without \"reads\""},
 	        {"\"reads_freed\":\ttrue", "\"reads_freed\":\ttrue, \"chained\": true",
 	         "groups[1].chained: a run that cannot be replayed (reads_freed) is no chain"},
+	        {"\"writers\":\t[0]", "\"writers\":\t[1]",
+	         "groups[0].writers[0]: expected a forward position below the producer 1"},
+	        {"\"writers\":\t[0]", "\"writers\":\t[0, 0]",
+	         "groups[0].writers[1]: 0 is not above the position before it"},
+	        {"\"writers\":\t[0]", "\"writers\":\t[0, 0, 0, 0, 0]",
+	         "groups[0].writers: more than 4"},
+	        {"\"writers\":\t[0]", "\"writers\":\t{}", "groups[0].writers: expected an array"},
+	        {"\"reads_freed\":\ttrue", "\"reads_freed\":\ttrue, \"writers\": [0]",
+	         "groups[1].writers: given without \"chained\""},
 	        {"\"scratch_bytes\":\t262144", "\"scratch_bytes\":\t-1",
 	         "groups[1].scratch_bytes: expected an integer"},
 	};
