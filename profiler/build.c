@@ -319,6 +319,21 @@ static int kernel_names(const struct lynx_prof_trace *t, const struct lynx_prof_
 	return 0;
 }
 
+/* The most non-saved bytes live at each of k's kernels (profile.h) over segment s: an event
+ * counts for the kernel whose launch it precedes or is, the last kernel's for those after. */
+static void non_saved_over(const struct lynx_prof_trace *t, const struct lynx_prof_lifetimes *lt,
+                           const struct lynx_prof_segment *s, struct lynx_profile_kernels *k)
+{
+	size_t at = 0;
+
+	for (size_t e = s->first; e < s->end && e < lt->non_saved_events && k->count; e++) {
+		size_t i = at < k->count ? at : k->count - 1;
+		if (lt->non_saved_after[e] > k->non_saved_bytes[i])
+			k->non_saved_bytes[i] = lt->non_saved_after[e];
+		at += is_program_launch(&t->events[e]);
+	}
+}
+
 /* What the build keeps between its steps. */
 struct build {
 	const struct lynx_prof_trace *t;
@@ -512,6 +527,26 @@ static int lifetimes(struct build *b, char *why, size_t len)
 	return lynx_prof_lifetimes_classify(&b->lt, &s, b->t->count, why, len);
 }
 
+/* Layer k's per-kernel non-saved bytes in one direction, over every steady iteration and
+ * micro-batch; left NULL when the lifetimes have none. */
+static int kernel_non_saved(const struct build *b, size_t k, bool backward,
+                            struct lynx_profile_kernels *kernels)
+{
+	if (!b->lt.non_saved_after)
+		return 0;
+	if (!(kernels->non_saved_bytes = calloc(kernels->count + 1, sizeof(uint64_t))))
+		return -ENOMEM;
+	for (size_t i = 0; i < b->its.count; i++) {
+		const struct lynx_prof_layers *li = &b->layers[i];
+		for (size_t m = 0; li->fwd && m < li->microbatches && k < li->layers; m++)
+			non_saved_over(b->t, &b->lt,
+			               backward ? &li->bwd[m * li->layers + k]
+			                        : &li->fwd[m * li->layers + k],
+			               kernels);
+	}
+	return 0;
+}
+
 static int fill_layers(struct build *b, struct lynx_profile *p)
 {
 	const struct lynx_prof_layers *c = &b->layers[b->chosen];
@@ -546,7 +581,9 @@ static int fill_layers(struct build *b, struct lynx_profile *p)
 			l->saved_bytes = saved > l->saved_bytes ? saved : l->saved_bytes;
 		}
 		if ((err = kernel_names(b->t, &c->fwd[k], &l->fwd_kernels)) ||
-		    (err = kernel_names(b->t, &c->bwd[k], &l->bwd_kernels)))
+		    (err = kernel_names(b->t, &c->bwd[k], &l->bwd_kernels)) ||
+		    (err = kernel_non_saved(b, k, false, &l->fwd_kernels)) ||
+		    (err = kernel_non_saved(b, k, true, &l->bwd_kernels)))
 			goto out;
 	}
 out:
@@ -750,10 +787,13 @@ static bool note_ref(struct run_reads *rr, uint32_t id)
 		rr->workspaces[rr->n_workspaces++] = id;
 		rr->gr->scratch_bytes += other->bytes;
 	}
-	/* What a writer reads is not listed: the groups it names may be packed with groups
-	 * produced after this one (from_profile.c orders a pack by its last producer), which
-	 * would make this group depend on a later one. The executor brings them back anyway
-	 * (an approximation of the rebuild's memory). */
+	/* What a writer reads is not listed, though the executor brings it back before the
+	 * chain's replay (an approximation of the rebuild's memory): the groups it names may
+	 * be packed with groups produced after this one (from_profile.c orders a pack by its
+	 * last producer), which would make this group depend on a later one; and listed, with
+	 * the checker's backward counting the backward's most non-saved bytes at every op,
+	 * pp4's first stage had no plan at full recompute's peak, where the executor holds
+	 * one (measurements.md, 2026-11-29). */
 	int32_t dep = rr->group_of[id];
 	if (rr->in_writer || dep < 0 || (size_t)dep == rr->g || other->producer >= rr->first ||
 	    other->span != buf->span)
@@ -1282,6 +1322,17 @@ static void fill_memory(const struct build *b, struct lynx_profile *p)
 	p->memory.buffers = b->lt.count;
 	p->memory.non_saved_peak_bytes = b->lt.non_saved_peak_bytes;
 	p->memory.largest_workspace_bytes = b->lt.largest_workspace_bytes;
+	p->memory.non_saved_known = b->lt.non_saved_after != NULL;
+	p->memory.non_saved_outside_bytes = b->lt.non_saved_outside_bytes;
+	/* The peak is the most at any moment: at least what any kernel saw. */
+	for (size_t l = 0; l < p->layer_count; l++)
+		for (int d = 0; d < 2; d++) {
+			const struct lynx_profile_kernels *k =
+			        d ? &p->layers[l].bwd_kernels : &p->layers[l].fwd_kernels;
+			for (size_t i = 0; k->non_saved_bytes && i < k->count; i++)
+				if (k->non_saved_bytes[i] > p->memory.non_saved_peak_bytes)
+					p->memory.non_saved_peak_bytes = k->non_saved_bytes[i];
+		}
 	for (int c = 0; c < LYNX_PROF_CLASS_COUNT; c++)
 		for (int m = 0; m < LYNX_PROFILE_MEMORY_CLASS_COUNT; m++)
 			if (!strcmp(lynx_prof_class_name(c), lynx_profile_memory_class_name(m)))

@@ -703,13 +703,23 @@ static int cmp_delta(const void *a, const void *b)
 	return (int)x->alloc - (int)y->alloc;
 }
 
-/* Live bytes by class at an event in the range find_peak looks at: a candidate peak. */
-static void consider_peak(struct lynx_prof_lifetimes *lt,
+static void raise_to(uint64_t *most, uint64_t bytes)
+{
+	if (bytes > *most)
+		*most = bytes;
+}
+
+/* Live bytes by class at an event in the range find_peak looks at: a candidate peak. Its
+ * non-saved bytes count outside the layer spans when the event is in none (outside). */
+static void consider_peak(struct lynx_prof_lifetimes *lt, bool outside,
                           const uint64_t live[LYNX_PROF_CLASS_COUNT], uint64_t total,
                           uint32_t event)
 {
-	if (total - live[LYNX_PROF_CLASS_SAVED] > lt->non_saved_peak_bytes)
-		lt->non_saved_peak_bytes = total - live[LYNX_PROF_CLASS_SAVED];
+	uint64_t non_saved = total - live[LYNX_PROF_CLASS_SAVED];
+
+	raise_to(&lt->non_saved_peak_bytes, non_saved);
+	if (outside)
+		raise_to(&lt->non_saved_outside_bytes, non_saved);
 	if (total > lt->peak_bytes) {
 		lt->peak_bytes = total;
 		lt->peak_event = event;
@@ -727,15 +737,23 @@ static void consider_peak(struct lynx_prof_lifetimes *lt,
  * synchronises once more, every few steps). What is live on entry to an iteration counts
  * too: a caching allocator may allocate nothing there.
  */
-static int find_peak(struct lynx_prof_lifetimes *lt, const struct lynx_prof_span *its, size_t n_its)
+static int find_peak(struct lynx_prof_lifetimes *lt, const struct classifier *c, size_t event_count,
+                     const struct lynx_prof_span *its, size_t n_its)
 {
 	struct delta *d = malloc((2 * lt->count + 1) * sizeof(*d));
 	uint64_t live[LYNX_PROF_CLASS_COUNT] = {0}, total = 0;
 	bool entered = false; /* iteration `cur` has been entered */
-	size_t n = 0, cur = 0;
+	size_t n = 0, cur = 0, e = 0;
+	bool outside = true, was = true;
 
-	if (!d)
+	free(lt->non_saved_after);
+	lt->non_saved_after = calloc(event_count + 1, sizeof(uint64_t));
+	lt->non_saved_events = event_count;
+	lt->non_saved_outside_bytes = 0;
+	if (!d || !lt->non_saved_after) {
+		free(d);
 		return -ENOMEM;
+	}
 	for (size_t id = 0; id < lt->count; id++) {
 		d[n++] = (struct delta){lt->buffers[id].alloc_event, true, (uint32_t)id};
 		if (lt->buffers[id].free_event != LYNX_PROF_NONE)
@@ -746,21 +764,29 @@ static int find_peak(struct lynx_prof_lifetimes *lt, const struct lynx_prof_span
 	lt->peak_event = LYNX_PROF_NONE;
 	lt->non_saved_peak_bytes = 0;
 	memset(lt->peak_by_class, 0, sizeof(lt->peak_by_class));
-	for (size_t k = 0; k < n && cur < n_its; k++) {
+	for (size_t k = 0; k < n; k++) {
 		const struct lynx_prof_buffer *buf = &lt->buffers[d[k].buffer];
 		uint32_t event = d[k].event;
 
+		/* Events before this one: what was live after the last change. */
+		for (; e < event && e < event_count; e++)
+			lt->non_saved_after[e] = total - live[LYNX_PROF_CLASS_SAVED];
 		while (cur < n_its &&
 		       event >= its[cur].end) { /* past it: live on entry if unseen */
 			if (!entered)
-				consider_peak(lt, live, total, its[cur].begin);
+				consider_peak(lt, true, live, total, its[cur].begin);
 			cur++;
 			entered = false;
 		}
 		if (cur < n_its && !entered && event >= its[cur].begin) {
 			entered = true;
-			consider_peak(lt, live, total, its[cur].begin);
+			consider_peak(lt, true, live, total, its[cur].begin);
 		}
+		/* Out of a layer span: what is live on leaving it counts outside too. */
+		outside = !half_of(c->halves, c->half_count, event);
+		if (entered && outside && !was)
+			consider_peak(lt, true, live, total, event);
+		was = outside;
 		if (!d[k].alloc) {
 			live[buf->cls] -= buf->bytes;
 			total -= buf->bytes;
@@ -769,11 +795,13 @@ static int find_peak(struct lynx_prof_lifetimes *lt, const struct lynx_prof_span
 		live[buf->cls] += buf->bytes;
 		total += buf->bytes;
 		if (entered)
-			consider_peak(lt, live, total, event);
+			consider_peak(lt, outside, live, total, event);
 	}
+	for (; e < event_count; e++)
+		lt->non_saved_after[e] = total - live[LYNX_PROF_CLASS_SAVED];
 	for (; cur < n_its; cur++, entered = false)
 		if (!entered)
-			consider_peak(lt, live, total, its[cur].begin);
+			consider_peak(lt, true, live, total, its[cur].begin);
 	free(d);
 	return 0;
 }
@@ -804,9 +832,10 @@ int lynx_prof_lifetimes_classify(struct lynx_prof_lifetimes *lt,
 			lt->saved_bytes[buf->span] += buf->bytes;
 	}
 	if (!err && structure->iteration_count)
-		err = find_peak(lt, structure->iterations, structure->iteration_count);
+		err = find_peak(lt, &c, event_count, structure->iterations,
+		                structure->iteration_count);
 	else if (!err)
-		err = find_peak(lt, &(struct lynx_prof_span){0, UINT32_MAX}, 1);
+		err = find_peak(lt, &c, event_count, &(struct lynx_prof_span){0, UINT32_MAX}, 1);
 	if (err)
 		set_why(why, why_len, "out of memory");
 	free(c.iter_bounds);
@@ -851,5 +880,6 @@ void lynx_prof_lifetimes_free(struct lynx_prof_lifetimes *lt)
 	free(lt->buffers);
 	free(lt->refs);
 	free(lt->saved_bytes);
+	free(lt->non_saved_after);
 	memset(lt, 0, sizeof(*lt));
 }

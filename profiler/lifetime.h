@@ -122,6 +122,13 @@ struct lynx_prof_lifetimes {
 	 * (anywhere without them), often in a backward, with its gradients: what evicting
 	 * activations cannot lower. */
 	uint64_t non_saved_peak_bytes;
+	/* Live bytes besides saved activations after each event of the trace (its frees come
+	 * before its allocations, so also the most during it): non_saved_events entries, NULL
+	 * when the classification failed. And their most outside every layer span within the
+	 * iterations (all of it without layer spans), what is live on leaving one included. */
+	uint64_t *non_saved_after;
+	size_t non_saved_events;
+	uint64_t non_saved_outside_bytes;
 	/* The largest WORKSPACE buffer: the scratch that one replay of a kernel writing a
 	 * workspace takes (a replay writes workspaces to scratch of their size). */
 	uint64_t largest_workspace_bytes;

@@ -62,7 +62,11 @@
  * single workspace buffer, always written; absent, the at_peak workspace bytes (one replay's
  * scratch counted as every workspace at once). A group's "scratch_bytes" came after: the
  * workspace bytes its producer run names, written last in the group exactly when
- * scratch_known; absent, unknown (memory's largest_workspace_bytes stands for it).
+ * scratch_known; absent, unknown (memory's largest_workspace_bytes stands for it). Where the
+ * non-saved bytes were live came later still: memory's "non_saved_outside_bytes", written
+ * last in it, and each layer's kernels' "forward_non_saved_bytes" and
+ * "backward_non_saved_bytes" (after the *_ns arrays), all exactly when non_saved_known;
+ * absent, unknown (their peak at every moment).
  */
 #include <errno.h>
 #include <locale.h>
@@ -148,6 +152,7 @@ void lynx_profile_free(struct lynx_profile *p)
 				free(k[d]->name[j]);
 			free(k[d]->name);
 			free(k[d]->ns);
+			free(k[d]->non_saved_bytes);
 		}
 	}
 	free(p->layers);
@@ -219,15 +224,16 @@ static bool add_kernels(cJSON *o, const char *key, const struct lynx_profile_ker
 }
 
 /* The kernels' device times under key, or nothing when they were not timed. */
-static bool add_kernel_ns(cJSON *o, const char *key, const struct lynx_profile_kernels *k)
+/* One number per kernel (values: count of them), or nothing when values is NULL. */
+static bool add_kernel_values(cJSON *o, const char *key, const uint64_t *values, size_t count)
 {
 	cJSON *arr;
 
-	if (!k->ns)
+	if (!values)
 		return true;
 	arr = cJSON_AddArrayToObject(o, key);
-	for (size_t i = 0; arr && i < k->count; i++) {
-		cJSON *n = cJSON_CreateNumber((double)k->ns[i]);
+	for (size_t i = 0; arr && i < count; i++) {
+		cJSON *n = cJSON_CreateNumber((double)values[i]);
 		if (!n)
 			return false;
 		cJSON_AddItemToArray(arr, n);
@@ -248,8 +254,12 @@ static bool add_layer(cJSON *arr, const struct lynx_profile_layer *l, size_t ind
 	k = ok ? cJSON_AddObjectToObject(o, "kernels") : NULL;
 	return k && add_kernels(k, "forward", &l->fwd_kernels) &&
 	       add_kernels(k, "backward", &l->bwd_kernels) &&
-	       add_kernel_ns(k, "forward_ns", &l->fwd_kernels) &&
-	       add_kernel_ns(k, "backward_ns", &l->bwd_kernels);
+	       add_kernel_values(k, "forward_ns", l->fwd_kernels.ns, l->fwd_kernels.count) &&
+	       add_kernel_values(k, "backward_ns", l->bwd_kernels.ns, l->bwd_kernels.count) &&
+	       add_kernel_values(k, "forward_non_saved_bytes", l->fwd_kernels.non_saved_bytes,
+	                         l->fwd_kernels.count) &&
+	       add_kernel_values(k, "backward_non_saved_bytes", l->bwd_kernels.non_saved_bytes,
+	                         l->bwd_kernels.count);
 }
 
 static bool add_group(cJSON *arr, const struct lynx_profile_group *g)
@@ -322,7 +332,9 @@ static bool add_memory(cJSON *root, const struct lynx_profile_memory *m)
 	for (int c = 0; ok && c < LYNX_PROFILE_MEMORY_CLASS_COUNT; c++)
 		ok = add_num(at, lynx_profile_memory_class_name(c), (double)m->at_peak[c]);
 	return ok && add_num(o, "non_saved_peak_bytes", (double)m->non_saved_peak_bytes) &&
-	       add_num(o, "largest_workspace_bytes", (double)m->largest_workspace_bytes);
+	       add_num(o, "largest_workspace_bytes", (double)m->largest_workspace_bytes) &&
+	       (!m->non_saved_known ||
+	        add_num(o, "non_saved_outside_bytes", (double)m->non_saved_outside_bytes));
 }
 
 /* The host link, or nothing when it was not measured. */
@@ -707,8 +719,10 @@ static int read_kernels(struct reader *r, const cJSON *obj, const char *where, c
  * NULL; present, one integer per kernel. An empty list still allocates, so that a present
  * key stays present when the profile is written again.
  */
-static int read_kernel_ns(struct reader *r, const cJSON *obj, const char *where, const char *key,
-                          const char *names, struct lynx_profile_kernels *k)
+/* An optional array of one integer per kernel of k (named `names`), into *values. */
+static int read_kernel_values(struct reader *r, const cJSON *obj, const char *where,
+                              const char *key, const char *names,
+                              const struct lynx_profile_kernels *k, uint64_t **values)
 {
 	const cJSON *arr = cJSON_GetObjectItemCaseSensitive(obj, key), *it;
 	size_t n, i = 0;
@@ -721,8 +735,8 @@ static int read_kernel_ns(struct reader *r, const cJSON *obj, const char *where,
 	if (n != k->count)
 		return refuse(r, "%s.%s: expected %zu entries (one per kernel in %s.%s), got %zu",
 		              where, key, k->count, where, names, n);
-	k->ns = calloc(n ? n : 1, sizeof(*k->ns));
-	if (!k->ns)
+	*values = calloc(n ? n : 1, sizeof(**values));
+	if (!*values)
 		return -ENOMEM;
 	cJSON_ArrayForEach(it, arr)
 	{
@@ -730,7 +744,7 @@ static int read_kernel_ns(struct reader *r, const cJSON *obj, const char *where,
 		    it->valuedouble != floor(it->valuedouble))
 			return refuse(r, "%s.%s[%zu]: expected an integer in [0, %.0f]", where, key,
 			              i, MAX_EXACT - 1);
-		k->ns[i++] = (uint64_t)it->valuedouble;
+		(*values)[i++] = (uint64_t)it->valuedouble;
 	}
 	return 0;
 }
@@ -757,9 +771,15 @@ static int read_layer(struct reader *r, const cJSON *o, size_t i, struct lynx_pr
 	at(&pk, "%s.kernels", p.buf);
 	if ((err = read_kernels(r, k, pk.buf, "forward", &l->fwd_kernels)) ||
 	    (err = read_kernels(r, k, pk.buf, "backward", &l->bwd_kernels)) ||
-	    (err = read_kernel_ns(r, k, pk.buf, "forward_ns", "forward", &l->fwd_kernels)))
+	    (err = read_kernel_values(r, k, pk.buf, "forward_ns", "forward", &l->fwd_kernels,
+	                              &l->fwd_kernels.ns)) ||
+	    (err = read_kernel_values(r, k, pk.buf, "backward_ns", "backward", &l->bwd_kernels,
+	                              &l->bwd_kernels.ns)) ||
+	    (err = read_kernel_values(r, k, pk.buf, "forward_non_saved_bytes", "forward",
+	                              &l->fwd_kernels, &l->fwd_kernels.non_saved_bytes)))
 		return err;
-	return read_kernel_ns(r, k, pk.buf, "backward_ns", "backward", &l->bwd_kernels);
+	return read_kernel_values(r, k, pk.buf, "backward_non_saved_bytes", "backward",
+	                          &l->bwd_kernels, &l->bwd_kernels.non_saved_bytes);
 }
 
 /* A chained group's optional "writers": ascending forward positions below its producer, at
@@ -955,9 +975,53 @@ static int read_memory(struct reader *r, const cJSON *root, struct lynx_profile_
 	    (err = get_u64(r, o, "memory", "non_saved_peak_bytes", &m->non_saved_peak_bytes)))
 		return err;
 	m->largest_workspace_bytes = m->at_peak[LYNX_PROFILE_MEMORY_WORKSPACE];
-	if (!cJSON_GetObjectItemCaseSensitive(o, "largest_workspace_bytes"))
-		return 0;
-	return get_u64(r, o, "memory", "largest_workspace_bytes", &m->largest_workspace_bytes);
+	if (cJSON_GetObjectItemCaseSensitive(o, "largest_workspace_bytes") &&
+	    (err = get_u64(r, o, "memory", "largest_workspace_bytes", &m->largest_workspace_bytes)))
+		return err;
+	m->non_saved_known = cJSON_GetObjectItemCaseSensitive(o, "non_saved_outside_bytes");
+	if (m->non_saved_known &&
+	    (err = get_u64(r, o, "memory", "non_saved_outside_bytes", &m->non_saved_outside_bytes)))
+		return err;
+	return 0;
+}
+
+/* Whether one direction's per-kernel non-saved bytes (NULL: none) are given exactly when
+ * the memory's are, none above their peak. */
+static int check_non_saved(struct reader *r, const struct lynx_profile_memory *m, size_t layer,
+                           const char *key, const struct lynx_profile_kernels *k)
+{
+	if (!k->non_saved_bytes != !m->non_saved_known)
+		return refuse(r,
+		              m->non_saved_known ? "layers[%zu].kernels.%s: missing beside "
+		                                   "memory.non_saved_outside_bytes"
+		                                 : "layers[%zu].kernels.%s: given without "
+		                                   "memory.non_saved_outside_bytes",
+		              layer, key);
+	for (size_t i = 0; k->non_saved_bytes && i < k->count; i++)
+		if (k->non_saved_bytes[i] > m->non_saved_peak_bytes)
+			return refuse(r,
+			              "layers[%zu].kernels.%s[%zu]: above "
+			              "memory.non_saved_peak_bytes",
+			              layer, key, i);
+	return 0;
+}
+
+/* Where the non-saved bytes were live: for every kernel of every layer and outside them, or
+ * nowhere; none above their peak. */
+static int read_non_saved_places(struct reader *r, const struct lynx_profile *p)
+{
+	const struct lynx_profile_memory *m = &p->memory;
+	int err;
+
+	if (m->non_saved_known && m->non_saved_outside_bytes > m->non_saved_peak_bytes)
+		return refuse(r, "memory.non_saved_outside_bytes: above non_saved_peak_bytes");
+	for (size_t i = 0; i < p->layer_count; i++)
+		if ((err = check_non_saved(r, m, i, "forward_non_saved_bytes",
+		                           &p->layers[i].fwd_kernels)) ||
+		    (err = check_non_saved(r, m, i, "backward_non_saved_bytes",
+		                           &p->layers[i].bwd_kernels)))
+			return err;
+	return 0;
 }
 
 /* The optional host link: absent, not measured (all 0). */
@@ -1134,7 +1198,7 @@ static int read_profile(struct reader *r, const cJSON *root, struct lynx_profile
 			return err;
 		i++;
 	}
-	if ((err = read_memory(r, root, &p->memory)))
+	if ((err = read_memory(r, root, &p->memory)) || (err = read_non_saved_places(r, p)))
 		return err;
 	return read_host_link(r, root, &p->host_link);
 }

@@ -122,6 +122,10 @@ struct lynx_profile_time {
 struct lynx_profile_kernels {
 	char **name;
 	uint64_t *ns; /* device time of each kernel, or NULL: not timed */
+	/* The most live bytes besides saved activations while each kernel was issued (from
+	 * the launch before it, exclusive, to it: the allocations for its outputs included),
+	 * over micro-batches and iterations; NULL: unknown (older profiles). */
+	uint64_t *non_saved_bytes;
 	size_t count;
 };
 
@@ -209,6 +213,13 @@ struct lynx_profile_memory {
 	/* The largest single workspace buffer: the scratch one replay of a kernel that writes a
 	 * workspace takes, since a replay writes it to scratch of its size. */
 	uint64_t largest_workspace_bytes;
+	/* When non_saved_known: the non-saved bytes' most outside every layer's forward and
+	 * backward (the loss, the optimizer step, waits between passes), while every layer's
+	 * kernels say theirs (non_saved_bytes). A plan's peak is then the most over the
+	 * iteration of what it keeps beside the non-saved bytes of that moment, not beside
+	 * their peak. Older profiles: unknown. */
+	bool non_saved_known;
+	uint64_t non_saved_outside_bytes;
 };
 
 /* The link to pinned host memory as warm-up measured it (one timed copy each way on an idle

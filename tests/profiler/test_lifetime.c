@@ -636,6 +636,35 @@ static void test_lifetime_peak_is_taken_in_a_steady_iteration(void **state)
 	free(m);
 }
 
+/*
+ * Where the non-saved bytes are live (what a plan cannot evict, moment by moment): after
+ * each event, so that the profile can say it per kernel. In a steady layer's backward, the
+ * weights, the optimizer state and the workspace with the gradient temporary; in its
+ * forward, with the GEMM's temporary; outside the layers, at most with the last layer's
+ * output that the head reads and frees.
+ */
+static void test_lifetime_places_the_non_saved_bytes(void **state)
+{
+	struct model *m = model_trace();
+	struct lynx_prof_lifetimes lt;
+	const struct lynx_prof_layer_span *sp = span_of(m, 1, 0, 0);
+	uint64_t fwd = 0, bwd = 0, base = 2 * W_BYTES + WS_BYTES;
+
+	classify(m, &lt);
+	assert_int_equal(lt.non_saved_events, m->tb.count);
+	for (uint32_t e = sp->forward.begin; e < sp->forward.end; e++)
+		fwd = lt.non_saved_after[e] > fwd ? lt.non_saved_after[e] : fwd;
+	for (uint32_t e = sp->backward.begin; e < sp->backward.end; e++)
+		bwd = lt.non_saved_after[e] > bwd ? lt.non_saved_after[e] : bwd;
+	assert_int_equal(fwd, base + TMP_BYTES);
+	assert_int_equal(bwd, base + G_BYTES);
+	assert_int_equal(lt.non_saved_after[sp->backward.end], base);
+	assert_int_equal(lt.non_saved_outside_bytes, base + X_BYTES);
+	assert_int_equal(lt.non_saved_peak_bytes, base + G_BYTES);
+	lynx_prof_lifetimes_free(&lt);
+	free(m);
+}
+
 static void test_lifetime_without_structure_only_temporaries_and_other(void **state)
 {
 	struct model *m = model_trace();
@@ -827,6 +856,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_lifetime_classifies_weights_workspace_temporaries_and_saved),
 	        cmocka_unit_test(test_lifetime_peak_is_at_a_first_backward_with_its_breakdown),
 	        cmocka_unit_test(test_lifetime_peak_is_taken_in_a_steady_iteration),
+	        cmocka_unit_test(test_lifetime_places_the_non_saved_bytes),
 	        cmocka_unit_test(test_lifetime_an_integer_beside_stale_padding_makes_no_workspace),
 	        cmocka_unit_test(test_lifetime_without_structure_only_temporaries_and_other),
 	        cmocka_unit_test(test_lifetime_classify_refuses_bad_spans),
