@@ -53,7 +53,9 @@ struct stage_sim {
 	uint32_t next; /* next pass of the schedule (lynx_problem_pass()), 0 .. 2·m·v - 1 */
 
 	double now; /* when the compute stream is next free */
-	uint64_t mem, peak;
+	/* mem: static_bytes and the saved bytes resident; non_saved: what is live besides
+	 * saved activations at this moment (the stage's non_saved_*, or static_bytes). */
+	uint64_t mem, peak, non_saved;
 	uint8_t *state; /* [j][l][g] */
 
 	int *tp_fwd, *tp_bwd; /* [l][op]: window index, or -1 */
@@ -126,6 +128,26 @@ static void drain(struct stage_sim *ss)
 	}
 }
 
+/* Device memory in use now: the saved bytes resident beside the moment's non-saved ones. */
+static uint64_t in_use(const struct stage_sim *ss)
+{
+	return ss->mem - ss->st->static_bytes + ss->non_saved;
+}
+
+/*
+ * The walk reaches a moment whose non-saved bytes the stage knows (problem.h's
+ * non_saved_known): what is resident counts beside them from now on. Unknown: their most,
+ * static_bytes, at every moment.
+ */
+static void at_moment(struct stage_sim *ss, uint64_t non_saved)
+{
+	if (!ss->timed || !ss->st->non_saved_known)
+		return;
+	ss->non_saved = non_saved;
+	if (in_use(ss) > ss->peak)
+		ss->peak = in_use(ss);
+}
+
 static void take(struct stage_sim *ss, uint64_t bytes)
 {
 	uint64_t budget = lynx_problem_stage_budget(ss->p, ss->s);
@@ -137,7 +159,7 @@ static void take(struct stage_sim *ss, uint64_t bytes)
 	 * it first waits for the copies to host memory in flight, each of which frees its group
 	 * as it ends (a slow host link costs time here, not memory).
 	 */
-	while (ss->offloads && ss->timed && ss->mem + bytes > budget &&
+	while (ss->offloads && ss->timed && in_use(ss) + bytes > budget &&
 	       ss->out_head < ss->out_tail) {
 		double end = ss->d2h_end[ss->outq[ss->out_head]];
 
@@ -148,8 +170,8 @@ static void take(struct stage_sim *ss, uint64_t bytes)
 		drain(ss);
 	}
 	ss->mem += bytes;
-	if (ss->mem > ss->peak)
-		ss->peak = ss->mem;
+	if (in_use(ss) > ss->peak)
+		ss->peak = in_use(ss);
 }
 
 static double max2(double a, double b)
@@ -470,17 +492,22 @@ static void forward(struct stage_sim *ss, uint32_t j, uint32_t chunk, double rea
 
 	lynx_problem_chunk_layers(ss->p, ss->s, chunk, &first, &end);
 	start_action(ss, true);
+	at_moment(ss, st->non_saved_outside);
 	occur_until(ss, ss->pp_fwd, ready, st->recv_fwd_s);
 	pace(ss);
 	if (ss->timed && st->embedding.present && chunk == 0) {
+		at_moment(ss, st->embedding.non_saved_fwd);
 		take(ss, st->embedding.act_bytes);
 		ss->now += st->embedding.fwd_s;
 	}
 	for (uint32_t l = first; l < end; l++) {
+		at_moment(ss, st->non_saved_fwd[0]);
 		if (ss->timed)
 			produce(ss, j, l, -1);
 		for (uint32_t op = 0; op < L->n_ops; op++) {
 			int w = ss->tp_fwd[l * L->n_ops + op];
+
+			at_moment(ss, st->non_saved_fwd[op]);
 
 			if (w >= 0)
 				occur_fixed(ss, w, L->ops[op].wait_fwd_s);
@@ -504,9 +531,11 @@ static void forward(struct stage_sim *ss, uint32_t j, uint32_t chunk, double rea
 		ss->drop_seq[(size_t)j * ss->n + l] = ++ss->seq;
 	}
 	if (ss->timed && st->head.present && chunk == ss->v - 1) {
+		at_moment(ss, st->head.non_saved_fwd);
 		take(ss, st->head.act_bytes);
 		ss->now += st->head.fwd_s;
 	}
+	at_moment(ss, st->non_saved_outside);
 	end_forward(ss, j, chunk);
 }
 
@@ -560,8 +589,10 @@ static void backward(struct stage_sim *ss, uint32_t j, uint32_t chunk, double re
 	lynx_problem_chunk_layers(ss->p, ss->s, chunk, &first, &end);
 	start_action(ss, false);
 	ss->backward_started = ss->backward_started || ss->timed;
+	at_moment(ss, st->non_saved_outside);
 	occur_until(ss, ss->pp_bwd, ready, st->recv_bwd_s);
 	if (ss->timed && st->head.present && chunk == ss->v - 1) {
+		at_moment(ss, st->head.non_saved_bwd);
 		ss->now += st->head.bwd_s;
 		give(ss, st->head.act_bytes);
 	}
@@ -578,6 +609,7 @@ static void backward(struct stage_sim *ss, uint32_t j, uint32_t chunk, double re
 		for (uint32_t op = L->n_ops; op-- > 0;) {
 			int w = ss->tp_bwd[l * L->n_ops + op];
 
+			at_moment(ss, st->non_saved_bwd[op]);
 			consume(ss, j, l, op);
 			ss->seq++;
 			if (ss->timed) {
@@ -598,9 +630,11 @@ static void backward(struct stage_sim *ss, uint32_t j, uint32_t chunk, double re
 		}
 	}
 	if (ss->timed && st->embedding.present && chunk == 0) {
+		at_moment(ss, st->embedding.non_saved_bwd);
 		ss->now += st->embedding.bwd_s;
 		give(ss, st->embedding.act_bytes);
 	}
+	at_moment(ss, st->non_saved_outside);
 	ss->prev_bwd_seq = ++ss->seq;
 }
 
@@ -707,7 +741,9 @@ static void number(struct stage_sim *ss)
 	ss->timed = true;
 	ss->seq = 0;
 	ss->prev_bwd_seq = 0;
-	ss->mem = ss->peak = ss->st->static_bytes;
+	ss->mem = ss->st->static_bytes;
+	ss->non_saved = ss->st->non_saved_known ? ss->st->non_saved_outside : ss->st->static_bytes;
+	ss->peak = ss->non_saved;
 }
 
 /* Where the end of pass (stage s, chunk c, micro-batch j) is kept in end_f and end_b. */

@@ -1092,11 +1092,25 @@ static int fill_groups(struct layer_src *ls, struct lynx_problem_layer *L)
 		else
 			snprintf(pg->name, sizeof(pg->name), "g%u.%s", g, what ? what : "");
 	}
-	/* A group that cannot be rebuilt stays until every rebuild that needs it has run. */
+	/* A group that cannot be rebuilt stays until every rebuild that needs it has run,
+	 * through the rebuilds of what that rebuild needs too (a rebuild brings back what it
+	 * reads, and what that reads, as the executor does). */
+	uint32_t needs[LYNX_PROBLEM_MAX_GROUPS];
+	bool grew = true;
+	for (uint32_t g = 0; g < n; g++)
+		needs[g] = L->groups[g].deps;
+	while (grew) {
+		grew = false;
+		for (uint32_t g = 0; g < n; g++)
+			for (uint32_t h = 0; h < n; h++)
+				if ((needs[g] & (1u << h)) && (needs[h] & ~needs[g])) {
+					needs[g] |= needs[h];
+					grew = true;
+				}
+	}
 	for (uint32_t d = 0; d < n; d++)
 		for (uint32_t g = 0; !L->groups[d].ops && g < n; g++)
-			if ((L->groups[g].deps & (1u << d)) &&
-			    L->groups[g].consumer < L->groups[d].consumer)
+			if ((needs[g] & (1u << d)) && L->groups[g].consumer < L->groups[d].consumer)
 				L->groups[d].consumer = L->groups[g].consumer;
 	free(item_of);
 	free(into);
@@ -1150,6 +1164,66 @@ static void fill_part(const struct ctx *c, const struct lynx_profile_layer *l,
 	part->act_bytes = l->saved_bytes;
 }
 
+static void raise_to(uint64_t *most, uint64_t bytes)
+{
+	if (bytes > *most)
+		*most = bytes;
+}
+
+/* The most of k's per-kernel non-saved bytes (profile.h; none: 0), with `small` beside. */
+static uint64_t most_non_saved(const struct lynx_profile_kernels *k, uint64_t small)
+{
+	uint64_t most = 0;
+
+	for (size_t i = 0; k->non_saved_bytes && i < k->count; i++)
+		raise_to(&most, k->non_saved_bytes[i]);
+	return most + small;
+}
+
+/*
+ * Where the stage's non-saved bytes were live (problem.h's non_saved_known), from its
+ * profile: each forward kernel of its layers counts for the op the chosen layer's kernel
+ * of the same place is in (op_of; an op no kernel maps to takes the forward's most); the
+ * backward's most counts at every backward op (when a trainer frees a saved buffer after
+ * its last use, tinytrain at its layer's end, PyTorch once autograd lets go of the node,
+ * is not known well enough to pair a backward kernel's bytes with the saved ones); the
+ * embedding and head take their parts' most. `small`: activations below the granule.
+ */
+static void place_non_saved(const struct layer_src *ls, const struct lynx_profile *pr,
+                            const struct stage_src *src, uint64_t small,
+                            struct lynx_problem_stage *st)
+{
+	uint64_t most_fwd = 0, most_bwd = 0;
+
+	st->non_saved_known = pr->memory.non_saved_known && ls->K;
+	if (!st->non_saved_known)
+		return;
+	st->non_saved_outside = pr->memory.non_saved_outside_bytes + small;
+	for (size_t j = src->first; j < src->first + src->count; j++) {
+		const struct lynx_profile_kernels *f = &pr->layers[j].fwd_kernels;
+
+		for (size_t i = 0; f->non_saved_bytes && i < f->count; i++)
+			raise_to(&st->non_saved_fwd[op_of(ls, i < ls->K ? (uint32_t)i : ls->K - 1)],
+			         f->non_saved_bytes[i] + small);
+		raise_to(&most_bwd, most_non_saved(&pr->layers[j].bwd_kernels, small));
+	}
+	for (uint32_t op = 0; op < ls->n_ops; op++)
+		raise_to(&most_fwd, st->non_saved_fwd[op]);
+	for (uint32_t op = 0; op < ls->n_ops; op++) {
+		st->non_saved_fwd[op] = st->non_saved_fwd[op] ? st->non_saved_fwd[op] : most_fwd;
+		st->non_saved_bwd[op] = most_bwd;
+	}
+	if (src->embedding) {
+		st->embedding.non_saved_fwd = most_non_saved(&pr->layers[0].fwd_kernels, small);
+		st->embedding.non_saved_bwd = most_non_saved(&pr->layers[0].bwd_kernels, small);
+	}
+	if (src->head) {
+		const struct lynx_profile_layer *h = &pr->layers[pr->layer_count - 1];
+		st->head.non_saved_fwd = most_non_saved(&h->fwd_kernels, small);
+		st->head.non_saved_bwd = most_non_saved(&h->bwd_kernels, small);
+	}
+}
+
 static int fill_stage(const struct ctx *c, const struct layer_src *ls, const struct stage_src *src,
                       struct lynx_problem *p, uint32_t s)
 {
@@ -1184,6 +1258,7 @@ static int fill_stage(const struct ctx *c, const struct layer_src *ls, const str
 	uint64_t small = ls->small_bytes * st->layers * st->inflight;
 	char small_clause[192] = "", g[64], sm[64];
 	st->static_bytes += small;
+	place_non_saved(ls, pr, src, small, st);
 	if (small)
 		snprintf(small_clause, sizeof(small_clause),
 		         ", and %s of activations smaller than the device's %s VMM granule, which "

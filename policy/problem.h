@@ -188,6 +188,7 @@ struct lynx_problem_part {
 	bool present;
 	double fwd_s, bwd_s;
 	uint64_t act_bytes; /* held from its forward to its backward, per micro-batch */
+	uint64_t non_saved_fwd, non_saved_bwd; /* as its stage's, when non_saved_known */
 };
 
 struct lynx_problem_stage {
@@ -206,9 +207,20 @@ struct lynx_problem_stage {
 	struct lynx_problem_part embedding, head;
 	uint64_t params;       /* parameters on one rank */
 	uint64_t static_bytes; /* weights, gradients and optimizer states (problem.c) */
-	double recv_fwd_s;     /* activations from stage s - 1; 0 on the first stage */
-	double recv_bwd_s;     /* gradients from stage s + 1; 0 on the last stage */
-	double grad_reduce_s;  /* after the last backward: data-parallel and embedding reductions */
+	/* From profiles that say where their non-saved bytes were live (profile.h's
+	 * non_saved_known): the bytes besides saved activations while each op's forward runs
+	 * in the stage's layers (the most over its layers and kernels), in the backward (the
+	 * backward's most at every op: when a trainer frees a saved buffer after its last use
+	 * is not known), and outside the layers, each with the activations below the
+	 * granule, as static_bytes, which is their most. The checker holds a plan's saved
+	 * bytes against the moment's, against static_bytes everywhere when not known. False
+	 * from models. */
+	bool non_saved_known;
+	uint64_t non_saved_fwd[LYNX_PROBLEM_MAX_OPS], non_saved_bwd[LYNX_PROBLEM_MAX_OPS];
+	uint64_t non_saved_outside;
+	double recv_fwd_s;    /* activations from stage s - 1; 0 on the first stage */
+	double recv_bwd_s;    /* gradients from stage s + 1; 0 on the last stage */
+	double grad_reduce_s; /* after the last backward: data-parallel and embedding reductions */
 	double optimizer_s;
 	uint32_t n_windows;
 	struct lynx_window *windows; /* TP windows by layer and op, then PP, then DP */

@@ -305,6 +305,78 @@ static void test_a_chains_writers_are_rerun_with_its_producer(void **state)
 	drop(pr);
 }
 
+/* Per-kernel non-saved bytes for every layer of pr: `base` everywhere, `high` at forward
+ * kernel `at`; `base` beyond the layers too. */
+static void place_non_saved(struct lynx_profile *pr, uint64_t base, uint64_t high, size_t at)
+{
+	for (size_t l = 0; l < pr->layer_count; l++) {
+		struct lynx_profile_kernels *k[2] = {&pr->layers[l].fwd_kernels,
+		                                     &pr->layers[l].bwd_kernels};
+		for (int d = 0; d < 2; d++) {
+			k[d]->non_saved_bytes = calloc(k[d]->count, sizeof(uint64_t));
+			assert_non_null(k[d]->non_saved_bytes);
+			for (size_t i = 0; i < k[d]->count; i++)
+				k[d]->non_saved_bytes[i] = !d && i == at ? high : base;
+		}
+		/* One backward kernel at base + 1: the backward's most is every op's. */
+		pr->layers[l].bwd_kernels.non_saved_bytes[3] = base + 1;
+	}
+	pr->memory.non_saved_known = true;
+	pr->memory.non_saved_outside_bytes = base;
+	pr->memory.non_saved_peak_bytes = high;
+}
+
+/*
+ * Where the non-saved bytes were live (profile.h's non_saved_known): 32 KiB of temporaries
+ * only at each layer's first forward kernel. The stage takes each forward op's, the
+ * backward's most at every op (when a trainer frees a saved buffer after its last use is
+ * not known), and the outside bytes; the checker holds what a plan keeps against the
+ * moment's. Keeping everything then peaks lower than against their peak at every moment,
+ * which is what an older profile gets.
+ */
+static void test_the_peak_counts_the_moments_non_saved_bytes(void **state)
+{
+	struct lynx_profile *pr = tp_stage();
+	const struct lynx_profile *ranks[] = {pr};
+	struct lynx_problem p;
+	struct lynx_plan plan;
+	struct lynx_checker_result before, after;
+	uint64_t base = (1 << 20) + (64 << 10), high = base + (32 << 10);
+	char why[256] = "";
+
+	(void)state;
+	build(ranks, 1, NULL, &p);
+	assert_false(p.stages[0].non_saved_known);
+	assert_int_equal(lynx_planner_none(&p, &plan, NULL, 0), 0);
+	if (lynx_checker_replay(&p, &plan, &before, why, sizeof(why)))
+		fail_msg("%s", why);
+	lynx_problem_free(&p);
+
+	place_non_saved(pr, base, high, 0);
+	build(ranks, 1, NULL, &p);
+	const struct lynx_problem_stage *st = &p.stages[0];
+	assert_true(st->non_saved_known);
+	assert_int_equal(st->static_bytes, high);
+	assert_int_equal(st->non_saved_outside, base);
+	for (uint32_t op = 0; op < p.layer.n_ops; op++) {
+		assert_int_equal(st->non_saved_fwd[op], op ? base : high);
+		assert_int_equal(st->non_saved_bwd[op], base + 1);
+	}
+	if (lynx_checker_replay(&p, &plan, &after, why, sizeof(why)))
+		fail_msg("%s", why);
+	/* Groups of 31 KiB a layer (the profile's layer 1, of twice the bytes, for every
+	 * layer), 8 KiB of them its input: at the top layer's first forward op the high bytes
+	 * beside two layers and an input, 71,680 bytes; at the backward's start base + 1
+	 * beside all three, 95,232. The old prediction: high beside all three. */
+	assert_int_equal(after.peak_bytes[0], high + 71680);
+	assert_int_equal(before.peak_bytes[0], high + 95232);
+	lynx_checker_free(&before);
+	lynx_checker_free(&after);
+	lynx_plan_free(&plan);
+	lynx_problem_free(&p);
+	drop(pr);
+}
+
 /*
  * A rebuild's scratch, per group: the workspaces its producer run names as the profile says
  * (scratch_bytes, 0 included), or the profile's largest workspace where it does not (a profile
@@ -390,6 +462,44 @@ static void test_what_producer_runs_read_sets_deps_and_what_cannot_be_rebuilt(vo
 	for (uint32_t l = 0; l < p.stages[0].layers; l++)
 		assert_int_equal(lynx_plan_get(&plan, 0, l, 4)->action, LYNX_ACTION_OFFLOAD);
 	lynx_plan_free(&plan);
+	lynx_problem_free(&p);
+	drop(pr);
+}
+
+/*
+ * A group that cannot be rebuilt (its run reads a temporary, and no host link) stays until
+ * every rebuild that needs it has run, also through another's: kernel 4's group reads
+ * kernel 3's, which reads kernel 1's. Kernel 1's then stays until kernel 4's consumer, the
+ * layer's last backward op, not only until kernel 3's.
+ */
+static void test_what_cannot_be_rebuilt_stays_for_every_rebuild_through_it(void **state)
+{
+	struct lynx_profile *pr = tp_stage();
+	const struct lynx_profile *ranks[] = {pr};
+	struct lynx_problem p;
+	const struct lynx_problem_layer *L = &p.layer;
+
+	(void)state;
+	for (size_t g = 0; g < pr->group_count; g++) {
+		struct lynx_profile_group *gr = &pr->groups[g];
+		size_t base = g - g % 5;
+
+		gr->reads_known = true;
+		gr->reads_freed = g % 5 == 1;
+		if (g % 5 == 3 || g % 5 == 4) {
+			gr->reads = malloc(sizeof(*gr->reads));
+			assert_non_null(gr->reads);
+			gr->reads[0] = (uint32_t)(base + (g % 5 == 3 ? 1 : 3));
+			gr->read_count = 1;
+		}
+	}
+	build(ranks, 1, NULL, &p);
+	assert_int_equal(L->n_groups, 5);
+	assert_int_equal(L->groups[1].ops, 0);
+	assert_int_equal(L->groups[3].deps, 1u << 1);
+	assert_int_equal(L->groups[4].deps, 1u << 3);
+	assert_true(L->groups[4].consumer < L->groups[3].consumer);
+	assert_int_equal(L->groups[1].consumer, L->groups[4].consumer);
 	lynx_problem_free(&p);
 	drop(pr);
 }
@@ -1582,6 +1692,8 @@ int main(void)
 	        cmocka_unit_test(test_a_given_plan_is_predicted_on_this_jobs_problem),
 	        cmocka_unit_test(test_a_producer_run_is_rebuilt_whole),
 	        cmocka_unit_test(test_a_chains_writers_are_rerun_with_its_producer),
+	        cmocka_unit_test(test_the_peak_counts_the_moments_non_saved_bytes),
+	        cmocka_unit_test(test_what_cannot_be_rebuilt_stays_for_every_rebuild_through_it),
 	        cmocka_unit_test(test_each_group_takes_the_scratch_its_producer_names),
 	        cmocka_unit_test(test_what_producer_runs_read_sets_deps_and_what_cannot_be_rebuilt),
 	        cmocka_unit_test(test_heu_prices_what_it_must_offload_as_copies),
