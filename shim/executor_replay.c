@@ -957,8 +957,12 @@ void exec_prefetch(struct exec_buf *b)
 		return;
 	}
 	/* Replayed by the guard, on the consumer's stream: a replay ahead of it, on another
-	 * stream, could read inputs the consumer's stream is still changing. */
-	if (b->by_replay)
+	 * stream, could read inputs the consumer's stream is still changing. An instance
+	 * offloaded until its producer is examined comes back there too, by copy, where the
+	 * plan rebuilds it: ahead, with every such activation of its layer at the layer's
+	 * backward, the first planned steps went over budgets the plan fits. */
+	if (b->by_replay ||
+	    (b->action == LYNX_EXEC_RECOMPUTE && b->producer == PRODUCER_UNEXAMINED))
 		return;
 	if (b->state == BUF_OFFLOADING)
 		exec_settle(b);
