@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "executor.h"
 
 static uint64_t size_of(const char *text)
 {
@@ -88,7 +89,7 @@ static void test_config_sizes_refuse_the_rest(void **state)
 }
 
 /* A fake environment: each test sets these. */
-static const char *env_budget, *env_planner, *env_ring, *env_slowdown;
+static const char *env_budget, *env_planner, *env_ring, *env_slowdown, *env_fault;
 
 static const char *lookup(const char *name)
 {
@@ -100,6 +101,8 @@ static const char *lookup(const char *name)
 		return env_ring;
 	if (!strcmp(name, "LYNX_MAX_SLOWDOWN"))
 		return env_slowdown;
+	if (!strcmp(name, "LYNX_FAULT"))
+		return env_fault;
 	return NULL;
 }
 
@@ -194,6 +197,39 @@ static void test_config_refuses_a_bad_value_with_one_line_and_keeps_the_default(
 	assert_non_null(strstr(warned[2], "LYNX_RING_BYTES='4.5' is not a size"));
 }
 
+/*
+ * LYNX_FAULT's values are executor.h's LYNX_EXEC_FAULTS names, in its order: the profiling
+ * layer hands the parsed index to the executor as that enum. A fault added to one list and
+ * not the other, or out of order, fails here.
+ */
+static void test_config_fault_values_are_the_executors_faults(void **state)
+{
+	static const struct {
+		const char *name;
+		int fault;
+	} faults[] = {
+#define FAULT_ENTRY(id, name) {name, LYNX_EXEC_FAULT_##id},
+	        LYNX_EXEC_FAULTS(FAULT_ENTRY)
+#undef FAULT_ENTRY
+	};
+	const char *values = lynx_options[LYNX_OPT_LYNX_FAULT].values;
+	struct lynx_config cfg;
+	size_t listed = 1;
+
+	(void)state;
+	for (const char *c = values; *c; c++)
+		listed += *c == '|';
+	assert_int_equal(listed, LYNX_EXEC_FAULT_COUNT);
+	env_budget = env_planner = env_ring = env_slowdown = NULL;
+	for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++) {
+		env_fault = faults[i].name, warnings = 0;
+		lynx_config_parse(&cfg, lookup, warn);
+		assert_int_equal(warnings, 0);
+		assert_int_equal(cfg.fault, faults[i].fault);
+	}
+	env_fault = NULL;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -203,6 +239,7 @@ int main(void)
 	        cmocka_unit_test(test_config_reads_budgets_in_words_and_percentages),
 	        cmocka_unit_test(
 	                test_config_refuses_a_bad_value_with_one_line_and_keeps_the_default),
+	        cmocka_unit_test(test_config_fault_values_are_the_executors_faults),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
