@@ -583,11 +583,25 @@ static void refused(const char *text, const char *want)
 	assert_null(p.layers);
 }
 
+/* One edit of a written profile and the reason its reader must give for refusing it. */
+struct edit {
+	const char *from, *to, *want;
+};
+
+/* Each edit of text (its first `from` made `to`) is refused with its reason. */
+static void refused_edits(const char *text, const struct edit *edits, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		char *bad = replace(text, edits[i].from, edits[i].to);
+		assert_string_not_equal(bad, text);
+		refused(bad, edits[i].want);
+		free(bad);
+	}
+}
+
 static void test_profile_refuses_bad_fields_with_their_path(void **state)
 {
-	static const struct {
-		const char *from, *to, *want;
-	} cases[] = {
+	static const struct edit cases[] = {
 	        {"\"lynx-profile\"", "\"lynx-plan\"",
 	         "format: expected \"lynx-profile\", got \"lynx-plan\""},
 	        {"\"version\":\t1", "\"version\":\t2",
@@ -636,11 +650,7 @@ static void test_profile_refuses_bad_fields_with_their_path(void **state)
 	small_profile(&p);
 	text = lynx_profile_to_json(&p);
 	assert_non_null(text);
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		char *bad = replace(text, cases[i].from, cases[i].to);
-		refused(bad, cases[i].want);
-		free(bad);
-	}
+	refused_edits(text, cases, sizeof(cases) / sizeof(cases[0]));
 	refused("[1, 2]", "the document is not a JSON object");
 	free(text);
 	/* The pipeline's stage must lie among its stages. */
@@ -718,9 +728,7 @@ static void test_profile_round_trip_keeps_what_producers_read(void **state)
 	assert_false(back.groups[2].scratch_known);
 	check_round_trip(&back);
 	lynx_profile_free(&back);
-	static const struct {
-		const char *from, *to, *want;
-	} cases[] = {
+	static const struct edit cases[] = {
 	        {"\"reads\":\t[0]", "\"reads\":\t[1]",
 	         "groups[1].reads[0]: expected the index of another group"},
 	        {"\"reads\":\t[0]", "\"reads\":\t[3]",
@@ -750,11 +758,7 @@ static void test_profile_round_trip_keeps_what_producers_read(void **state)
 	        {"\"scratch_bytes\":\t262144", "\"scratch_bytes\":\t-1",
 	         "groups[1].scratch_bytes: expected an integer"},
 	};
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		char *bad = replace(text, cases[i].from, cases[i].to);
-		refused(bad, cases[i].want);
-		free(bad);
-	}
+	refused_edits(text, cases, sizeof(cases) / sizeof(cases[0]));
 	free(text);
 }
 
@@ -795,9 +799,7 @@ static void test_profile_round_trip_keeps_where_non_saved_bytes_live(void **stat
 	}
 	check_round_trip(&back);
 	lynx_profile_free(&back);
-	static const struct {
-		const char *from, *to, *want;
-	} cases[] = {
+	static const struct edit cases[] = {
 	        {",\n\t\t\"non_saved_outside_bytes\":\t450", "",
 	         "layers[0].kernels.forward_non_saved_bytes: given without "
 	         "memory.non_saved_outside_bytes"},
@@ -812,12 +814,7 @@ static void test_profile_round_trip_keeps_where_non_saved_bytes_live(void **stat
 	        {"\"non_saved_outside_bytes\":\t450", "\"non_saved_outside_bytes\":\t-1",
 	         "memory.non_saved_outside_bytes: expected an integer"},
 	};
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		char *bad = replace(text, cases[i].from, cases[i].to);
-		assert_string_not_equal(bad, text);
-		refused(bad, cases[i].want);
-		free(bad);
-	}
+	refused_edits(text, cases, sizeof(cases) / sizeof(cases[0]));
 	/* One layer's array dropped, the other's kept: missing beside the memory's key. */
 	char *bad = replace(text, ",\n\t\t\t\t\"backward_non_saved_bytes\":\t[610]", "");
 	assert_string_not_equal(bad, text);
@@ -893,9 +890,7 @@ static void test_profile_refuses_bad_run_fields(void **state)
 {
 	static const char id[] = "\"id\":\t\"4711\"", source[] = "\"source\":\t\"SLURM_JOB_ID\"",
 	                  started[] = "\"started\":\t1795796401";
-	static const struct {
-		const char *from, *to, *want;
-	} cases[] = {
+	static const struct edit cases[] = {
 	        {id, "\"id\":\t4711", "run.id: expected a string"},
 	        {id, "\"id\":\t\"\"", "run.id: empty, expected the id that SLURM_JOB_ID gave"},
 	        {id, "\"id\":\t\"47\\u000111\"", "run.id: a control character (0x01) at byte 2"},
@@ -919,11 +914,7 @@ static void test_profile_refuses_bad_run_fields(void **state)
 	                                  .started = 1795796401};
 	text = lynx_profile_to_json(&p);
 	assert_non_null(text);
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		char *bad = replace(text, cases[i].from, cases[i].to);
-		refused(bad, cases[i].want);
-		free(bad);
-	}
+	refused_edits(text, cases, sizeof(cases) / sizeof(cases[0]));
 	snprintf(long_id, sizeof(long_id), "\"id\":\t\"%0*d\"", LYNX_PROFILE_RUN_ID_MAX + 1, 7);
 	char *bad = replace(text, id, long_id);
 	refused(bad, "run.id: 128 bytes, expected at most 127");
