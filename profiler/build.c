@@ -871,6 +871,27 @@ static int fill_reads(const struct build *b, const struct ref_at *refs, const st
 	return err;
 }
 
+/*
+ * Where the trainer freed buf against its layer's backward bw (profile.h's freed_before):
+ * the backward kernels launched before the free, all of them for a free after the segment
+ * or none at all. Unknown for a free before the backward begins or before its last
+ * consumer (not seen: a profile's references end at the free).
+ */
+static void freed_before(const struct build *b, const struct lynx_prof_segment *bw,
+                         const struct lynx_prof_buffer *buf, struct lynx_profile_group *g)
+{
+	uint32_t at = (uint32_t)launches_before(b->t, bw->first, bw->end);
+
+	if (buf->free_event != LYNX_PROF_NONE && buf->free_event < bw->first)
+		return;
+	if (buf->free_event != LYNX_PROF_NONE && buf->free_event < bw->end)
+		at = (uint32_t)launches_before(b->t, bw->first, buf->free_event);
+	if (g->last_consumer >= 0 && at <= (uint32_t)g->last_consumer)
+		return;
+	g->freed_known = true;
+	g->freed_before = at;
+}
+
 /* The saved activations of each layer on micro-batch 0 of the chosen iteration. */
 static int fill_groups(struct build *b, struct lynx_profile *p)
 {
@@ -927,6 +948,7 @@ static int fill_groups(struct build *b, struct lynx_profile *p)
 					}
 					g->last_consumer = at;
 				}
+				freed_before(b, bw, buf, g);
 			}
 		}
 	}

@@ -66,7 +66,10 @@
  * non-saved bytes were live came later still: memory's "non_saved_outside_bytes", written
  * last in it, and each layer's kernels' "forward_non_saved_bytes" and
  * "backward_non_saved_bytes" (after the *_ns arrays), all exactly when non_saved_known;
- * absent, unknown (their peak at every moment).
+ * absent, unknown (their peak at every moment). A group's "freed_before" came last: how
+ * many of its layer's backward kernels ran before the trainer freed it (past
+ * "last_consumer"), written last in the group exactly when freed_known; absent, unknown
+ * (freed right after its last consumer).
  */
 #include <errno.h>
 #include <locale.h>
@@ -262,20 +265,9 @@ static bool add_layer(cJSON *arr, const struct lynx_profile_layer *l, size_t ind
 	                         l->bwd_kernels.count);
 }
 
-static bool add_group(cJSON *arr, const struct lynx_profile_group *g)
+/* A group's "reads", "reads_freed", "chained" and "writers" (profile.c's header). */
+static bool add_reads(cJSON *o, const struct lynx_profile_group *g)
 {
-	cJSON *o = cJSON_CreateObject();
-
-	if (!o)
-		return false;
-	cJSON_AddItemToArray(arr, o);
-	if (!add_num(o, "layer", g->layer) || !add_num(o, "bytes", (double)g->bytes) ||
-	    !add_num(o, "producer", g->producer) || !add_num(o, "producer_end", g->producer_end) ||
-	    !add_num(o, "first_consumer", g->first_consumer) ||
-	    !add_num(o, "last_consumer", g->last_consumer))
-		return false;
-	if (!g->reads_known)
-		return true;
 	cJSON *reads = cJSON_AddArrayToObject(o, "reads");
 	for (uint32_t i = 0; reads && i < g->read_count; i++) {
 		cJSON *n = cJSON_CreateNumber(g->reads[i]);
@@ -298,7 +290,26 @@ static bool add_group(cJSON *arr, const struct lynx_profile_group *g)
 			cJSON_AddItemToArray(writers, n);
 		}
 	}
-	return !g->scratch_known || add_num(o, "scratch_bytes", (double)g->scratch_bytes);
+	return true;
+}
+
+static bool add_group(cJSON *arr, const struct lynx_profile_group *g)
+{
+	cJSON *o = cJSON_CreateObject();
+
+	if (!o)
+		return false;
+	cJSON_AddItemToArray(arr, o);
+	if (!add_num(o, "layer", g->layer) || !add_num(o, "bytes", (double)g->bytes) ||
+	    !add_num(o, "producer", g->producer) || !add_num(o, "producer_end", g->producer_end) ||
+	    !add_num(o, "first_consumer", g->first_consumer) ||
+	    !add_num(o, "last_consumer", g->last_consumer))
+		return false;
+	if (g->reads_known && !add_reads(o, g))
+		return false;
+	if (g->scratch_known && !add_num(o, "scratch_bytes", (double)g->scratch_bytes))
+		return false;
+	return !g->freed_known || add_num(o, "freed_before", g->freed_before);
 }
 
 static bool add_window(cJSON *arr, const struct lynx_profile_window *w)
@@ -914,10 +925,20 @@ static int read_group(struct reader *r, const cJSON *o, size_t i, size_t layers,
 		              layers);
 	if ((err = read_group_reads(r, o, p.buf, i, groups, g)))
 		return err;
-	if (!cJSON_GetObjectItemCaseSensitive(o, "scratch_bytes"))
+	if (cJSON_GetObjectItemCaseSensitive(o, "scratch_bytes")) {
+		g->scratch_known = true;
+		if ((err = get_u64(r, o, p.buf, "scratch_bytes", &g->scratch_bytes)))
+			return err;
+	}
+	if (!cJSON_GetObjectItemCaseSensitive(o, "freed_before"))
 		return 0;
-	g->scratch_known = true;
-	return get_u64(r, o, p.buf, "scratch_bytes", &g->scratch_bytes);
+	g->freed_known = true;
+	if ((err = get_u32(r, o, p.buf, "freed_before", &g->freed_before)))
+		return err;
+	if (g->last_consumer >= 0 && g->freed_before <= (uint32_t)g->last_consumer)
+		return refuse(r, "%s.freed_before: %u is not past its last consumer %d", p.buf,
+		              g->freed_before, g->last_consumer);
+	return 0;
 }
 
 static int read_window(struct reader *r, const cJSON *o, size_t i, const struct lynx_profile *pr,

@@ -185,6 +185,16 @@ struct lynx_profile_group {
 	 */
 	bool scratch_known;
 	uint64_t scratch_bytes;
+	/*
+	 * When freed_known: how many of its layer's backward kernels were launched before the
+	 * trainer freed it, at most the layer's backward kernel count (freed after its layer's
+	 * backward, or later, or never), and past last_consumer. PyTorch frees a saved tensor
+	 * when autograd lets go of the node that read it, right after its last consumer;
+	 * tinytrain and trainers that keep a layer's context hold it until the layer's backward
+	 * ends. Unknown in older profiles: freed right after last_consumer.
+	 */
+	bool freed_known;
+	uint32_t freed_before;
 };
 
 struct lynx_profile_window {

@@ -236,6 +236,9 @@ static void test_profile_pp2_tp2_layers_and_windows(void **state)
 			}
 			if (!gr->chained)
 				assert_int_equal(gr->writer_count, 0);
+			/* tinytrain holds what a layer saved until the layer's backward ends. */
+			assert_true(gr->freed_known);
+			assert_int_equal(gr->freed_before, p.layers[gr->layer].bwd_kernels.count);
 			if (!strcmp(kernel, "tt_layernorm_fwd")) {
 				assert_false(gr->reads_freed);
 				assert_true(gr->read_count >= 1);
@@ -824,6 +827,52 @@ static void test_profile_round_trip_keeps_where_non_saved_bytes_live(void **stat
 	free(text);
 }
 
+/*
+ * Where the trainer freed a saved buffer: written last in its group when known, read back;
+ * absent in an older profile, unknown. At or before its last consumer it is refused.
+ */
+static void test_profile_round_trip_keeps_where_saved_buffers_are_freed(void **state)
+{
+	struct lynx_profile_group groups[2] = {{.layer = 0,
+	                                        .bytes = 4096,
+	                                        .producer = 0,
+	                                        .first_consumer = 0,
+	                                        .last_consumer = 0,
+	                                        .freed_known = true,
+	                                        .freed_before = 1},
+	                                       {.layer = 1,
+	                                        .bytes = 8192,
+	                                        .producer = 0,
+	                                        .first_consumer = 0,
+	                                        .last_consumer = 0}};
+	struct lynx_profile p, back;
+	char why[256];
+
+	(void)state;
+	small_profile(&p);
+	p.groups = groups;
+	p.group_count = 2;
+	char *text = lynx_profile_to_json(&p);
+	assert_non_null(text);
+	if (lynx_profile_from_json(text, strlen(text), &back, why, sizeof(why)))
+		fail_msg("%s", why);
+	assert_true(back.groups[0].freed_known);
+	assert_int_equal(back.groups[0].freed_before, 1);
+	assert_false(back.groups[1].freed_known);
+	check_round_trip(&back);
+	lynx_profile_free(&back);
+	static const struct edit cases[] = {
+	        {"\"freed_before\":\t1", "\"freed_before\":\t0",
+	         "groups[0].freed_before: 0 is not past its last consumer 0"},
+	        {"\"freed_before\":\t1", "\"freed_before\":\t-1",
+	         "groups[0].freed_before: expected an integer"},
+	        {"\"freed_before\":\t1", "\"freed_before\":\t\"end\"",
+	         "groups[0].freed_before: expected a number"},
+	};
+	refused_edits(text, cases, sizeof(cases) / sizeof(cases[0]));
+	free(text);
+}
+
 /* The run: written after "world" when known, read back field for field (every source), and
  * absent when unknown, as from `lynx profile` or before the key existed. */
 static void test_profile_round_trip_keeps_the_run(void **state)
@@ -1108,6 +1157,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_profile_refuses_bad_host_link_values),
 	        cmocka_unit_test(test_profile_round_trip_keeps_what_producers_read),
 	        cmocka_unit_test(test_profile_round_trip_keeps_where_non_saved_bytes_live),
+	        cmocka_unit_test(test_profile_round_trip_keeps_where_saved_buffers_are_freed),
 	        cmocka_unit_test(test_profile_round_trip_keeps_the_run),
 	        cmocka_unit_test(test_profile_refuses_bad_run_fields),
 	        cmocka_unit_test(test_profile_refuses_truncated_and_corrupted_text_with_offset),
