@@ -252,10 +252,11 @@ int lynx_whatif_plan(const struct lynx_profile *const *ranks, size_t n,
 		lynx_whatif_plan_free(out);
 		return err;
 	}
-	/* A plan file's own predictions were made for the job it was planned for: this job's
-	 * are the checker's, on this job's problem (what decides whether a stage is armed). */
-	err = replay_row_store(out->problem, out->plan, plan_json ? out->plan : NULL, row, why,
-	                       len);
+	/* The plan's predictions are the checker's, on this job's problem: they decide whether
+	 * a stage is armed. A plan file's own were made for the job it was planned for, and
+	 * the baselines' (planner.c) count saved bytes beside the static peak, without the
+	 * moments the checker walks through. */
+	err = replay_row_store(out->problem, out->plan, out->plan, row, why, len);
 	if (err)
 		lynx_whatif_plan_free(out);
 	return err;
