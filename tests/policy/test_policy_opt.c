@@ -181,9 +181,9 @@ static void test_opt_solves_small_pcie_stages(void **state)
  * gap; the second has four stages, each of which used to get the whole limit, round after
  * round): OPT still returns a plan that fits, no slower than HEU's by the checker, does not
  * call it proven, and says which stages keep HEU's plan. A slower or busier machine only cuts
- * the search shorter. The limit bounds the whole search; the bound checked here is five times
- * that and more, only to catch a search that takes the limit per solve again (cbc.h bounds the
- * overrun by one solve's set-up; test_policy_cbc checks the sharing exactly).
+ * the search shorter. The limit bounds the whole search: test_policy_cbc checks how its solves
+ * share it on a simulated clock (cbc.h bounds the overrun by one solve's set-up); the wall time
+ * taken here is printed, not asserted, since a loaded machine stretches it.
  */
 static void test_opt_cut_short_still_fits_and_is_no_slower_than_heu(void **state)
 {
@@ -219,7 +219,6 @@ static void test_opt_cut_short_still_fits_and_is_no_slower_than_heu(void **state
 			assert_non_null(strstr(plan.note, "HEU's plan"));
 		else
 			assert_true(rep.kept < rep.searched);
-		assert_true(wall < 5 * o.time_limit_s + 2);
 		lynx_plan_free(&plan);
 		lynx_problem_free(&p);
 	}
