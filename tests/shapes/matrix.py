@@ -18,6 +18,8 @@ and these checks, per rank:
   stage      with a pipeline, it names its stage (as the p2p communicator orders it)
   identical  recompute mode's losses and gradient hashes are the plain run's, every step
   memory     recompute mode's peak is at least 25% below the plain run's (last step)
+  budget     a rank that armed a plan (its summary.<rank>.json) peaks within the plan's budget
+             in its last step
   time       recompute mode's step is within 10% of the plain run's (last step)
 
 --repeat N runs the profile of the first --repeat-cells cells N times and checks that every
@@ -91,7 +93,7 @@ CELLS = [
      "--launch mixed", False),
 ]
 
-CHECKS = ["layers", "mbs", "iteration", "stage", "identical", "memory", "time"]
+CHECKS = ["layers", "mbs", "iteration", "stage", "identical", "memory", "budget", "time"]
 BUDGET = "60%"
 MEMORY_CUT = 0.25   # at least this much below the plain run's peak
 TIME_SLACK = 0.10   # at most this much slower than the plain run
@@ -149,6 +151,16 @@ def comparable(profile):
     return strip(p)
 
 
+def armed_budget(out_dir, rank):
+    """The budget of the plan a rank armed (bytes, as the device counts them), or None when
+    it armed none (no summary.<rank>.json)."""
+    path = os.path.join(out_dir, f"summary.{rank}.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f).get("plan", {}).get("budget_bytes")
+
+
 def check_cell(build, name, args, scratch, repeat):
     base = MODEL + args.split() + ["--steps", str(STEPS)]  # a cell's --layers wins
     row = {"cell": name, "args": args, "ranks": {}, "failures": []}
@@ -199,7 +211,7 @@ def check_cell(build, name, args, scratch, repeat):
             elif pp > 1 and p["pipeline"]["stages"] != pp:
                 got["stage"] = f"{p['pipeline']['stages']} stages"
         if rc2 or any((s, r) not in rsteps for s in range(STEPS)):
-            got["identical"] = got["memory"] = got["time"] = f"exit {rc2}"
+            got["identical"] = got["memory"] = got["budget"] = got["time"] = f"exit {rc2}"
         else:
             if any((rsteps[(s, r)]["loss"], rsteps[(s, r)]["grad_hash"]) !=
                    (truth[(s, r)]["loss"], truth[(s, r)]["grad_hash"]) for s in range(STEPS)):
@@ -207,6 +219,9 @@ def check_cell(build, name, args, scratch, repeat):
             peak, none_peak = rsteps[(last, r)]["peak_bytes"], truth[(last, r)]["peak_bytes"]
             if peak > (1 - MEMORY_CUT) * none_peak:
                 got["memory"] = f"{100 * (peak / none_peak - 1):+.0f}%"
+            budget = armed_budget(rec_dir, r)
+            if budget is not None and peak > budget:
+                got["budget"] = f"+{(peak - budget) / 2**20:.2f} MiB"
             t, none_t = rsteps[(last, r)]["step_time_ns"], truth[(last, r)]["step_time_ns"]
             if t > (1 + TIME_SLACK) * none_t:
                 got["time"] = f"{100 * (t / none_t - 1):+.0f}%"
