@@ -788,12 +788,13 @@ static bool note_ref(struct run_reads *rr, uint32_t id)
 		rr->gr->scratch_bytes += other->bytes;
 	}
 	/* What a writer reads is not listed, though the executor brings it back before the
-	 * chain's replay (an approximation of the rebuild's memory): the groups it names may
-	 * be packed with groups produced after this one (from_profile.c orders a pack by its
-	 * last producer), which would make this group depend on a later one; and listed, with
-	 * the checker's backward counting the backward's most non-saved bytes at every op,
-	 * pp4's first stage had no plan at full recompute's peak, where the executor holds
-	 * one (measurements.md, 2026-11-29). */
+	 * chain's replay (an approximation of the rebuild's memory). Listed, a pack it names
+	 * that is produced after this group (from_profile.c orders a pack by its last
+	 * producer) must be left out of its dependencies. Tried so, with the problem holding
+	 * each group until the trainer frees it (freed_before), pp4's budgets held at 60%
+	 * where a stage goes 0.38 MiB over, but the demo at full recompute's peak ran 1.041x
+	 * where it runs 1.012x; with the backward's most non-saved bytes at every op, pp4's
+	 * first stage had no plan at full recompute's peak (measurements.md, 2026-11-29). */
 	int32_t dep = rr->group_of[id];
 	if (rr->in_writer || dep < 0 || (size_t)dep == rr->g || other->producer >= rr->first ||
 	    other->span != buf->span)
