@@ -353,6 +353,24 @@ static void small_profile(struct lynx_profile *p)
 	        .memory = {LYNX_PROFILE_SOURCE_HOST, 1000, {600, 300, 50, 50, 0}, 700, 9, 40}};
 }
 
+/* small_profile with `groups` instead of its own, written: the text (the caller frees it),
+ * and in back the profile read from it. */
+static char *with_groups_read_back(struct lynx_profile_group *groups, size_t n,
+                                   struct lynx_profile *back)
+{
+	struct lynx_profile p;
+	char why[256];
+
+	small_profile(&p);
+	p.groups = groups;
+	p.group_count = n;
+	char *text = lynx_profile_to_json(&p);
+	assert_non_null(text);
+	if (lynx_profile_from_json(text, strlen(text), back, why, sizeof(why)))
+		fail_msg("%s", why);
+	return text;
+}
+
 static int count_occurrences(const char *text, const char *needle)
 {
 	int n = 0;
@@ -703,17 +721,10 @@ static void test_profile_round_trip_keeps_what_producers_read(void **state)
 	         .scratch_known = true,
 	         .scratch_bytes = 262144},
 	        {.layer = 0, .bytes = 4096, .producer = 1, .producer_end = 1}};
-	struct lynx_profile p, back;
-	char why[256];
+	struct lynx_profile back;
 
 	(void)state;
-	small_profile(&p);
-	p.groups = groups;
-	p.group_count = 3;
-	char *text = lynx_profile_to_json(&p);
-	assert_non_null(text);
-	if (lynx_profile_from_json(text, strlen(text), &back, why, sizeof(why)))
-		fail_msg("%s", why);
+	char *text = with_groups_read_back(groups, 3, &back);
 	assert_true(back.groups[0].reads_known && !back.groups[0].reads_freed);
 	assert_true(back.groups[0].chained);
 	assert_int_equal(back.groups[0].writer_count, 1);
@@ -845,17 +856,10 @@ static void test_profile_round_trip_keeps_where_saved_buffers_are_freed(void **s
 	                                        .producer = 0,
 	                                        .first_consumer = 0,
 	                                        .last_consumer = 0}};
-	struct lynx_profile p, back;
-	char why[256];
+	struct lynx_profile back;
 
 	(void)state;
-	small_profile(&p);
-	p.groups = groups;
-	p.group_count = 2;
-	char *text = lynx_profile_to_json(&p);
-	assert_non_null(text);
-	if (lynx_profile_from_json(text, strlen(text), &back, why, sizeof(why)))
-		fail_msg("%s", why);
+	char *text = with_groups_read_back(groups, 2, &back);
 	assert_true(back.groups[0].freed_known);
 	assert_int_equal(back.groups[0].freed_before, 1);
 	assert_false(back.groups[1].freed_known);
