@@ -20,6 +20,38 @@ static const char *source(const struct lynx_profile_time *t)
 	return lynx_profile_source_name(t->source);
 }
 
+/*
+ * The saved activations the trainer holds past their last reader in the backward (a group's
+ * freed_before beyond last_consumer + 1), by bytes on micro-batch 0, with how many backward
+ * kernels later it frees them on average: what a trainer that frees each at its last use, as
+ * PyTorch's autograd does, would not hold. Nothing when no free is known.
+ */
+static void print_held(FILE *f, const char *tag, const struct lynx_profile *p)
+{
+	uint64_t known = 0, held = 0;
+	double kernels = 0;
+
+	for (size_t g = 0; g < p->group_count; g++) {
+		const struct lynx_profile_group *gr = &p->groups[g];
+		uint32_t used = gr->last_consumer < 0 ? 0 : (uint32_t)gr->last_consumer + 1;
+
+		if (!gr->freed_known)
+			continue;
+		known += gr->bytes;
+		if (gr->freed_before <= used)
+			continue;
+		held += gr->bytes;
+		kernels += (double)gr->bytes * (double)(gr->freed_before - used);
+	}
+	if (!known)
+		return;
+	fprintf(f,
+	        "%s: saved activations held past their last reader: %.2f of %.2f MiB per "
+	        "micro-batch, freed %.1f backward kernels later on average\n",
+	        tag, lynx_prof_mib(held), lynx_prof_mib(known),
+	        held ? kernels / (double)held : 0.0);
+}
+
 void lynx_profile_print_summary(FILE *f, const struct lynx_profile *p, int rank)
 {
 	char tag[32];
@@ -54,6 +86,7 @@ void lynx_profile_print_summary(FILE *f, const struct lynx_profile *p, int rank)
 	        lynx_prof_mib(p->memory.at_peak[LYNX_PROFILE_MEMORY_WORKSPACE]),
 	        lynx_prof_mib(p->memory.at_peak[LYNX_PROFILE_MEMORY_TEMPORARY]),
 	        lynx_prof_mib(p->memory.at_peak[LYNX_PROFILE_MEMORY_OTHER]));
+	print_held(f, tag, p);
 	for (size_t i = 0; i < p->window_count; i++) {
 		const struct lynx_profile_window *w = &p->windows[i];
 		windows[w->kind]++;

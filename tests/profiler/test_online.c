@@ -333,6 +333,13 @@ static void test_profile_mode_matches_simgpu_timeline(void **state)
 	assert_non_null(strstr(o.err, "lynx[rank 0]: "));
 	assert_non_null(strstr(o.err, "lynx[rank 3]: "));
 	assert_non_null(strstr(o.err, "(device time)"));
+	/* tinytrain frees what a layer saved after the layer's backward, past most of its
+	 * readers. */
+	const char *held = strstr(o.err, "lynx[rank 0]: saved activations held past their last "
+	                                 "reader: ");
+	assert_non_null(held);
+	assert_true(atof(held + strlen("lynx[rank 0]: saved activations held past their last "
+	                               "reader: ")) > 0);
 	/* Rank 0's what-if over both stages' profiles, with the ladder of budgets. */
 	assert_non_null(strstr(o.err, "lynx[rank 0]: what-if (Lynx HEU over 2 stages"));
 	assert_non_null(strstr(o.err, "% less), iteration +"));
