@@ -501,6 +501,7 @@ static void forward(struct stage_sim *ss, uint32_t j, uint32_t chunk, double rea
 		ss->now += st->embedding.fwd_s;
 	}
 	for (uint32_t l = first; l < end; l++) {
+		/* The layer's input arrives at its first op's moment. */
 		at_moment(ss, st->non_saved_fwd[0]);
 		if (ss->timed)
 			produce(ss, j, l, -1);
@@ -508,7 +509,6 @@ static void forward(struct stage_sim *ss, uint32_t j, uint32_t chunk, double rea
 			int w = ss->tp_fwd[l * L->n_ops + op];
 
 			at_moment(ss, st->non_saved_fwd[op]);
-
 			if (w >= 0)
 				occur_fixed(ss, w, L->ops[op].wait_fwd_s);
 			else if (ss->timed)
