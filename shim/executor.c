@@ -639,31 +639,98 @@ static bool evictable_at(const struct exec_buf *b, uint32_t t)
 	       out_at(b->sb, t);
 }
 
-/* The bytes of the activations that keep_budget() offloads from now on (promoted, n of
- * them) that are out of device memory at call t. */
-static uint64_t promoted_out_at(struct exec_buf *const *promoted, size_t n, uint32_t t)
+/* Whether window-planned activation b, as window w (its window_token) left it, is resident
+ * at call t only because its window rebuilt it: after the window, before its backward's
+ * first use. Rebuilt at that use instead, it (and what its rebuild brought back with it)
+ * would be out there. */
+static bool early_at(const struct exec_buf *b, uint32_t w, uint32_t t)
+{
+	return w != LYNX_EXEC_NO_WINDOW && w < t && b->sb->first_backward_token > t;
+}
+
+/* Whether window rebuild b can move to its use, for call t. */
+static bool deferrable_at(const struct exec_buf *b, uint32_t t)
+{
+	return b->window == WINDOW_CHECKED && early_at(b, b->window_token, t);
+}
+
+/* What keep_budget() changes from the next iteration on: a kept activation offloaded, or a
+ * window rebuild moved to the activation's use. */
+struct budget_move {
+	struct exec_buf *b;
+	bool deferred; /* the window rebuild; else the offload */
+};
+
+/* The bytes of the activations that keep_budget()'s moves (n of them) take out of device
+ * memory at call t. */
+static uint64_t moved_out_at(const struct budget_move *moves, size_t n, uint32_t t)
 {
 	uint64_t bytes = 0;
 
-	for (size_t i = 0; i < n; i++)
-		bytes += out_at(promoted[i]->sb, t) ? promoted[i]->sb->bytes : 0;
+	for (size_t i = 0; i < n; i++) {
+		const struct exec_buf *b = moves[i].b;
+		bool out = moves[i].deferred ? early_at(b, b->window_token, t) : out_at(b->sb, t);
+		bytes += out ? b->sb->bytes : 0;
+	}
 	return bytes;
+}
+
+/* Of the activations that `can` accepts at call t, the one with the fewest bytes that
+ * covers `left`, else the largest; NULL when none. */
+static struct exec_buf *pick_cover(bool (*can)(const struct exec_buf *, uint32_t), uint32_t t,
+                                   uint64_t left)
+{
+	struct exec_buf *fit = NULL, *largest = NULL;
+
+	for (size_t i = 0; i < ex.script.n_buffers; i++) {
+		struct exec_buf *b = &ex.bufs[i];
+		if (!can(b, t))
+			continue;
+		if (!largest || b->sb->bytes > largest->sb->bytes)
+			largest = b;
+		if (b->sb->bytes >= left && (!fit || b->sb->bytes < fit->sb->bytes))
+			fit = b;
+	}
+	return fit ? fit : largest;
+}
+
+/* Kept activation b is offloaded from the next iteration on. False if its events could not
+ * be made (said; nothing changed). */
+static bool offload_to_hold_budget(struct exec_buf *b)
+{
+	CUresult r = make_buf_events(b);
+
+	if (r != CUDA_SUCCESS) {
+		driver_failed("the events of an activation offloaded to hold the budget", r);
+		return false;
+	}
+	b->action = LYNX_EXEC_OFFLOAD;
+	ex.planned[LYNX_EXEC_KEEP]--;
+	ex.planned[LYNX_EXEC_OFFLOAD]++;
+	ex.stats.promoted++;
+	return true;
 }
 
 /*
  * At the end of an iteration that went over the user's budget (note_over_budget(); one
  * with an examination, which takes memory once, does not count): the plan predicted less
- * than the job takes. At each call where the budget went over, activations the plan keeps
- * that could be out of device memory there are offloaded from the next iteration on, the
- * fewest bytes that cover what those already chosen leave (the smallest one that covers
- * it, else the largest, in turn). Said once at the default level; the summary counts them.
- * Where none can be, the budget is not held, and that is said once.
+ * than the job takes. At each call where the budget went over, from the next iteration on:
+ * - activations the plan keeps that could be out of device memory there are offloaded;
+ * - then window rebuilds that made activations resident there ahead of their use are made
+ *   at that use instead (a rebuild in a window also brings back what it reads, so it can
+ *   hold more than the plan saw: a trainer that keeps saved buffers until its layer's
+ *   backward ends, where the plan gives each back after its last reader);
+ * each the fewest bytes that cover what those already chosen leave (the smallest one that
+ * covers it, else the largest, in turn). Offloads come first: they cost copies on an idle
+ * link, where a rebuild moved to its use costs its time. Said once at the default level;
+ * the summary counts them. Where neither can, the budget is not held, and that is said
+ * once.
  */
 static void keep_budget(bool examined)
 {
-	struct exec_buf *promoted[OVER_POINTS * 4];
-	size_t n_promoted = 0, n_over = ex.n_over;
-	uint64_t worst = 0, moved = 0, short_by = 0;
+	struct budget_move moves[OVER_POINTS * 4];
+	size_t n_moves = 0, n_over = ex.n_over, n_deferred = 0;
+	uint64_t worst = 0, moved = 0, deferred_bytes = 0, short_by = 0;
 	uint32_t worst_at = 0, short_at = 0;
 
 	ex.n_over = 0;
@@ -671,39 +738,28 @@ static void keep_budget(bool examined)
 		return;
 	for (size_t k = 0; k < n_over; k++) {
 		uint32_t t = ex.over[k].token;
-		uint64_t out = promoted_out_at(promoted, n_promoted, t);
+		uint64_t out = moved_out_at(moves, n_moves, t);
 		uint64_t left = ex.over[k].bytes > out ? ex.over[k].bytes - out : 0;
 		if (ex.over[k].bytes > worst) {
 			worst = ex.over[k].bytes;
 			worst_at = t;
 		}
-		while (left && n_promoted < sizeof(promoted) / sizeof(promoted[0])) {
-			struct exec_buf *fit = NULL, *largest = NULL;
-			for (size_t i = 0; i < ex.script.n_buffers; i++) {
-				struct exec_buf *b = &ex.bufs[i];
-				if (!evictable_at(b, t))
-					continue;
-				if (!largest || b->sb->bytes > largest->sb->bytes)
-					largest = b;
-				if (b->sb->bytes >= left && (!fit || b->sb->bytes < fit->sb->bytes))
-					fit = b;
-			}
-			struct exec_buf *b = fit ? fit : largest;
-			if (!b)
+		while (left && n_moves < sizeof(moves) / sizeof(moves[0])) {
+			struct exec_buf *b = pick_cover(evictable_at, t, left);
+			bool defer = !b;
+			if (defer && !(b = pick_cover(deferrable_at, t, left)))
 				break;
-			CUresult r = make_buf_events(b);
-			if (r != CUDA_SUCCESS) {
-				driver_failed(
-				        "the events of an activation offloaded to hold the budget",
-				        r);
+			if (defer) {
+				b->window = WINDOW_NONE; /* at_window() passes it over: on demand */
+				ex.stats.windows_deferred++;
+				n_deferred++;
+				deferred_bytes += b->sb->bytes;
+			} else if (!offload_to_hold_budget(b)) {
 				return;
+			} else {
+				moved += b->sb->bytes;
 			}
-			b->action = LYNX_EXEC_OFFLOAD;
-			ex.planned[LYNX_EXEC_KEEP]--;
-			ex.planned[LYNX_EXEC_OFFLOAD]++;
-			ex.stats.promoted++;
-			promoted[n_promoted++] = b;
-			moved += b->sb->bytes;
+			moves[n_moves++] = (struct budget_move){b, defer};
 			left = b->sb->bytes >= left ? 0 : left - b->sb->bytes;
 		}
 		if (left > short_by) {
@@ -711,16 +767,19 @@ static void keep_budget(bool examined)
 			short_at = t;
 		}
 	}
-	if (n_promoted)
-		lynx_warn_once("recompute mode: the device went up to %.2f MiB over the budget (at "
-		               "call %u of an iteration; the plan predicted less): %zu more "
-		               "activations (%.2f MiB) are offloaded from the next iteration on "
-		               "(later ones counted in the summary)",
-		               lynx_prof_mib(worst), worst_at, n_promoted, lynx_prof_mib(moved));
+	if (n_moves)
+		lynx_warn_once(
+		        "recompute mode: the device went up to %.2f MiB over the budget (at "
+		        "call %u of an iteration; the plan predicted less): from the next "
+		        "iteration on, %zu more activations (%.2f MiB) are offloaded and %zu "
+		        "window rebuilds (%.2f MiB) are made at their use instead (later "
+		        "ones counted in the summary)",
+		        lynx_prof_mib(worst), worst_at, n_moves - n_deferred, lynx_prof_mib(moved),
+		        n_deferred, lynx_prof_mib(deferred_bytes));
 	if (short_by)
 		lynx_warn_once("recompute mode: the budget is not held: the device went %.2f MiB "
 		               "over it at call %u of an iteration, where no activation the plan "
-		               "keeps can be evicted",
+		               "keeps can be evicted and no window rebuilt one ahead of its use",
 		               lynx_prof_mib(short_by), short_at);
 }
 
@@ -1648,9 +1707,11 @@ static void print_replay(FILE *f, const char *tag, const struct lynx_exec_stats 
 		return;
 	fprintf(f,
 	        "%s: executor: windows: %zu activations planned for a window; %" PRIu64
-	        " checked there, %" PRIu64 " refused (replayed on demand); %" PRIu64
+	        " checked there, %" PRIu64 " refused (replayed on demand), %" PRIu64
+	        " made at their use to hold the budget; %" PRIu64
 	        " replays in windows, %.1f%% of all replays; %" PRIu64 " left to the guard\n",
-	        tag, ex.n_windowed, ex.windows_checked, ex.windows_refused, s->window_replays,
+	        tag, ex.n_windowed, ex.windows_checked, ex.windows_refused, s->windows_deferred,
+	        s->window_replays,
 	        s->replays ? 100.0 * (double)s->window_replays / (double)s->replays : 0.0,
 	        s->window_misses);
 	if (ex.windows_refused)
@@ -1851,6 +1912,8 @@ int lynx_exec_write_summary(const char *path, int rank)
 			cJSON_AddNumberToObject(d, "offload", ex.planned[LYNX_EXEC_OFFLOAD]);
 			cJSON_AddNumberToObject(d, "recompute", ex.planned[LYNX_EXEC_RECOMPUTE]);
 			cJSON_AddNumberToObject(d, "offloaded_to_hold_budget", (double)s.promoted);
+			cJSON_AddNumberToObject(d, "windows_deferred_to_hold_budget",
+			                        (double)s.windows_deferred);
 			cJSON_AddNumberToObject(d, "kept_below_granule", ex.too_small);
 			cJSON_AddNumberToObject(d, "packed", ex.packed);
 			cJSON_AddNumberToObject(d, "packs", ex.packing.n_packs);

@@ -140,6 +140,8 @@ enum lynx_exec_fault {
 	LYNX_EXEC_STAT(failures, "driver failures (the activation stayed as it was)")            \
 	LYNX_EXEC_STAT(host_waits, "stream waits that failed, made by the host instead")         \
 	LYNX_EXEC_STAT(promoted, "activations the plan kept, offloaded to hold the budget")      \
+	LYNX_EXEC_STAT(windows_deferred,                                                         \
+	               "window rebuilds made at the activation's use, to hold the budget")       \
 	LYNX_EXEC_STAT(pool_trims, "trims of the memory the default pool kept, for the budget")  \
 	LYNX_EXEC_STAT(pool_trimmed_bytes, "bytes those trims gave back to the device")          \
 	LYNX_EXEC_STAT(producers, "producers captured for activations planned for recompute")    \
