@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "faults.h"
+
 enum lynx_mode { LYNX_MODE_OFF, LYNX_MODE_PROFILE, LYNX_MODE_RECOMPUTE };
 enum lynx_timing { LYNX_TIMING_OFF, LYNX_TIMING_DEVICE }; /* LYNX_TIMING, in its values' order */
 enum lynx_pack_mode { LYNX_PACK_OFF, LYNX_PACK_ON };      /* LYNX_PACK, likewise */

@@ -79,6 +79,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "faults.h"
 #include "hooks.h"
 #include "profile.h"
 #include "recorder.h"
@@ -96,20 +97,6 @@ enum lynx_exec_action {
 #undef LYNX_EXEC_ACTION_ENUM
 	        LYNX_EXEC_ACTION_COUNT
 };
-
-/* Faults a test injects to show that a safety check matters: X(ID, name). */
-#define LYNX_EXEC_FAULTS(X)                                                                       \
-	X(NONE, "none")                                                                           \
-	X(SKIP_STREAM_WAITS, "skip-stream-waits") /* no stream waits for another's event */       \
-	X(FAIL_STREAM_WAITS, "fail-stream-waits") /* every stream wait fails (the host waits) */  \
-	X(FAIL_PREFETCH, "fail-prefetch")         /* every restore on the restore stream fails */ \
-	X(FAIL_REPLAY, "fail-replay")             /* each replay's first launch fails */          \
-	X(LOSE_REPLAYS, "lose-replays")           /* every replay launch fails: bytes lost */     \
-	/* every iteration's second non-synchronising call differs from the script: lost */       \
-	X(LOSE_TRACK, "lose-track")                                                               \
-	/* the plan counts buffers below a granule as evictable and leaves no room for what       \
-	 * warm-up had beyond its tensors: it predicts low */                                     \
-	X(PLAN_LOW, "plan-low")
 
 enum lynx_exec_fault {
 #define LYNX_EXEC_FAULT_ENUM(id, name) LYNX_EXEC_FAULT_##id,

@@ -198,9 +198,9 @@ static void test_config_refuses_a_bad_value_with_one_line_and_keeps_the_default(
 }
 
 /*
- * LYNX_FAULT's values are executor.h's LYNX_EXEC_FAULTS names, in its order: the profiling
- * layer hands the parsed index to the executor as that enum. A fault added to one list and
- * not the other, or out of order, fails here.
+ * LYNX_FAULT's values come from faults.h's LYNX_EXEC_FAULTS, joined by bars: each name
+ * parses to its own enum value, which the profiling layer hands to the executor as is, and
+ * no other is listed (a name with a bar in it, or a broken join, fails here).
  */
 static void test_config_fault_values_are_the_executors_faults(void **state)
 {

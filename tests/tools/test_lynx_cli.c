@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "faults.h"
 #include "lynx.h"
 
 /* Every option of options.def: the names and defaults that `lynx env` must show. */
