@@ -55,9 +55,10 @@
  *    estimate is conservative, so the replayed peak may sit below the budget. HEU then keeps
  *    a unit rebuilt on demand in one layer, making room if needed by rebuilding other kept
  *    units of the stage (greedily, the cheapest per byte or the cheapest first): the move
- *    that saves the most rerun time and fits the slack. A move stays only if the checker
- *    says the plan still fits and is faster (up to MAX_POLISH replays; a refused move is
- *    undone with the numbers it had, no replay spent). Without it HEU trailed the exact
+ *    that saves the most rerun time and fits the slack, in the highest layer of those that
+ *    save alike. A move stays only if the checker says the plan still fits and is faster (up
+ *    to MAX_POLISH replays; a refused move is undone with the numbers it had, no replay
+ *    spent, and its unit is not tried again in that layer's chunk). Without it HEU trailed the exact
  *    on-demand MILP (checkmate) by up to 0.004% on NVLink, where windows add little; with
  *    contention charged, windows there add nothing, and only shares down to a quarter and
  *    16 replays made HEU match it on every job of bench_policy (llama3-8b, a100-nvlink, at
@@ -761,9 +762,8 @@ static void set_unit(struct lynx_plan *plan, const struct lynx_unit *u, uint32_t
 
 /* Units rebuilt to make room for a polish move, at most. */
 #define MAX_DROPS 8
-
-/* A polish move in one stage: keep unit `keep` of layer kl and, to make room, rebuild on
- * demand the kept units drop[i] of layers dl[i]. */
+/* A polish move in one stage: keep unit `keep` of layer kl (rebuilt on demand) and, to make
+ * room, rebuild on demand the kept units drop[i] of layers dl[i]. */
 struct move {
 	uint32_t s, kl, keep;
 	uint32_t n_drops, dl[MAX_DROPS], drop[MAX_DROPS];
@@ -802,57 +802,101 @@ static int (*const room_orders[])(const void *, const void *) = {by_cost_per_byt
  */
 static const double need_shares[] = {1.0, 0.9, 0.75, 0.5, 0.25};
 
-/*
- * The move of stage s with the largest gain that fits its slack: keep one unit rebuilt on
- * demand, making room greedily from the stage's other kept units in each of room_orders
- * (never the same unit elsewhere: that frees only what keeping takes). rooms has space for
- * the stage's layers times units; tried[l] marks the units of layer l whose moves the checker
- * refused.
- */
-static void best_move(const struct lynx_problem *p, const struct lynx_plan *plan,
-                      const struct lynx_layer_units *lu, uint32_t s, const uint32_t *tried,
-                      double share, struct room *rooms, struct move *best)
-{
-	const struct lynx_problem_stage *st = &p->stages[s];
-	uint32_t n_groups = p->layer.n_groups, n_rooms = 0;
-	uint64_t peak = plan->stages[s].peak_bytes;
-	uint64_t slack =
-	        lynx_problem_stage_budget(p, s) > peak ? lynx_problem_stage_budget(p, s) - peak : 0;
+/* What the polish knows of one stage while it searches: the plan's kept units that could make
+ * room (rooms, space for the stage's layers times units), and tried[l], the units of layer l
+ * whose moves the checker refused. */
+struct stage_search {
+	const struct lynx_problem *p;
+	const struct lynx_layer_units *lu;
+	uint32_t s;
+	const uint32_t *tried;
+	struct room *rooms;
+	uint32_t n_rooms;
+	uint64_t slack; /* the budget less the plan's replayed peak */
+};
 
-	for (uint32_t l = 0; l < st->layers; l++)
-		for (uint32_t u = 0; u < lu->n_units; u++)
-			if (lu->units[u].bytes &&
-			    unit_is(plan, &lu->units[u], s, l, n_groups, LYNX_ACTION_KEEP))
-				rooms[n_rooms++] = (struct room){
-				        l, u, lu->units[u].rerun_s,
-				        lu->units[u].rerun_s / (double)lu->units[u].bytes};
+/* Fills ss's rooms and slack from the plan's stage ss->s. */
+static void find_rooms(struct stage_search *ss, const struct lynx_plan *plan)
+{
+	const struct lynx_problem *p = ss->p;
+	uint64_t peak = plan->stages[ss->s].peak_bytes,
+	         budget = lynx_problem_stage_budget(p, ss->s);
+
+	ss->slack = budget > peak ? budget - peak : 0;
+	ss->n_rooms = 0;
+	for (uint32_t l = 0; l < p->stages[ss->s].layers; l++)
+		for (uint32_t u = 0; u < ss->lu->n_units; u++) {
+			const struct lynx_unit *unit = &ss->lu->units[u];
+			if (unit->bytes &&
+			    unit_is(plan, unit, ss->s, l, p->layer.n_groups, LYNX_ACTION_KEEP))
+				ss->rooms[ss->n_rooms++] = (struct room){
+				        l, u, unit->rerun_s, unit->rerun_s / (double)unit->bytes};
+		}
+}
+
+/*
+ * Completes move m, whose keep is set and m->gain its rerun time, with the drops that make
+ * room for it from ss's rooms in their current order (never the same unit elsewhere: that
+ * frees only what keeping takes), at `share` of the kept bytes' estimate. Becomes *best if it
+ * fits that way and gains more.
+ */
+static void complete_move(const struct stage_search *ss, double share, struct move m,
+                          struct move *best)
+{
+	const double held = lynx_problem_held_micro_batches(ss->p, ss->s);
+	uint64_t freed = 0, need = (uint64_t)(held * (double)ss->lu->units[m.keep].bytes * share);
+
+	for (uint32_t r = 0; need > ss->slack + freed && r < ss->n_rooms; r++) {
+		if (ss->rooms[r].u == m.keep)
+			continue;
+		if (m.n_drops == MAX_DROPS || m.gain <= best->gain)
+			break;
+		m.dl[m.n_drops] = ss->rooms[r].l;
+		m.drop[m.n_drops++] = ss->rooms[r].u;
+		freed += (uint64_t)(held * (double)ss->lu->units[ss->rooms[r].u].bytes);
+		m.gain -= ss->rooms[r].rerun_s;
+	}
+	if (need <= ss->slack + freed && m.gain > best->gain)
+		*best = m;
+}
+
+/* Whether unit k of layer l is rebuilt on demand, and no move of it was refused there. */
+static bool keepable(const struct stage_search *ss, const struct lynx_plan *plan, uint32_t l,
+                     uint32_t k)
+{
+	return !(ss->tried[l] & (1u << k)) &&
+	       unit_is(plan, &ss->lu->units[k], ss->s, l, ss->p->layer.n_groups,
+	               LYNX_ACTION_RECOMPUTE_ON_DEMAND);
+}
+
+/*
+ * The move of stage ss->s with the largest gain that fits its slack at `share`: keep one unit
+ * rebuilt on demand, making room greedily from the stage's other kept units in each of
+ * room_orders. Of moves with the same gain (the same unit kept in any layer saves the same
+ * rerun time), the one in the highest layer wins, where the checker is likelier to find room:
+ * its backward comes first and gives its activations back first, and under interleaved 1F1B
+ * the later chunks hold fewer passes in flight (on gpt-13b's first stage with two virtual
+ * stages, 7 of chunk 0 and 4 of chunk 1). Each refused move costs a checker replay, of
+ * MAX_POLISH: in the other order the polish spent all of them there on the first chunk's
+ * layers, every one refused, where the second chunk's fit.
+ */
+static void best_move(struct stage_search *ss, const struct lynx_plan *plan, double share,
+                      struct move *best)
+{
+	const uint32_t layers = ss->p->stages[ss->s].layers;
+
 	for (size_t order = 0; order < sizeof(room_orders) / sizeof(room_orders[0]); order++) {
-		qsort(rooms, n_rooms, sizeof(*rooms), room_orders[order]);
-		for (uint32_t kl = 0; kl < st->layers; kl++)
-			for (uint32_t k = 0; k < lu->n_units; k++) {
-				const struct lynx_unit *ku = &lu->units[k];
-				uint64_t need = (uint64_t)(lynx_problem_held_micro_batches(p, s) *
-				                           (double)ku->bytes * share),
-				         freed = 0;
-				struct move m = {s, kl, k, 0, {0}, {0}, ku->rerun_s};
-				if ((tried[kl] & (1u << k)) ||
-				    !unit_is(plan, ku, s, kl, n_groups,
-				             LYNX_ACTION_RECOMPUTE_ON_DEMAND))
-					continue;
-				for (uint32_t r = 0; need > slack + freed && r < n_rooms; r++) {
-					if (rooms[r].u == k)
-						continue;
-					if (m.n_drops == MAX_DROPS || m.gain <= best->gain)
-						break;
-					m.dl[m.n_drops] = rooms[r].l;
-					m.drop[m.n_drops++] = rooms[r].u;
-					freed += (uint64_t)(lynx_problem_held_micro_batches(p, s) *
-					                    (double)lu->units[rooms[r].u].bytes);
-					m.gain -= rooms[r].rerun_s;
-				}
-				if (need <= slack + freed && m.gain > best->gain)
-					*best = m;
-			}
+		qsort(ss->rooms, ss->n_rooms, sizeof(*ss->rooms), room_orders[order]);
+		for (uint32_t kl = layers; kl-- > 0;)
+			for (uint32_t k = 0; k < ss->lu->n_units; k++)
+				if (keepable(ss, plan, kl, k))
+					complete_move(
+					        ss, share,
+					        (struct move){.s = ss->s,
+					                      .kl = kl,
+					                      .keep = k,
+					                      .gain = ss->lu->units[k].rerun_s},
+					        best);
 	}
 }
 
@@ -866,8 +910,42 @@ static void apply_move(struct lynx_plan *plan, const struct lynx_layer_units *lu
 		         undo ? LYNX_ACTION_KEEP : LYNX_ACTION_RECOMPUTE_ON_DEMAND);
 }
 
+/*
+ * A move the checker refused: its unit is not tried again in its layer's chunk (the stage,
+ * without virtual stages). The chunk's lower layers hold at least what the refused one did at
+ * the stage's peak (best_move() tries the top layer first), and a move there makes room with
+ * the same drops: on gpt-13b with two virtual stages, the five layers of a chunk gave the
+ * checker the same peak, a replay each.
+ */
+static void refused(const struct lynx_problem *p, const struct move *m, uint32_t *tried)
+{
+	const uint32_t v = lynx_problem_chunks(p);
+	uint32_t first = 0, end = p->stages[m->s].layers;
+
+	for (uint32_t k = 0; k < v && v <= MAX_CHUNKS; k++) {
+		uint32_t a, b;
+		lynx_problem_chunk_layers(p, m->s, k, &a, &b);
+		if (m->kl >= a && m->kl < b)
+			first = a, end = b;
+	}
+	for (uint32_t l = first; l < end; l++)
+		tried[l] |= 1u << m->keep;
+}
+
 /* The polish's per-layer marks are bitmasks over a layer's units. */
 _Static_assert(LYNX_PROBLEM_MAX_GROUPS <= 32, "tried[] holds one bit per unit");
+
+/* The best move over every stage at the first share where one fits; m->gain stays 0 when
+ * there is none. */
+static void find_move(const struct lynx_problem *p, const struct lynx_plan *plan,
+                      struct stage_search *search, struct move *m)
+{
+	for (uint32_t s = 0; s < p->n_stages; s++)
+		find_rooms(&search[s], plan);
+	for (size_t k = 0; k < sizeof(need_shares) / sizeof(need_shares[0]) && m->gain <= 0; k++)
+		for (uint32_t s = 0; s < p->n_stages; s++)
+			best_move(&search[s], plan, need_shares[k], m);
+}
 
 /* Step 7: see the top of the file. plan fits and carries the checker's numbers. */
 static int polish(const struct lynx_problem *p, struct lynx_plan *plan, char *why, size_t len)
@@ -875,28 +953,31 @@ static int polish(const struct lynx_problem *p, struct lynx_plan *plan, char *wh
 	struct lynx_layer_units lu;
 	uint32_t *tried = NULL; /* by stage and layer: units whose moves were refused */
 	uint64_t *peaks = NULL; /* the stages' predicted peaks before a move */
-	struct room *rooms = NULL;
+	struct stage_search *search = NULL;
 	uint32_t max_layers = 0;
 	int err = 0;
 
 	lynx_layer_units_find(&p->layer, &lu);
 	for (uint32_t s = 0; s < p->n_stages; s++)
 		max_layers = p->stages[s].layers > max_layers ? p->stages[s].layers : max_layers;
-	rooms = calloc((size_t)max_layers * LYNX_PROBLEM_MAX_GROUPS + 1, sizeof(*rooms));
 	tried = calloc((size_t)p->n_stages * max_layers + 1, sizeof(*tried));
 	peaks = calloc(p->n_stages, sizeof(*peaks));
-	if (!rooms || !tried || !peaks)
+	search = calloc(p->n_stages, sizeof(*search));
+	if (!tried || !peaks || !search)
 		err = -ENOMEM;
+	for (uint32_t s = 0; !err && s < p->n_stages; s++) {
+		search[s] = (struct stage_search){p, &lu, s, &tried[s * max_layers], NULL, 0, 0};
+		search[s].rooms = calloc((size_t)max_layers * LYNX_PROBLEM_MAX_GROUPS + 1,
+		                         sizeof(struct room));
+		if (!search[s].rooms)
+			err = -ENOMEM;
+	}
 	for (int replay = 0; !err && plan->fits && replay < MAX_POLISH; replay++) {
 		struct move m = {.gain = 0};
 		double before = plan->step_time_s;
 		bool again;
 
-		for (size_t k = 0; k < sizeof(need_shares) / sizeof(need_shares[0]) && m.gain <= 0;
-		     k++)
-			for (uint32_t s = 0; s < p->n_stages; s++)
-				best_move(p, plan, &lu, s, &tried[s * max_layers], need_shares[k],
-				          rooms, &m);
+		find_move(p, plan, search, &m);
 		if (m.gain <= 0)
 			break;
 		for (uint32_t s = 0; s < p->n_stages; s++)
@@ -907,16 +988,18 @@ static int polish(const struct lynx_problem *p, struct lynx_plan *plan, char *wh
 			/* Undone: the plan is again the one replayed before, and so are its numbers
 			 * (the lowering settle did is undone with it), so no replay is spent. */
 			apply_move(plan, &lu, &m, p->layer.n_groups, true);
-			tried[m.s * max_layers + m.kl] |= 1u << m.keep;
+			refused(p, &m, &tried[m.s * max_layers]);
 			plan->step_time_s = before;
 			plan->fits = true;
 			for (uint32_t s = 0; s < p->n_stages; s++)
 				plan->stages[s].peak_bytes = peaks[s];
 		}
 	}
+	for (uint32_t s = 0; search && s < p->n_stages; s++)
+		free(search[s].rooms);
+	free(search);
 	free(peaks);
 	free(tried);
-	free(rooms);
 	return err;
 }
 
