@@ -58,9 +58,9 @@
  *    that saves the most rerun time and fits the slack, in the highest layer of those that
  *    save alike. A move stays only if the checker says the plan still fits and is faster (up
  *    to MAX_POLISH replays; a refused move is undone with the numbers it had, no replay
- *    spent, and its unit is not tried again in that layer's chunk). Without it HEU trailed the exact
- *    on-demand MILP (checkmate) by up to 0.004% on NVLink, where windows add little; with
- *    contention charged, windows there add nothing, and only shares down to a quarter and
+ *    spent, and its unit is not tried again in that layer's chunk). Without it HEU trailed
+ *    the exact on-demand MILP (checkmate) by up to 0.004% on NVLink, where windows add little;
+ *    with contention charged, windows there add nothing, and only shares down to a quarter and
  *    16 replays made HEU match it on every job of bench_policy (llama3-8b, a100-nvlink, at
  *    a quarter of the way from full's peak to none's had trailed it by 0.0016%).
  * 8. Where keeping everything fits a stage, the stage keeps everything
