@@ -717,9 +717,10 @@ static bool offload_to_hold_budget(struct exec_buf *b)
  * than the job takes. At each call where the budget went over, from the next iteration on:
  * - activations the plan keeps that could be out of device memory there are offloaded;
  * - then window rebuilds that made activations resident there ahead of their use are made
- *   at that use instead (a rebuild in a window also brings back what it reads, so it can
- *   hold more than the plan saw: a trainer that keeps saved buffers until its layer's
- *   backward ends, where the plan gives each back after its last reader);
+ *   at that use instead, each with the rest of its window's rebuilds of the same layer and
+ *   micro-batch (a rebuild in a window also brings back what it reads, so it can hold more
+ *   than the plan saw: a trainer that keeps saved buffers until its layer's backward ends,
+ *   where the plan gives each back after its last reader);
  * each the fewest bytes that cover what those already chosen leave (the smallest one that
  * covers it, else the largest, in turn). Offloads come first: they cost copies on an idle
  * link, where a rebuild moved to its use costs its time. Said once at the default level;
@@ -746,21 +747,35 @@ static void keep_budget(bool examined)
 		}
 		while (left && n_moves < sizeof(moves) / sizeof(moves[0])) {
 			struct exec_buf *b = pick_cover(evictable_at, t, left);
-			bool defer = !b;
-			if (defer && !(b = pick_cover(deferrable_at, t, left)))
+			if (b) {
+				if (!offload_to_hold_budget(b))
+					return;
+				moved += b->sb->bytes;
+				moves[n_moves++] = (struct budget_move){b, false};
+				left = b->sb->bytes >= left ? 0 : left - b->sb->bytes;
+				continue;
+			}
+			if (!(b = pick_cover(deferrable_at, t, left)))
 				break;
-			if (defer) {
-				b->window = WINDOW_NONE; /* at_window() passes it over: on demand */
+			/* With every rebuild of b's window for its layer and micro-batch: one left
+			 * there would bring back what they share (siblings written by one replay,
+			 * what their replays read), and little would be out. */
+			const struct lynx_prof_script_buffer *at = b->sb;
+			uint32_t window = b->window_token;
+			for (size_t i = 0; i < ex.script.n_buffers; i++) {
+				struct exec_buf *c = &ex.bufs[i];
+				if (c->sb->layer != at->layer ||
+				    c->sb->microbatch != at->microbatch ||
+				    c->window_token != window || !deferrable_at(c, t) ||
+				    n_moves == sizeof(moves) / sizeof(moves[0]))
+					continue;
+				c->window = WINDOW_NONE; /* at_window() passes it over: on demand */
 				ex.stats.windows_deferred++;
 				n_deferred++;
-				deferred_bytes += b->sb->bytes;
-			} else if (!offload_to_hold_budget(b)) {
-				return;
-			} else {
-				moved += b->sb->bytes;
+				deferred_bytes += c->sb->bytes;
+				moves[n_moves++] = (struct budget_move){c, true};
+				left = c->sb->bytes >= left ? 0 : left - c->sb->bytes;
 			}
-			moves[n_moves++] = (struct budget_move){b, defer};
-			left = b->sb->bytes >= left ? 0 : left - b->sb->bytes;
 		}
 		if (left > short_by) {
 			short_by = left;
