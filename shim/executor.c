@@ -639,19 +639,20 @@ static bool evictable_at(const struct exec_buf *b, uint32_t t)
 	       out_at(b->sb, t);
 }
 
-/* Whether window-planned activation b, as window w (its window_token) left it, is resident
- * at call t only because its window rebuilt it: after the window, before its backward's
- * first use. Rebuilt at that use instead, it (and what its rebuild brought back with it)
- * would be out there. */
-static bool early_at(const struct exec_buf *b, uint32_t w, uint32_t t)
+/* Whether window-planned activation b is resident at call t only because its window
+ * rebuilt it: after the window, before its backward's first use. Rebuilt at that use
+ * instead, it (and what its rebuild brought back with it) would be out there. A move keeps
+ * b's window_token, so this still says where a moved rebuild made room. */
+static bool early_at(const struct exec_buf *b, uint32_t t)
 {
-	return w != LYNX_EXEC_NO_WINDOW && w < t && b->sb->first_backward_token > t;
+	return b->window_token != LYNX_EXEC_NO_WINDOW && b->window_token < t &&
+	       b->sb->first_backward_token > t;
 }
 
 /* Whether window rebuild b can move to its use, for call t. */
 static bool deferrable_at(const struct exec_buf *b, uint32_t t)
 {
-	return b->window == WINDOW_CHECKED && early_at(b, b->window_token, t);
+	return b->window == WINDOW_CHECKED && early_at(b, t);
 }
 
 /* What keep_budget() changes from the next iteration on: a kept activation offloaded, or a
@@ -669,7 +670,7 @@ static uint64_t moved_out_at(const struct budget_move *moves, size_t n, uint32_t
 
 	for (size_t i = 0; i < n; i++) {
 		const struct exec_buf *b = moves[i].b;
-		bool out = moves[i].deferred ? early_at(b, b->window_token, t) : out_at(b->sb, t);
+		bool out = moves[i].deferred ? early_at(b, t) : out_at(b->sb, t);
 		bytes += out ? b->sb->bytes : 0;
 	}
 	return bytes;
