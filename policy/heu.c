@@ -919,15 +919,11 @@ static void apply_move(struct lynx_plan *plan, const struct lynx_layer_units *lu
  */
 static void refused(const struct lynx_problem *p, const struct move *m, uint32_t *tried)
 {
-	const uint32_t v = lynx_problem_chunks(p);
-	uint32_t first = 0, end = p->stages[m->s].layers;
+	const uint32_t v = lynx_problem_chunks(p), per = p->stages[m->s].layers / v;
+	uint32_t first, end;
 
-	for (uint32_t k = 0; k < v && v <= MAX_CHUNKS; k++) {
-		uint32_t a, b;
-		lynx_problem_chunk_layers(p, m->s, k, &a, &b);
-		if (m->kl >= a && m->kl < b)
-			first = a, end = b;
-	}
+	/* The last chunk holds the rest (lynx_problem_chunk_layers()). */
+	lynx_problem_chunk_layers(p, m->s, m->kl / per < v ? m->kl / per : v - 1, &first, &end);
 	for (uint32_t l = first; l < end; l++)
 		tried[l] |= 1u << m->keep;
 }
