@@ -408,8 +408,8 @@ gpu-test:
 gpu-dry: build-deps all
 	$(Q)tests/gpu/run.sh --simgpu --bundle $(GPU_BUNDLE) --out $(BUILD)/gpu-dry
 
-# Lynx over tinytrain's 32 shapes (schedules, lazy state, DDP buckets, launch APIs, streams,
-# layouts), three runs each, with the profile repeated three times on the first cells: the
+# Lynx over tinytrain's shapes (schedules, lazy state, DDP buckets, launch APIs, kernel
+# modules, streams, layouts: tests/shapes/matrix.py's CELLS), three runs each, with the profile repeated three times on the first cells: the
 # table of docs/measurements.md. make test runs its --quick cells.
 shapes: build-deps all
 	$(Q)tests/shapes/matrix.py --build $(BUILD) --repeat 3 --json $(BUILD)/shapes.json

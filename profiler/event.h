@@ -49,6 +49,11 @@ struct lynx_prof_event {
 			uint64_t function;
 			/* the kernel's name (interned), or NULL: the dump had none */
 			const char *name;
+			/* lynx_fnv1a_string(name), 0 without a name: what makes two launches
+			 * the same kernel in a signature. A kernel loaded by several modules
+			 * (each torch.compile graph loads its own Triton kernels) has a
+			 * function handle per module, and one name. */
+			uint64_t name_hash;
 			uint32_t grid[3], block[3], shared;
 			uint32_t param_count, param_bytes;
 			const uint8_t *params; /* param_bytes bytes, or NULL (runtime launches) */

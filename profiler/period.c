@@ -26,11 +26,7 @@ static uint64_t mix(uint64_t h, uint64_t v)
 
 static uint64_t mix_string(uint64_t h, const char *s)
 {
-	uint64_t f = LYNX_FNV1A_BASIS;
-
-	for (; *s; s++)
-		f = lynx_fnv1a_byte(f, (unsigned char)*s);
-	return mix(h, f);
+	return mix(h, lynx_fnv1a_string(s));
 }
 
 uint64_t lynx_prof_signature(const struct lynx_prof_event *ev)
@@ -41,7 +37,9 @@ uint64_t lynx_prof_signature(const struct lynx_prof_event *ev)
 		return 0;
 	switch (ev->kind) {
 	case LYNX_PROF_LAUNCH:
-		h = mix(h, ev->u.launch.function);
+		/* The kernel by its name where it has one: the same kernel through several
+		 * handles is one token. */
+		h = mix(h, ev->u.launch.name_hash ? ev->u.launch.name_hash : ev->u.launch.function);
 		for (int i = 0; i < 3; i++)
 			h = mix(mix(h, ev->u.launch.grid[i]), ev->u.launch.block[i]);
 		h = mix(h, ev->u.launch.shared);

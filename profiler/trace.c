@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 
 #include "event.h"
+#include "fnv.h"
 
 #define LYNX_EVENTS_FORMAT "lynx-events"
 #define LYNX_EVENTS_VERSION 1
@@ -326,12 +327,16 @@ static int get_name(struct reader *r, struct storage *s, const cJSON *obj,
 	const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, "name");
 
 	ev->u.launch.name = NULL;
+	ev->u.launch.name_hash = 0;
 	if (!it || cJSON_IsNull(it))
 		return 0;
 	if (!cJSON_IsString(it))
 		return refuse(r, "name", "expected a string or null");
 	ev->u.launch.name = intern(s, it->valuestring);
-	return ev->u.launch.name ? 0 : -ENOMEM;
+	if (!ev->u.launch.name)
+		return -ENOMEM;
+	ev->u.launch.name_hash = lynx_fnv1a_string(ev->u.launch.name);
+	return 0;
 }
 
 static int read_payload(struct reader *r, struct storage *s, const cJSON *obj,

@@ -228,6 +228,10 @@ void *lynx_wrapper_for(const char *name, void *real);
  * its first launch), or NULL if Lynx has not seen it launched. Lock-free. */
 const char *lynx_launch_function_name(uint64_t function);
 
+/* The same name, and in *name_hash the hash of the whole name (lynx_fnv1a_string(); 0
+ * without a name): what signatures take a kernel by (profiler/event.h). Lock-free. */
+const char *lynx_launch_function_identity(uint64_t function, uint64_t *name_hash);
+
 /* Resolves hook id's real function now (dlsym); NULL if the library lacks it. */
 void *lynx_resolve_real(enum lynx_hook_id id);
 

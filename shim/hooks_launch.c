@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "executor.h"
+#include "fnv.h"
 #include "hooks.h"
 #include "launch_attrs.h"
 #include "log.h"
@@ -28,7 +29,8 @@ struct func_info {
 	bool gaps;      /* alignment padding between parameters: zeroed in the payload */
 	uint32_t fits;  /* leading parameters that lie within MAX_PARAM_BYTES */
 	uint32_t offset[MAX_PARAMS], size[MAX_PARAMS];
-	char name[128]; /* cuFuncGetName's (or cuKernelGetName's) answer, or "" */
+	char name[128];     /* cuFuncGetName's (or cuKernelGetName's) answer, or "" */
+	uint64_t name_hash; /* lynx_fnv1a_string(name), 0 without a name */
 };
 
 static struct func_info *_Atomic cache[CACHE_SLOTS];
@@ -66,8 +68,12 @@ static struct func_info *query_layout(uint64_t function)
 	const char *name = NULL;
 	if ((kernel ? cuKernelGetName(&name, (CUkernel)(uintptr_t)function)
 	            : cuFuncGetName(&name, (CUfunction)(uintptr_t)function)) == CUDA_SUCCESS &&
-	    name)
+	    name && *name) {
 		snprintf(info->name, sizeof(info->name), "%s", name);
+		/* Hashed once here, not per launch, and whole: templated kernels' mangled
+		 * names can share the first 127 characters. Signatures take a kernel by it. */
+		info->name_hash = lynx_fnv1a_string(name);
+	}
 	uint32_t packed = 0;
 	for (uint32_t i = 0; i < info->count; i++)
 		packed += info->size[i];
@@ -129,19 +135,33 @@ static inline struct func_info *layout_of(uint64_t function)
 	return info && info->function == function ? info : layout_lookup(function);
 }
 
-const char *lynx_launch_function_name(uint64_t function)
+/* The cached layout of a function launched before, or NULL; never queries the driver. */
+static const struct func_info *cached(uint64_t function)
 {
 	uint32_t slot = (uint32_t)((function * 0x9E3779B97F4A7C15ull) >> 40);
 
 	for (uint32_t probe = 0; probe < 16; probe++) {
 		struct func_info *info = atomic_load_explicit(
 		        &cache[(slot + probe) & (CACHE_SLOTS - 1)], memory_order_acquire);
-		if (!info)
-			return NULL;
-		if (info->function == function)
-			return info->name[0] ? info->name : NULL;
+		if (!info || info->function == function)
+			return info;
 	}
 	return NULL;
+}
+
+const char *lynx_launch_function_name(uint64_t function)
+{
+	const struct func_info *info = cached(function);
+
+	return info && info->name[0] ? info->name : NULL;
+}
+
+const char *lynx_launch_function_identity(uint64_t function, uint64_t *name_hash)
+{
+	const struct func_info *info = cached(function);
+
+	*name_hash = info ? info->name_hash : 0;
+	return info && info->name[0] ? info->name : NULL;
 }
 
 /* Copies the parameters (one pointer each, or one packed buffer) into the payload,

@@ -278,7 +278,8 @@ static void copy_launch(const struct lynx_event *ev, struct lynx_prof_event *out
 	size_t room = ev->size > sizeof(*ev) ? ev->size - sizeof(*ev) : 0;
 
 	out->u.launch.function = ev->u.launch.function;
-	out->u.launch.name = lynx_launch_function_name(ev->u.launch.function);
+	out->u.launch.name =
+	        lynx_launch_function_identity(ev->u.launch.function, &out->u.launch.name_hash);
 	memcpy(out->u.launch.grid, ev->u.launch.grid, sizeof(out->u.launch.grid));
 	memcpy(out->u.launch.block, ev->u.launch.block, sizeof(out->u.launch.block));
 	out->u.launch.shared = ev->u.launch.shared_mem;

@@ -84,9 +84,9 @@ gpu_suite_on_simgpu() {
 	tests/gpu/run.sh --simgpu --bundle "$BUILD/gpu" --out "$out" || return 1
 	python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); sys.exit(r["failed"] != 0 or r["passed"] < 10)' "$out/results.json"
 }
-# The shape matrix's quick cells (make shapes runs all 32): Lynx on tinytrain with GPipe,
-# interleaved 1F1B, one micro-batch, DDP buckets, lazy optimizer state and the Ex launch
-# paths, profile and recompute checked against the truth; the schedules at their smallest
+# The shape matrix's quick cells (make shapes runs them all): Lynx on tinytrain with GPipe,
+# interleaved 1F1B, one micro-batch, DDP buckets, lazy optimizer state, the Ex launch paths
+# and a module of kernels per layer (torch.compile under DDP), profile and recompute checked against the truth; the schedules at their smallest
 # (2 micro-batches of GPipe, 3 stages interleaved), 150 s in all. Not under the sanitizers
 # either.
 shapes_quick() {

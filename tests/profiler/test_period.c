@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "fnv.h"
 #include "period.h"
 #include "record.h"
 
@@ -294,6 +295,36 @@ static void check_tinytrain(const char *args, int ranks, int steps)
 	record_release(&rec);
 }
 
+/* A launch of kernel `name` through function handle `function` (NULL name: none known). */
+static struct lynx_prof_event launch_of(uint64_t function, const char *name)
+{
+	struct lynx_prof_event e = {.kind = LYNX_PROF_LAUNCH, .hook = "cuLaunchKernel"};
+
+	e.u.launch.function = function;
+	e.u.launch.name = name;
+	e.u.launch.name_hash = name ? lynx_fnv1a_string(name) : 0;
+	e.u.launch.grid[0] = e.u.launch.block[0] = 1;
+	return e;
+}
+
+/* torch.compile under DDP loads each graph piece's Triton kernels from a module of its own:
+ * one kernel, a function handle per module. By name it is one token, so layers repeat. */
+static void test_a_kernel_through_several_handles_is_one_token(void **state)
+{
+	struct lynx_prof_event a = launch_of(0x1000, "triton_poi_fused_add_0"),
+	                       b = launch_of(0x2000, "triton_poi_fused_add_0"),
+	                       other = launch_of(0x1000, "triton_poi_fused_add_1"),
+	                       bare = launch_of(0x1000, NULL), bare2 = launch_of(0x2000, NULL);
+
+	assert_int_equal(lynx_prof_signature(&a), lynx_prof_signature(&b));
+	assert_int_not_equal(lynx_prof_signature(&a), lynx_prof_signature(&other));
+	/* Without a name, the handle is all there is. */
+	assert_int_not_equal(lynx_prof_signature(&bare), lynx_prof_signature(&bare2));
+	/* The geometry still tells launches of one kernel apart. */
+	b.u.launch.grid[0] = 2;
+	assert_int_not_equal(lynx_prof_signature(&a), lynx_prof_signature(&b));
+}
+
 static void test_period_finds_each_tinytrain_step(void **state)
 {
 	(void)state;
@@ -362,6 +393,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_period_refuses_a_trace_without_repeats),
 	        cmocka_unit_test(test_period_is_no_short_repeat_without_a_synchronisation),
 	        cmocka_unit_test(test_period_looks_past_a_ruled_out_set_up_loop),
+	        cmocka_unit_test(test_a_kernel_through_several_handles_is_one_token),
 	        cmocka_unit_test(test_period_finds_each_tinytrain_step),
 	        cmocka_unit_test(test_period_finds_steps_with_the_backward_on_the_same_thread),
 	        cmocka_unit_test(test_period_skips_a_real_first_step_that_differs),

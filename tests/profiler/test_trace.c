@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "fnv.h"
 #include "record.h"
 
 static char scratch[1100];
@@ -23,6 +24,10 @@ static char scratch[1100];
 	COMMON(t, tid, "cuLaunchKernel", "launch")                                         \
 	",\"function\":\"0xdeadbeef\",\"grid\":[8,2,1],\"block\":[256,1,1],\"shared\":48," \
 	"\"params\":\"0100ff7f\",\"param_count\":2}\n"
+#define NAMED_LAUNCH(t, tid, name)                                                   \
+	COMMON(t, tid, "cuLaunchKernel", "launch")                                   \
+	",\"function\":\"0xfeed\",\"grid\":[1,1,1],\"block\":[32,1,1],\"shared\":0," \
+	"\"params\":\"\",\"param_count\":0,\"name\":\"" name "\"}\n"
 #define ALLOC(t, tid) \
 	COMMON(t, tid, "cudaMallocAsync", "alloc") ",\"ptr\":\"0x7f0000001000\",\"bytes\":4096}\n"
 #define COLL(t, tid)                                                                        \
@@ -30,8 +35,8 @@ static char scratch[1100];
 	",\"comm\":\"0xc0\",\"send\":\"0x10\",\"recv\":\"0x20\",\"count\":2048,\"type\":7," \
 	"\"op\":0,\"peer\":-1,\"group_depth\":0}\n"
 
-static const char good[] = HEADER LAUNCH(300, 7) ALLOC(100, 7) COLL(200, 8) LAUNCH(400, 8)
-        COMMON(500, 7, "cuInit", "unknown") "}\n";
+static const char good[] = HEADER LAUNCH(300, 7) ALLOC(100, 7) COLL(200, 8)
+        NAMED_LAUNCH(400, 8, "triton_poi_fused_0") COMMON(500, 7, "cuInit", "unknown") "}\n";
 
 static const char *write_file(const char *name, const char *text, size_t len)
 {
@@ -91,7 +96,12 @@ static void test_trace_reads_every_payload(void **state)
 	assert_int_equal(l->u.launch.param_bytes, 4);
 	assert_memory_equal(l->u.launch.params, "\x01\x00\xff\x7f", 4);
 	assert_string_equal(l->hook, "cuLaunchKernel");
-	assert_ptr_equal(l->hook, t.events[3].hook);         /* interned */
+	assert_ptr_equal(l->hook, t.events[3].hook); /* interned */
+	/* A kernel's name, where the dump has one, is what signatures take it by. */
+	assert_null(l->u.launch.name);
+	assert_int_equal(l->u.launch.name_hash, 0);
+	assert_string_equal(t.events[3].u.launch.name, "triton_poi_fused_0");
+	assert_int_equal(t.events[3].u.launch.name_hash, lynx_fnv1a_string("triton_poi_fused_0"));
 	assert_int_equal(t.events[4].kind, LYNX_PROF_OTHER); /* "unknown" */
 	for (size_t i = 0; i < t.count; i++)
 		assert_int_equal(t.events[i].index, i);

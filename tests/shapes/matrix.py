@@ -62,6 +62,10 @@ CELLS = [
      "--lazy-optimizer --launch mixed --compute-stream null", True),
     ("dp2-m1-torchlike-fill", "--nproc 2 --dp 2 --microbatches 1 --ddp-buckets 64 "
      "--lazy-optimizer --launch mixed --compute-stream null --deterministic-fill", False),
+    # torch.compile under DDP: each graph piece (here one layer) loads its kernels from a
+    # module of its own, so the same kernel comes through other CUfunctions per layer
+    ("dp2-m1-compiled", "--nproc 2 --dp 2 --microbatches 1 --ddp-buckets 64 "
+     "--lazy-optimizer --launch mixed --compute-stream null --kernel-modules 1", True),
     # tensor parallel
     ("tp2-m1", "--nproc 2 --tp 2 --microbatches 1", False),
     ("tp2-m4-ex", "--nproc 2 --tp 2 --microbatches 4 --launch ex", False),
@@ -77,6 +81,8 @@ CELLS = [
     ("pp2-m4-gpipe-driver-ex", "--nproc 2 --pp 2 --microbatches 4 --schedule gpipe "
      "--launch driver-ex", False),
     ("pp2-m4-created", "--nproc 2 --pp 2 --microbatches 4 --compute-stream created", False),
+    ("pp2-m4-modules2", "--nproc 2 --pp 2 --microbatches 4 --launch driver "
+     "--kernel-modules 2", False),
     ("pp4-m4-1f1b", "--nproc 4 --pp 4 --microbatches 4", False),
     ("pp4-m4-interleaved", "--nproc 4 --pp 4 --microbatches 4 --schedule interleaved "
      "--virtual-stages 2 --layers 16", False),

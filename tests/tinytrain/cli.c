@@ -105,7 +105,7 @@ static void usage(FILE *f)
 	        "                 [--lazy-optimizer] [--ddp-buckets KB] [--fork-worker-after N]\n"
 	        "                 [--sync-every N] [--deterministic-fill]\n"
 	        "                 [--retain-pool] [--virtual-copies]\n"
-	        "                 [--launch %s]\n"
+	        "                 [--launch %s [--kernel-modules K]]\n"
 	        "                 [--compute-stream %s]\n"
 	        "\n"
 	        "Trains a GPT-style model on simgpu with N = P*T*D ranks (pipeline, tensor and\n"
@@ -157,6 +157,11 @@ static void usage(FILE *f)
 	        "                     mixed: GEMMs driver-ex, the rest runtime (as cuBLASLt\n"
 	        "                     and ATen). Driver entry points come from\n"
 	        "                     cudaGetDriverEntryPointByVersion.\n"
+	        "  --kernel-modules K each K local layers launch their kernels through\n"
+	        "                     functions of a module of their own (cuModuleLoadData),\n"
+	        "                     as torch.compile under DDP loads each graph piece's\n"
+	        "                     Triton kernels: the same names, other CUfunctions.\n"
+	        "                     Needs a --launch with a driver API.\n"
 	        "  --compute-stream   legacy: the handle cudaStreamLegacy. null: the handle 0,\n"
 	        "                     as PyTorch passes its default stream. created: a\n"
 	        "                     non-blocking stream, as torch.cuda.Stream() makes.\n"
@@ -229,6 +234,7 @@ enum {
 	OPT_FORK_WORKER_AFTER,
 	OPT_SYNC_EVERY,
 	OPT_LAUNCH,
+	OPT_KERNEL_MODULES,
 	OPT_COMPUTE_STREAM,
 	OPT_HELP,
 };
@@ -261,6 +267,7 @@ static const struct option long_options[] = {
         {"ddp-buckets", required_argument, NULL, OPT_DDP_BUCKETS},
         {"fork-worker-after", required_argument, NULL, OPT_FORK_WORKER_AFTER},
         {"sync-every", required_argument, NULL, OPT_SYNC_EVERY},
+        {"kernel-modules", required_argument, NULL, OPT_KERNEL_MODULES},
         {"launch", required_argument, NULL, OPT_LAUNCH},
         {"compute-stream", required_argument, NULL, OPT_COMPUTE_STREAM},
         {"help", no_argument, NULL, OPT_HELP},
@@ -343,6 +350,10 @@ static int check_layout(const struct tt_config *cfg)
 	if (cfg->virt.hidden % cfg->virt.heads)
 		return usage_error("virtual hidden %d is not divisible by its %d heads",
 		                   cfg->virt.hidden, cfg->virt.heads);
+	if (cfg->kernel_modules &&
+	    (cfg->launch == TT_LAUNCH_MODE_RUNTIME || cfg->launch == TT_LAUNCH_MODE_RUNTIME_EX))
+		return usage_error("--kernel-modules needs a --launch with a driver API "
+		                   "(driver, driver-ex or mixed)");
 	return check_schedule(cfg);
 }
 
@@ -410,6 +421,9 @@ int tt_parse_args(int argc, char **argv, struct tt_config *cfg)
 			break;
 		case OPT_SYNC_EVERY:
 			positive = &cfg->sync_every;
+			break;
+		case OPT_KERNEL_MODULES:
+			positive = &cfg->kernel_modules;
 			break;
 		case OPT_RECOMPUTE:
 			value = lookup_choice("recompute", recompute_names,

@@ -4,6 +4,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "kernels.h"
 #include "kernels_table.h"
@@ -128,6 +130,52 @@ int tt_kernels_use_launch(enum tt_launch_api gemm, enum tt_launch_api other)
 	return 0;
 }
 
+/* Set once by tt_kernels_use_modules, before the other threads start. */
+static int loaded_modules;
+static _Thread_local int current_module = -1;
+
+int tt_kernels_use_modules(int modules)
+{
+	static const char *const names[] = {
+#define NAME(name, parameters) #name,
+	        TT_KERNELS(NAME)
+#undef NAME
+	};
+	static const char image[] =
+#define LINE(name, parameters) #name "\n"
+	        TT_KERNELS(LINE)
+#undef LINE
+	        ;
+	struct tt_launch_target *targets[] = {
+#define TARGET(name, parameters) &name##_target,
+	        TT_KERNELS(TARGET)
+#undef TARGET
+	};
+	CUfunction functions[ARRAY_SIZE(names)];
+
+	for (size_t k = 0; k < ARRAY_SIZE(targets); k++) {
+		targets[k]->in_module = calloc((size_t)modules, sizeof(CUfunction));
+		if (!targets[k]->in_module) {
+			fprintf(stderr, "tinytrain: out of memory for %d kernel modules\n",
+			        modules);
+			return -1;
+		}
+	}
+	for (int m = 0; m < modules; m++) {
+		if (tt_launch_load_module(image, names, ARRAY_SIZE(names), functions))
+			return -1;
+		for (size_t k = 0; k < ARRAY_SIZE(targets); k++)
+			targets[k]->in_module[m] = functions[k];
+	}
+	loaded_modules = modules;
+	return 0;
+}
+
+void tt_kernels_enter_module(int module)
+{
+	current_module = module < loaded_modules ? module : -1;
+}
+
 uint64_t tt_kernels_launch_count(void)
 {
 	return atomic_load_explicit(&launches, memory_order_relaxed);
@@ -139,12 +187,18 @@ static cudaError_t launch_with(enum tt_launch_api api, const struct tt_launch_ta
                                int64_t work, void **args, cudaStream_t stream)
 {
 	int64_t blocks = (work + THREADS_PER_BLOCK - 1) / THREADS_PER_BLOCK;
+	struct tt_launch_target module_target;
 	cudaError_t err;
 
 	if (blocks < 1)
 		blocks = 1;
 	if (blocks > INT32_MAX)
 		blocks = INT32_MAX;
+	if (current_module >= 0 && is_driver_api(api)) {
+		module_target = *target;
+		module_target.function = target->in_module[current_module];
+		target = &module_target;
+	}
 	err = tt_launch(api, target, (dim3){(unsigned int)blocks, 1, 1},
 	                (dim3){THREADS_PER_BLOCK, 1, 1}, args, stream);
 	if (err == cudaSuccess)

@@ -53,6 +53,19 @@ enum tt_launch_api {
  */
 int tt_kernels_use_launch(enum tt_launch_api gemm_api, enum tt_launch_api other_api);
 
+/*
+ * Loads `modules` modules that each hold every kernel (cuModuleLoadData), as torch.compile
+ * under DDP loads the Triton kernels of each graph piece from a module of its own: the same
+ * kernels, by name, through other CUfunctions. From then on a driver API launch made between
+ * tt_kernels_enter_module(m) and tt_kernels_enter_module(-1) on the same thread goes through
+ * module m's function. After tt_kernels_use_launch; returns 0, or -1 after printing why.
+ */
+int tt_kernels_use_modules(int modules);
+
+/* This thread's launches go through module m's functions from now on; -1 (or a module not
+ * loaded): through the kernels' own. */
+void tt_kernels_enter_module(int module);
+
 /* Kernels this process has launched successfully, counted by the launch wrappers (any
  * thread): the ground truth for a profiler's launch count. */
 uint64_t tt_kernels_launch_count(void);

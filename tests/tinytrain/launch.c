@@ -43,6 +43,31 @@ int tt_launch_prepare(enum tt_launch_api api)
 	}
 }
 
+int tt_launch_load_module(const char *image, const char *const *names, size_t n,
+                          CUfunction *functions)
+{
+	static PFN_cuModuleLoadData_v2000 load;
+	static PFN_cuModuleGetFunction_v2000 get;
+	CUmodule module = NULL;
+	CUresult res;
+
+	if (driver_entry_point("cuModuleLoadData", (void **)&load) ||
+	    driver_entry_point("cuModuleGetFunction", (void **)&get))
+		return -1;
+	if ((res = load(&module, image)) != CUDA_SUCCESS) {
+		fprintf(stderr, "tinytrain: cuModuleLoadData failed: error %d\n", (int)res);
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if ((res = get(&functions[i], module, names[i])) != CUDA_SUCCESS) {
+			fprintf(stderr, "tinytrain: cuModuleGetFunction(%s) failed: error %d\n",
+			        names[i], (int)res);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 int tt_launch_resolve(struct tt_launch_target *target, const char *name)
 {
 	cudaFunction_t function = NULL;

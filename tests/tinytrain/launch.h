@@ -19,6 +19,8 @@
 struct tt_launch_target {
 	const void *stub;
 	CUfunction function;
+	/* With --kernel-modules: its CUfunction in each module tinytrain loaded, or NULL. */
+	CUfunction *in_module;
 };
 
 /* Finds what api needs (the driver's entry point). Returns 0, or -1 after printing why. */
@@ -27,6 +29,13 @@ int tt_launch_prepare(enum tt_launch_api api);
 /* Finds the target's CUfunction with cudaGetFuncBySymbol. Returns 0, or -1 after printing
  * why. */
 int tt_launch_resolve(struct tt_launch_target *target, const char *name);
+
+/*
+ * Loads a module image (on simgpu, a text listing kernel names) with cuModuleLoadData and
+ * finds each of names[0..n) in it, into functions. Returns 0, or -1 after printing why.
+ */
+int tt_launch_load_module(const char *image, const char *const *names, size_t n,
+                          CUfunction *functions);
 
 /*
  * Launches the target through api (prepared, and resolved for the driver APIs) with

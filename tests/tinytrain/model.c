@@ -606,17 +606,26 @@ int64_t tt_acts_bytes(const struct tt_rank *r, const struct tt_acts *a)
 	return bytes;
 }
 
+/* --kernel-modules: the layer's kernels through its module's functions, as a graph piece's. */
+static void enter_module(const struct tt_rank *r, int layer)
+{
+	if (r->cfg->kernel_modules)
+		tt_kernels_enter_module(layer / r->cfg->kernel_modules);
+}
+
 float *tt_layer_forward(struct tt_rank *r, int layer, int mb, float *x)
 {
 	struct tt_acts *a = acts_of(r, layer, mb);
 	float *out;
 
 	*a = (struct tt_acts){.x = x};
+	enter_module(r, layer);
 	out = forward_compute(r, layer, mb, a);
 	if (r->cfg->recompute == TT_RECOMPUTE_FULL)
 		free_saved(r, a);
 	else if (r->cfg->recompute == TT_RECOMPUTE_SELECTIVE)
 		attention_core_free(r, a);
+	tt_kernels_enter_module(-1);
 	if (r->saved_layer_bytes && tt_acts_bytes(r, a) > r->saved_layer_bytes[layer])
 		r->saved_layer_bytes[layer] = tt_acts_bytes(r, a);
 	return out;
@@ -729,12 +738,14 @@ float *tt_layer_backward(struct tt_rank *r, int layer, int mb, float *dy)
 {
 	struct tt_acts *a = acts_of(r, layer, mb);
 
+	enter_module(r, layer);
 	rematerialise(r, layer, mb, a);
 	mlp_backward(r, layer, a, dy);
 	attention_backward(r, layer, a, dy);
 	free_saved(r, a);
 	tt_free(r, a->x);
 	a->x = NULL;
+	tt_kernels_enter_module(-1);
 	return dy;
 }
 

@@ -116,6 +116,12 @@ void tt_rank_setup(struct tt_rank *r, const struct tt_config *cfg, int rank, con
 		        "cudaMemPoolSetAttribute");
 	}
 	use_launch_apis(cfg->launch);
+	/* Enough modules for every local layer index (interleaved chunks included). */
+	if (cfg->kernel_modules &&
+	    tt_kernels_use_modules((cfg->layers + cfg->kernel_modules - 1) / cfg->kernel_modules)) {
+		fprintf(stderr, "tinytrain: cannot load the kernel modules\n");
+		exit(1);
+	}
 	connect(r, nccl_id);
 	/* PyTorch computes on the legacy default stream, or on a stream of its pool (created
 	 * non-blocking); its NCCL streams are non-blocking. */

@@ -3,8 +3,8 @@
  * tinytrain end to end, through its command line: determinism, the recompute baselines
  * (same results, less memory, more time), parallel layouts against one rank, the
  * full-recompute overhead of Korthikanti et al., the shapes of real trainers (schedules,
- * launch APIs, lazy optimizer state, DDP buckets, compute streams: same bits, and the
- * launch count as simgpu sees it), and usage errors.
+ * launch APIs, kernel modules, lazy optimizer state, DDP buckets, compute streams: same
+ * bits, and the launch count as simgpu sees it), and usage errors.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -429,6 +429,25 @@ static void test_launch_apis_give_the_same_bits_and_counts(void **state)
 	free(reference.out);
 }
 
+/* Kernels launched through a module per layer (torch.compile's graph pieces under DDP) are
+ * the same kernels: the same bits and launches, and every rank loaded the modules. */
+static void test_kernel_modules_give_the_same_bits(void **state)
+{
+	const char *args = "--nproc 2 --pp 2 --layers 4 --microbatches 2 --steps 3";
+	struct run plain = run_with(args, "--launch mixed"),
+	           modules = run_with_env("SIMGPU_COUNTERS=stderr",
+	                                  "--nproc 2 --pp 2 --layers 4 --microbatches 2 --steps 3 "
+	                                  "--launch mixed --kernel-modules 1",
+	                                  "&1");
+
+	assert_int_equal(modules.exit_code, 0);
+	expect_same_results(&plain, &modules, true, "--kernel-modules 1");
+	/* One module per layer index, on each of the two ranks. */
+	assert_int_equal(counter(modules.out, "cuModuleLoadData"), 2 * 4);
+	free(plain.out);
+	free(modules.out);
+}
+
 /* Adam's state made at the first step (cudaMalloc, zeroed) computes the same bits, and the
  * first step's peak is lower without it. */
 static void test_lazy_optimizer_gives_the_same_bits(void **state)
@@ -545,6 +564,9 @@ static void test_bad_arguments_are_usage_errors(void **state)
 	expect_usage_error("--schedule foo", "unknown --schedule 'foo' (1f1b|gpipe|interleaved)");
 	expect_usage_error("--launch cuda", "unknown --launch 'cuda'");
 	expect_usage_error("--compute-stream other", "unknown --compute-stream 'other'");
+	expect_usage_error("--kernel-modules 2", "--kernel-modules needs a --launch with a driver");
+	expect_usage_error("--launch driver --kernel-modules 0",
+	                   "--kernel-modules '0' is not a positive integer");
 	expect_usage_error("--virtual-stages 2", "needs --schedule interleaved");
 	expect_usage_error("--schedule interleaved --pp 4 --layers 8", "--virtual-stages V >= 2");
 	expect_usage_error("--schedule interleaved --virtual-stages 2 --pp 2 --layers 4",
@@ -578,6 +600,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_schedules_give_the_same_bits),
 	        cmocka_unit_test(test_one_microbatch_runs_through_a_pipeline),
 	        cmocka_unit_test(test_launch_apis_give_the_same_bits_and_counts),
+	        cmocka_unit_test(test_kernel_modules_give_the_same_bits),
 	        cmocka_unit_test(test_lazy_optimizer_gives_the_same_bits),
 	        cmocka_unit_test(test_ddp_buckets_give_the_same_bits),
 	        cmocka_unit_test(test_compute_streams_give_the_same_bits),

@@ -93,6 +93,8 @@ struct tt_config {
 	int virtual_stages; /* model chunks per rank: 1 unless interleaved */
 	enum tt_compute_stream compute_stream;
 	enum tt_launch_mode launch;
+	/* Each this many local layers launch through a module of their own; 0: no modules. */
+	int kernel_modules;
 	/* Adam's state is allocated at the first optimizer step, not at start-up. */
 	bool lazy_optimizer;
 	/* Each new buffer is filled by a kernel of its own first (PyTorch's deterministic mode). */

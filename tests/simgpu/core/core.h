@@ -241,10 +241,16 @@ CUresult simgpu_event_elapsed(float *ms, struct CUevent_st *start, struct CUeven
 
 /* ---- Work ----------------------------------------------------------------------------- */
 
-/* Returns the registered kernel behind a host stub, CUfunction or CUkernel, or NULL. */
+/* Returns the registered kernel, or the image's instance of one, behind a host stub,
+ * CUfunction or CUkernel, or NULL. */
 struct simgpu_kernel *simgpu_kernel_find(const void *handle);
+/* A new handle for kernel, as a loaded image gives each of its functions: it runs the same
+ * body under the same name and layout, and is a handle of its own (each cuModuleLoadData of
+ * the same code gives functions of their own on a GPU). Never freed. NULL when out of
+ * memory. */
+struct simgpu_kernel *simgpu_kernel_instance(const struct simgpu_kernel *kernel);
 /* Returns the registered kernel named `name` (the most recently registered one if several
- * share it), or NULL. O(registered kernels). */
+ * share it; never an image's instance), or NULL. O(registered kernels). */
 struct simgpu_kernel *simgpu_kernel_find_by_name(const char *name);
 const char *simgpu_kernel_name(const struct simgpu_kernel *kernel);
 /* CUDA_ERROR_INVALID_VALUE past the last parameter (how callers find the count). */
@@ -282,10 +288,12 @@ CUresult simgpu_memset(CUdeviceptr dst, unsigned int value, unsigned int elem_si
  * cuLibraryLoadData) is a NUL-terminated text that lists registered kernel names, one per
  * line ("saxpy\nfill\n"); blanks around a name and empty lines are ignored, blanks inside
  * one are not allowed. Looking a
- * name up finds the registered kernel of that name if the image lists it, and answers its
- * handle: the pointer simgpu_kernel_register returned, which is also its CUfunction and
- * CUkernel. Names are resolved at lookup, so a kernel may be registered after its image
- * is loaded. Unloading invalidates the image handle, never the kernels.
+ * name up finds the registered kernel of that name if the image lists it, and answers the
+ * image's own instance of it (simgpu_kernel_instance: one per image and name, made at the
+ * first lookup), which is its CUfunction and CUkernel: two loads of the same image give
+ * different handles, as on a GPU. Names are resolved at lookup, so a kernel may be
+ * registered after its image is loaded. Unloading invalidates the image handle, never the
+ * functions found in it (a GPU's become invalid).
  *
  * An image is a module or a library (the kind): a handle of one kind is not valid as the
  * other. Handles are validated under the core lock.

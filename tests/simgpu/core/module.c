@@ -5,6 +5,7 @@
  * program), so a list searched linearly; a lookup is O(images + names in the image).
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,8 +17,9 @@
 struct simgpu_image {
 	uint32_t magic; /* MODULE_MAGIC or LIBRARY_MAGIC: the kind */
 	size_t count;
-	char **names; /* point into text */
-	char *text;   /* the image's copy, each name NUL-terminated in place */
+	char **names;                     /* point into text */
+	struct simgpu_kernel **instances; /* per name: its instance, once looked up */
+	char *text;                       /* the image's copy, each name NUL-terminated in place */
 	struct simgpu_image *next;
 };
 
@@ -53,7 +55,8 @@ static int image_split(struct simgpu_image *img)
 	for (const char *p = img->text; *p; p++)
 		lines += *p == '\n';
 	img->names = calloc(lines, sizeof(*img->names));
-	if (!img->names)
+	img->instances = calloc(lines, sizeof(*img->instances));
+	if (!img->names || !img->instances)
 		return -ENOMEM;
 	for (char *line = img->text; line;) {
 		char *end = strchr(line, '\n'), *next = end ? end + 1 : NULL;
@@ -79,6 +82,7 @@ static void image_free(struct simgpu_image *img)
 	if (!img)
 		return;
 	free(img->names);
+	free(img->instances);
 	free(img->text);
 	free(img);
 }
@@ -128,24 +132,40 @@ static struct simgpu_image *image_find_locked(const void *handle, enum simgpu_im
 SIMGPU_EXPORT CUresult simgpu_image_kernel(const void *handle, enum simgpu_image_kind kind,
                                            const char *name, struct simgpu_kernel **out)
 {
-	struct simgpu_kernel *kernel = NULL;
-	bool listed = false;
+	struct simgpu_kernel *kernel = NULL, *instance;
+	size_t at = SIZE_MAX;
 
 	if (!name || !out)
 		return CUDA_ERROR_INVALID_VALUE;
 	simgpu_core_lock();
 	struct simgpu_image *img = image_find_locked(handle, kind, NULL);
-	for (size_t i = 0; img && i < img->count && !listed; i++)
-		listed = !strcmp(img->names[i], name);
+	for (size_t i = 0; img && i < img->count && at == SIZE_MAX; i++)
+		if (!strcmp(img->names[i], name))
+			at = i;
+	instance = img && at != SIZE_MAX ? img->instances[at] : NULL;
 	simgpu_core_unlock();
 	if (!img)
 		return CUDA_ERROR_INVALID_HANDLE;
+	if (instance) {
+		*out = instance;
+		return CUDA_SUCCESS;
+	}
 	/* The registry takes the lock itself. */
-	if (listed)
+	if (at != SIZE_MAX)
 		kernel = simgpu_kernel_find_by_name(name);
 	if (!kernel)
 		return CUDA_ERROR_NOT_FOUND;
-	*out = kernel;
+	if (!(instance = simgpu_kernel_instance(kernel)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	/* Kept unless another thread's lookup kept one first (or the image went away). */
+	simgpu_core_lock();
+	img = image_find_locked(handle, kind, NULL);
+	if (img && !img->instances[at])
+		img->instances[at] = instance;
+	else if (img)
+		instance = img->instances[at];
+	simgpu_core_unlock();
+	*out = instance;
 	return CUDA_SUCCESS;
 }
 

@@ -12,10 +12,14 @@ struct simgpu_kernel {
 	struct simgpu_kernel_desc desc;
 	size_t offsets[SIMGPU_MAX_PARAMS];
 	size_t param_bytes;
+	/* NULL for a registered kernel; for a loaded image's instance, the registered kernel
+	 * it runs (simgpu_kernel_instance). */
+	const struct simgpu_kernel *origin;
 	struct simgpu_kernel *next;
 };
 
-/* Registered kernels; few (tens), so a list searched linearly. Never freed. */
+/* Registered kernels and images' instances of them; few (tens, times the images loaded), so
+ * a list searched linearly. Never freed. */
 static struct simgpu_kernel *kernels;
 
 SIMGPU_EXPORT const void *simgpu_kernel_register(const struct simgpu_kernel_desc *desc)
@@ -49,6 +53,21 @@ SIMGPU_EXPORT const void *simgpu_kernel_register(const struct simgpu_kernel_desc
 	return k;
 }
 
+SIMGPU_EXPORT struct simgpu_kernel *simgpu_kernel_instance(const struct simgpu_kernel *kernel)
+{
+	struct simgpu_kernel *k = malloc(sizeof(*k));
+
+	if (!k)
+		return NULL;
+	*k = *kernel;
+	k->origin = kernel->origin ? kernel->origin : kernel;
+	simgpu_core_lock();
+	k->next = kernels;
+	kernels = k;
+	simgpu_core_unlock();
+	return k;
+}
+
 SIMGPU_EXPORT struct simgpu_kernel *simgpu_kernel_find(const void *handle)
 {
 	struct simgpu_kernel *found = NULL;
@@ -70,7 +89,7 @@ SIMGPU_EXPORT struct simgpu_kernel *simgpu_kernel_find_by_name(const char *name)
 	simgpu_core_lock();
 	/* The list starts with the newest registration. */
 	for (struct simgpu_kernel *k = kernels; k && !found; k = k->next)
-		if (!strcmp(k->desc.name, name))
+		if (!k->origin && !strcmp(k->desc.name, name))
 			found = k;
 	simgpu_core_unlock();
 	return found;
