@@ -62,7 +62,10 @@
  *    the exact on-demand MILP (checkmate) by up to 0.004% on NVLink, where windows add little;
  *    with contention charged, windows there add nothing, and only shares down to a quarter and
  *    16 replays made HEU match it on every job of bench_policy (llama3-8b, a100-nvlink, at
- *    a quarter of the way from full's peak to none's had trailed it by 0.0016%).
+ *    a quarter of the way from full's peak to none's had trailed it by 0.0016%). Then
+ *    relocations (polish_swaps()): a kept unit given up in a lower layer for one rebuilt on
+ *    demand in a higher layer that reruns no faster and holds no more, which the estimate
+ *    cannot rank and the checker's step can (up to MAX_SWAPS replays, each tried once).
  * 8. Where keeping everything fits a stage, the stage keeps everything
  *    (keep_where_it_fits()); where the plan misses a stage's budget, the stage takes full
  *    recomputation's plan if the checker finds that lower (floor_at_full()).
@@ -88,6 +91,8 @@
 /* Checker replays the polish may spend: each is a fraction of a millisecond (a 48-layer
  * stage's search stays within bench_policy's 10 ms). */
 #define MAX_POLISH 16
+/* Checker replays the polish's relocations may spend after its moves (polish_swaps()). */
+#define MAX_SWAPS 16
 #define KEEP (-1)
 #define ON_DEMAND (-2)
 
@@ -943,6 +948,104 @@ static void find_move(const struct lynx_problem *p, const struct lynx_plan *plan
 			best_move(&search[s], plan, need_shares[k], m);
 }
 
+/*
+ * A relocation: keep unit `keep` in layer kl instead of unit `drop` in layer dl (m.drop[0]),
+ * where the estimate sees no loss (keep reruns no faster than drop) and no more memory held.
+ * The estimate cannot rank them, the checker's step can: where a rebuild on demand falls in
+ * the pipeline's schedule decides whether it delays the step. On gpt-13b with two virtual
+ * stages (a100-nvlink, half-way), HEU kept the first GEMM's input in its second stage's
+ * layers 0 and 1; Checkmate keeps them in layer 9 and was 0.0057% faster.
+ */
+struct relocation {
+	uint32_t s, kl, keep, dl, drop;
+};
+
+static bool same_relocation(const struct relocation *a, const struct move *m)
+{
+	return a->s == m->s && a->kl == m->kl && a->keep == m->keep && a->dl == m->dl[0] &&
+	       a->drop == m->drop[0];
+}
+
+/*
+ * The next relocation not tried before (tried[0..n)), into m: the kept layer from the top
+ * down and the given-up one from the bottom up, so that kept activations move towards the
+ * layers whose backward comes first (best_move() says why those hold less). False when
+ * none is left.
+ */
+static bool next_relocation(struct stage_search *search, const struct lynx_plan *plan,
+                            const struct relocation *tried, size_t n, struct move *m)
+{
+	const struct lynx_problem *p = search[0].p;
+	const struct lynx_layer_units *lu = search[0].lu;
+
+	for (uint32_t s = 0; s < p->n_stages; s++) {
+		const double held = lynx_problem_held_micro_batches(p, s);
+		struct stage_search *ss = &search[s];
+
+		find_rooms(ss, plan); /* in layer order, bottom up */
+		for (uint32_t kl = p->stages[s].layers; kl-- > 0;)
+			for (uint32_t k = 0; k < lu->n_units; k++) {
+				if (!unit_is(plan, &lu->units[k], s, kl, p->layer.n_groups,
+				             LYNX_ACTION_RECOMPUTE_ON_DEMAND))
+					continue;
+				for (uint32_t r = 0; r < ss->n_rooms; r++) {
+					const struct room *room = &ss->rooms[r];
+					bool seen = false;
+
+					if (room->l >= kl || lu->units[k].rerun_s < room->rerun_s ||
+					    held * (double)lu->units[k].bytes >
+					            (double)ss->slack +
+					                    held * (double)lu->units[room->u].bytes)
+						continue;
+					*m = (struct move){.s = s,
+					                   .kl = kl,
+					                   .keep = k,
+					                   .n_drops = 1,
+					                   .dl = {room->l},
+					                   .drop = {room->u},
+					                   .gain = lu->units[k].rerun_s -
+					                           room->rerun_s};
+					for (size_t i = 0; i < n && !seen; i++)
+						seen = same_relocation(&tried[i], m);
+					if (!seen)
+						return true;
+				}
+			}
+	}
+	return false;
+}
+
+/* Tries, once each, up to MAX_SWAPS relocations (struct relocation); each stays only if the
+ * checker finds the plan still fits and is faster. */
+static int polish_swaps(const struct lynx_problem *p, const struct lynx_layer_units *lu,
+                        struct stage_search *search, uint64_t *peaks, struct lynx_plan *plan,
+                        char *why, size_t len)
+{
+	struct relocation tried[MAX_SWAPS];
+	size_t n = 0;
+	struct move m;
+	int err = 0;
+
+	while (!err && plan->fits && n < MAX_SWAPS && next_relocation(search, plan, tried, n, &m)) {
+		double before = plan->step_time_s;
+		bool again;
+
+		tried[n++] = (struct relocation){m.s, m.kl, m.keep, m.dl[0], m.drop[0]};
+		for (uint32_t s = 0; s < p->n_stages; s++)
+			peaks[s] = plan->stages[s].peak_bytes;
+		apply_move(plan, lu, &m, p->layer.n_groups, false);
+		err = lynx_checker_settle(p, plan, false, NULL, NULL, &again, why, len);
+		if (!err && (!plan->fits || plan->step_time_s >= before)) {
+			apply_move(plan, lu, &m, p->layer.n_groups, true);
+			plan->step_time_s = before;
+			plan->fits = true;
+			for (uint32_t s = 0; s < p->n_stages; s++)
+				plan->stages[s].peak_bytes = peaks[s];
+		}
+	}
+	return err;
+}
+
 /* Step 7: see the top of the file. plan fits and carries the checker's numbers. */
 static int polish(const struct lynx_problem *p, struct lynx_plan *plan, char *why, size_t len)
 {
@@ -991,6 +1094,8 @@ static int polish(const struct lynx_problem *p, struct lynx_plan *plan, char *wh
 				plan->stages[s].peak_bytes = peaks[s];
 		}
 	}
+	if (!err)
+		err = polish_swaps(p, &lu, search, peaks, plan, why, len);
 	for (uint32_t s = 0; search && s < p->n_stages; s++)
 		free(search[s].rooms);
 	free(search);

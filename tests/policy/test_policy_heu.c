@@ -341,9 +341,11 @@ static double interleaved_step(const char *name, uint64_t budget, uint64_t *peak
 
 /*
  * Interleaved, a chunk's layers are held for as many passes as the chunk has in flight (on
- * the first stage 7 of chunk 0, 4 of chunk 1): HEU weighs them so, and at a quarter of the way
- * from full's peak to none's it beats the exact on-demand MILP (Checkmate) and DTR. Counting
- * every layer alike, it trailed Checkmate by 0.09%.
+ * the first stage 7 of chunk 0, 4 of chunk 1): HEU weighs them so, and at a quarter and at
+ * half of the way from full's peak to none's it beats the exact on-demand MILP (Checkmate)
+ * and DTR. Counting every layer alike, it trailed Checkmate by 0.09% at a quarter; without
+ * relocations (kept units moved to higher layers where the checker finds that faster), by
+ * 0.0057% at half.
  */
 static void test_heu_weighs_interleaved_chunks_by_what_they_hold(void **state)
 {
@@ -352,16 +354,21 @@ static void test_heu_weighs_interleaved_chunks_by_what_they_hold(void **state)
 
 	interleaved_step("full", 0, &lo, NULL);
 	interleaved_step("none", 0, &hi, NULL);
-	uint64_t budget = lo + (hi - lo) / 4;
-	double heu = interleaved_step("heu", budget, NULL, &fits);
-	assert_true(fits);
-	for (int k = 0; k < 2; k++) {
-		const char *name = k ? "dtr" : "checkmate";
-		double t = interleaved_step(name, budget, NULL, &fits);
+	for (int quarters = 1; quarters <= 2; quarters++) {
+		uint64_t budget = lo + (hi - lo) / 4 * (uint64_t)quarters;
+		double heu = interleaved_step("heu", budget, NULL, &fits);
 
-		print_message("interleaved gpt-13b: heu %.6f s, %s %.6f s\n", heu, name, t);
-		if (fits && heu > t * (1 + 1e-9))
-			fail_msg("heu %.6f s, %s %.6f s", heu, name, t);
+		assert_true(fits);
+		for (int k = 0; k < 2; k++) {
+			const char *name = k ? "dtr" : "checkmate";
+			double t = interleaved_step(name, budget, NULL, &fits);
+
+			print_message(
+			        "interleaved gpt-13b, %d/4 of the way: heu %.6f s, %s %.6f s\n",
+			        quarters, heu, name, t);
+			if (fits && heu > t * (1 + 1e-9))
+				fail_msg("%d/4: heu %.6f s, %s %.6f s", quarters, heu, name, t);
+		}
 	}
 }
 
