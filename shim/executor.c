@@ -466,20 +466,21 @@ bool exec_device_in_use(uint64_t *bytes)
 }
 
 /*
- * Where the device goes over the budget in this iteration, if it does: each call of the
+ * Where the device goes over the budget in this iteration, if it does: each call t of the
  * iteration where it would be over with `after` bytes in use, with the most it would be
- * over there (the worst OVER_POINTS calls). Noted before an allocation, by reclaim_for();
- * only while the iteration is followed, since the call is what keep_budget() acts on.
+ * over there (the worst OVER_POINTS calls). Noted before an allocation, by reclaim_for()
+ * (only while the iteration is followed, since the call is what keep_budget() acts on), or
+ * foreseen (foresee_budget()).
  */
-static void note_over_budget(uint64_t after)
+static void note_over_at(uint32_t t, uint64_t after)
 {
 	size_t least = 0;
 
-	if (!ex.tracking || after <= ex.expect.budget_bytes)
+	if (after <= ex.expect.budget_bytes)
 		return;
 	uint64_t over = after - ex.expect.budget_bytes;
 	for (size_t i = 0; i < ex.n_over; i++) {
-		if (ex.over[i].token == ex.pos) {
+		if (ex.over[i].token == t) {
 			if (over > ex.over[i].bytes)
 				ex.over[i].bytes = over;
 			return;
@@ -491,8 +492,19 @@ static void note_over_budget(uint64_t after)
 		least = ex.n_over++;
 	else if (ex.over[least].bytes >= over)
 		return;
-	ex.over[least].token = ex.pos;
+	ex.over[least].token = t;
 	ex.over[least].bytes = over;
+}
+
+/* The device is at `after` bytes in use at the call being followed, after an allocation
+ * there: kept for foresee_budget(), and noted where it is over the budget. */
+static void note_use(uint64_t after)
+{
+	if (!ex.tracking)
+		return;
+	if (after > ex.use_at[ex.pos])
+		ex.use_at[ex.pos] = after;
+	note_over_at(ex.pos, after);
 }
 
 /*
@@ -558,20 +570,20 @@ void reclaim_for(uint64_t bytes, bool scratch)
 		return;
 	DL_FOREACH_SAFE (ex.polled, b, tmp) {
 		if (in_use + bytes <= limit)
-			return;
+			goto noted;
 		uint64_t start = exec_now_ns();
 		/* A wait that fails leaves b as it is, and the budget to the next action. */
 		if (b->state == BUF_OFFLOADING && !b->donated && !b->free_pending) {
 			ex.stats.budget_stalls++;
 			if (!exec_sync_event(b->copied))
-				return;
+				goto noted;
 			exec_trace(TRACE_BUDGET_STALL, b, start);
 			evict(b);
 		} else if (b->free_pending && b->state == BUF_RESIDENT && !b->donated) {
 			ex.stats.budget_stalls++;
 			if ((b->ready_pending && !exec_sync_event(b->ready)) ||
 			    !exec_sync_event(b->freed))
-				return;
+				goto noted;
 			exec_trace(TRACE_BUDGET_STALL, b, start);
 			finish_free(b);
 		} else {
@@ -580,8 +592,9 @@ void reclaim_for(uint64_t bytes, bool scratch)
 		if (!exec_device_in_use(&in_use))
 			return;
 	}
+noted:
 	if (ex.expect.budget_asked && bytes >= lynx_arena_granularity(ex.arena))
-		note_over_budget(in_use + bytes);
+		note_use(in_use + bytes);
 }
 
 /*
@@ -653,6 +666,217 @@ static bool early_at(const struct exec_buf *b, uint32_t t)
 static bool deferrable_at(const struct exec_buf *b, uint32_t t)
 {
 	return b->window == WINDOW_CHECKED && early_at(b, t);
+}
+
+/* Whether window-planned activation b is rebuilt in its window from the next iteration on
+ * for the first time: its examination, in the iteration that just ended (stats.iterations
+ * counts it), found its producer replayed, so there it came back at its use. */
+static bool foreseen(const struct exec_buf *b)
+{
+	return b->window_token != LYNX_EXEC_NO_WINDOW && b->window != WINDOW_NONE &&
+	       b->producer == PRODUCER_REPLAYED && b->examined_iteration + 1 == ex.stats.iterations;
+}
+
+/* Whether b is foreseen() and its window would make it resident early at call t. */
+static bool foreseen_at(const struct exec_buf *b, uint32_t t)
+{
+	return foreseen(b) && early_at(b, t);
+}
+
+/* What scripted activation b now gets: a planned rebuild whose examination refused it is
+ * offloaded for good. */
+static enum lynx_exec_action followed_action(const struct exec_buf *b)
+{
+	return b->action == LYNX_EXEC_RECOMPUTE && b->producer == PRODUCER_REFUSED
+	               ? LYNX_EXEC_OFFLOAD
+	               : b->action;
+}
+
+/* The call from which b is back in device memory anyway: its copy back ahead of its layer's
+ * backward, or its use (a rebuild, or a copy back once its producer is examined). */
+static uint32_t back_anyway_at(const struct exec_buf *b)
+{
+	return followed_action(b) == LYNX_EXEC_OFFLOAD ? b->sb->restore_token
+	                                               : b->sb->first_backward_token;
+}
+
+/*
+ * When each scripted activation would come back in an iteration, given from[i] for those
+ * rebuilt in their windows (their window's call + 1; UINT32_MAX for the rest): a replay
+ * brings back first what it reads, evicted then, and so on for those inputs that are
+ * replayed themselves (a copy reads nothing).
+ */
+static void come_back_with_reads(uint32_t *from)
+{
+	bool changed = true;
+
+	for (int round = 0; changed && round < MAX_REPLAY_DEPTH; round++) {
+		changed = false;
+		for (size_t i = 0; i < ex.script.n_buffers; i++) {
+			const struct exec_buf *b = &ex.bufs[i];
+			if (from[i] == UINT32_MAX || b->action != LYNX_EXEC_RECOMPUTE ||
+			    b->producer != PRODUCER_REPLAYED)
+				continue;
+			for (uint32_t k = 0; k < b->n_reads; k++) {
+				uint32_t c = b->reads[k];
+				const struct exec_buf *r = &ex.bufs[c];
+				/* Evicted when the replay reads it: its forward is done, and it is
+				 * not back yet. */
+				if (from[i] < from[c] && r->sb->last_forward_token < from[i] - 1 &&
+				    back_anyway_at(r) > from[i] - 1) {
+					from[c] = from[i];
+					changed = true;
+				}
+			}
+		}
+	}
+}
+
+/* In `extra` (n_tokens + 1, zeroed), the bytes that activations coming back early by
+ * from[] (come_back_with_reads()) hold at each call, before they would be back anyway. */
+static void early_bytes(const uint32_t *from, int64_t *extra)
+{
+	const size_t n = ex.script.n_tokens;
+
+	for (size_t i = 0; i < ex.script.n_buffers; i++) {
+		uint32_t to = back_anyway_at(&ex.bufs[i]);
+		if (from[i] >= to || to > n)
+			continue;
+		extra[from[i]] += (int64_t)ex.bufs[i].sb->bytes;
+		extra[to] -= (int64_t)ex.bufs[i].sb->bytes;
+	}
+	for (size_t t = 1; t <= n; t++)
+		extra[t] += extra[t - 1];
+}
+
+/*
+ * At the end of an iteration with examinations, where the budget is the user's: what the
+ * next one will take. The activations whose producers were found replayed there are rebuilt
+ * in their windows from then on, ahead of their use, where this iteration brought them back
+ * at their use; from window to use they, and what their replays read, come on top of what
+ * this iteration had in use. Notes each call where that takes the device over the budget,
+ * by no more than those rebuilds add (what the examinations took themselves is this
+ * iteration's alone), for keep_budget() to move them: so the first planned steps hold the
+ * budget too (on a 4-stage tinytrain at 60%, the iteration after the examinations went 0.38
+ * MiB over, and only the next one held it). The count errs high (an examination's copies
+ * in flight are in use_at), so relax_budget() gives back what the steady state has room for.
+ */
+static void foresee_budget(void)
+{
+	const size_t n = ex.script.n_tokens, nb = ex.script.n_buffers;
+	int64_t *extra = calloc(n + 1, sizeof(*extra));
+	uint32_t *from = malloc((nb ? nb : 1) * sizeof(*from));
+
+	ex.n_over = 0;
+	if (!extra || !from)
+		goto out; /* the iteration after it is watched as every one is */
+	for (size_t i = 0; i < nb; i++)
+		from[i] = foreseen(&ex.bufs[i]) ? ex.bufs[i].window_token + 1 : UINT32_MAX;
+	come_back_with_reads(from);
+	early_bytes(from, extra);
+	for (uint32_t t = 0; t < n; t++) {
+		uint64_t after = ex.use_at[t] + (uint64_t)extra[t], budget = ex.expect.budget_bytes;
+		if (!ex.use_at[t] || extra[t] <= 0 || after <= budget)
+			continue;
+		note_over_at(t,
+		             budget + (after - budget < (uint64_t)extra[t] ? after - budget
+		                                                           : (uint64_t)extra[t]));
+	}
+out:
+	free(extra);
+	free(from);
+}
+
+/* Whether b was rebuilt in its window in the iteration that just ended. */
+static bool in_window(const struct exec_buf *b)
+{
+	return b->window_token != LYNX_EXEC_NO_WINDOW && b->window != WINDOW_NONE &&
+	       b->producer == PRODUCER_REPLAYED;
+}
+
+/* Whether b is one of the window rebuilds moved with `first` (same window, layer and
+ * micro-batch) that relax_budget() has not decided on. */
+static bool moved_with(const struct exec_buf *b, const struct exec_buf *first)
+{
+	return b->deferred_foreseen && b->window_token == first->window_token &&
+	       b->sb->layer == first->sb->layer && b->sb->microbatch == first->sb->microbatch;
+}
+
+/*
+ * At the end of an iteration without examinations that held the user's budget: window
+ * rebuilds that foresee_budget() moved to their use go back to their windows, a window's
+ * rebuilds of one layer and micro-batch at a time, earliest window first, wherever this
+ * iteration's memory with what they hold early (and what their replays read) stays within
+ * the budget. Each is decided once: one that takes the device over
+ * after all is moved for good by keep_budget().
+ */
+static void relax_budget(void)
+{
+	const size_t n = ex.script.n_tokens, nb = ex.script.n_buffers;
+	int64_t *base = calloc(n + 1, sizeof(*base)), *with = calloc(n + 1, sizeof(*with));
+	uint32_t *from = malloc((nb ? nb : 1) * sizeof(*from));
+	bool *back = calloc(nb ? nb : 1, sizeof(*back));
+	const uint64_t limit = ex.expect.budget_bytes;
+	uint64_t back_bytes = 0;
+	size_t n_back = 0, n_moved = 0;
+
+	for (size_t i = 0; i < nb; i++)
+		n_moved += ex.bufs[i].deferred_foreseen;
+	if (!n_moved || !base || !with || !from || !back)
+		goto out; /* tried again at the next iteration's end */
+	/* What this iteration's use already holds early. */
+	for (size_t i = 0; i < nb; i++)
+		from[i] = in_window(&ex.bufs[i]) ? ex.bufs[i].window_token + 1 : UINT32_MAX;
+	come_back_with_reads(from);
+	early_bytes(from, base);
+	for (;;) {
+		struct exec_buf *first = NULL;
+		bool fits = true;
+
+		for (size_t i = 0; i < nb; i++)
+			if (ex.bufs[i].deferred_foreseen &&
+			    (!first || ex.bufs[i].window_token < first->window_token))
+				first = &ex.bufs[i];
+		if (!first)
+			break;
+		for (size_t i = 0; i < nb; i++) {
+			const struct exec_buf *b = &ex.bufs[i];
+			from[i] = in_window(b) || back[i] || moved_with(b, first)
+			                  ? b->window_token + 1
+			                  : UINT32_MAX;
+		}
+		come_back_with_reads(from);
+		memset(with, 0, (n + 1) * sizeof(*with));
+		early_bytes(from, with);
+		for (uint32_t t = 0; t < n && fits; t++)
+			fits = !ex.use_at[t] ||
+			       (int64_t)ex.use_at[t] + with[t] - base[t] <= (int64_t)limit;
+		for (size_t i = nb; i-- > 0;) {
+			struct exec_buf *b = &ex.bufs[i];
+			if (!moved_with(b, first))
+				continue;
+			b->deferred_foreseen = false;
+			back[i] = fits;
+		}
+	}
+	for (size_t i = 0; i < nb; i++) {
+		if (!back[i])
+			continue;
+		ex.bufs[i].window = ex.bufs[i].window_was;
+		ex.stats.windows_deferred--;
+		n_back++;
+		back_bytes += ex.bufs[i].sb->bytes;
+	}
+	if (n_back)
+		lynx_info("recompute mode: %zu window rebuilds (%.2f MiB) moved to their use after "
+		          "the examinations go back to their windows: the steady state has room "
+		          "for them",
+		          n_back, lynx_prof_mib(back_bytes));
+out:
+	free(base);
+	free(with);
+	free(from);
+	free(back);
 }
 
 /* What keep_budget() changes from the next iteration on: a kept activation offloaded, or a
@@ -731,12 +955,36 @@ static bool offload_to_hold_budget(struct exec_buf *b)
 static void keep_budget(bool examined)
 {
 	struct budget_move moves[OVER_POINTS * 4];
-	size_t n_moves = 0, n_over = ex.n_over, n_deferred = 0;
+	size_t n_moves = 0, n_over, n_deferred = 0;
 	uint64_t worst = 0, moved = 0, deferred_bytes = 0, short_by = 0;
 	uint32_t worst_at = 0, short_at = 0;
+	/* After examinations, what is foreseen is acted on, by moving those rebuilds only. */
+	bool (*movable)(const struct exec_buf *, uint32_t) = examined ? foreseen_at : deferrable_at;
 
+	if (examined && ex.expect.budget_asked && ex.n_over) {
+		/* Said, not corrected: examinations take their memory once. */
+		for (size_t k = 0; k < ex.n_over; k++)
+			if (ex.over[k].bytes > worst) {
+				worst = ex.over[k].bytes;
+				worst_at = ex.over[k].token;
+			}
+		lynx_warn_once("recompute mode: the step that examined the producers went %.2f MiB "
+		               "over the budget (at call %u of an iteration): the examinations "
+		               "bring back by copy what is not examined yet and copy what they "
+		               "compare, once; a later step that goes over is corrected",
+		               lynx_prof_mib(worst), worst_at);
+		worst = 0;
+	}
+	if (examined && ex.expect.budget_asked)
+		foresee_budget();
+	else if (examined)
+		ex.n_over = 0;
+	n_over = ex.n_over;
 	ex.n_over = 0;
-	if (!n_over || examined)
+	if (!n_over && !examined && ex.expect.budget_asked)
+		relax_budget();
+	memset(ex.use_at, 0, ex.script.n_tokens * sizeof(*ex.use_at));
+	if (!n_over)
 		return;
 	for (size_t k = 0; k < n_over; k++) {
 		uint32_t t = ex.over[k].token;
@@ -747,7 +995,7 @@ static void keep_budget(bool examined)
 			worst_at = t;
 		}
 		while (left && n_moves < sizeof(moves) / sizeof(moves[0])) {
-			struct exec_buf *b = pick_cover(evictable_at, t, left);
+			struct exec_buf *b = examined ? NULL : pick_cover(evictable_at, t, left);
 			if (b) {
 				if (!offload_to_hold_budget(b))
 					return;
@@ -756,7 +1004,7 @@ static void keep_budget(bool examined)
 				left = b->sb->bytes >= left ? 0 : left - b->sb->bytes;
 				continue;
 			}
-			if (!(b = pick_cover(deferrable_at, t, left)))
+			if (!(b = pick_cover(movable, t, left)))
 				break;
 			/* With every rebuild of b's window for its layer and micro-batch: one left
 			 * there would bring back what they share (siblings written by one replay,
@@ -767,9 +1015,13 @@ static void keep_budget(bool examined)
 				struct exec_buf *c = &ex.bufs[i];
 				if (c->sb->layer != at->layer ||
 				    c->sb->microbatch != at->microbatch ||
-				    c->window_token != window || !deferrable_at(c, t) ||
+				    c->window_token != window || !movable(c, t) ||
 				    n_moves == sizeof(moves) / sizeof(moves[0]))
 					continue;
+				/* Moved as foreseen, it may go back (relax_budget()); moved
+				 * because the device went over, it stays. */
+				c->deferred_foreseen = examined;
+				c->window_was = c->window;
 				c->window = WINDOW_NONE; /* at_window() passes it over: on demand */
 				ex.stats.windows_deferred++;
 				n_deferred++;
@@ -783,7 +1035,14 @@ static void keep_budget(bool examined)
 			short_at = t;
 		}
 	}
-	if (n_moves)
+	if (n_moves && examined)
+		lynx_info("recompute mode: the window rebuilds of activations whose producers "
+		          "were just examined would take the device up to %.2f MiB over the "
+		          "budget (at call %u of an iteration): %zu of them (%.2f MiB) are made "
+		          "at their use instead",
+		          lynx_prof_mib(worst), worst_at, n_deferred,
+		          lynx_prof_mib(deferred_bytes));
+	else if (n_moves)
 		lynx_warn_once(
 		        "recompute mode: the device went up to %.2f MiB over the budget (at "
 		        "call %u of an iteration; the plan predicted less): from the next "
@@ -792,20 +1051,11 @@ static void keep_budget(bool examined)
 		        "ones counted in the summary)",
 		        lynx_prof_mib(worst), worst_at, n_moves - n_deferred, lynx_prof_mib(moved),
 		        n_deferred, lynx_prof_mib(deferred_bytes));
-	if (short_by)
+	if (short_by && !examined)
 		lynx_warn_once("recompute mode: the budget is not held: the device went %.2f MiB "
 		               "over it at call %u of an iteration, where no activation the plan "
 		               "keeps can be evicted and no window rebuilt one ahead of its use",
 		               lynx_prof_mib(short_by), short_at);
-}
-
-/* What scripted activation b now gets: a planned rebuild whose examination refused it is
- * offloaded for good. */
-static enum lynx_exec_action followed_action(const struct exec_buf *b)
-{
-	return b->action == LYNX_EXEC_RECOMPUTE && b->producer == PRODUCER_REFUSED
-	               ? LYNX_EXEC_OFFLOAD
-	               : b->action;
 }
 
 /*
@@ -1381,8 +1631,9 @@ static int copy_script(const struct lynx_prof_script *s)
 	ex.evict_order = malloc((n ? n : 1) * sizeof(*ex.evict_order));
 	ex.restore_order = malloc((n ? n : 1) * sizeof(*ex.restore_order));
 	ex.window_order = malloc((n ? n : 1) * sizeof(*ex.window_order));
+	ex.use_at = calloc(s->n_tokens ? s->n_tokens : 1, sizeof(*ex.use_at));
 	if (!ex.script.sig || !ex.script.kind || !ex.script.buffers || !ex.bufs ||
-	    !ex.evict_order || !ex.restore_order || !ex.window_order)
+	    !ex.evict_order || !ex.restore_order || !ex.window_order || !ex.use_at)
 		return -ENOMEM;
 	memcpy(ex.script.sig, s->sig, s->n_tokens * sizeof(*s->sig));
 	memcpy(ex.script.kind, s->kind, s->n_tokens * sizeof(*s->kind));
@@ -1408,6 +1659,8 @@ static void free_script(void)
 	free(ex.evict_order);
 	free(ex.restore_order);
 	free(ex.window_order);
+	free(ex.use_at);
+	ex.use_at = NULL;
 	memset(&ex.script, 0, sizeof(ex.script));
 	ex.bufs = NULL;
 	ex.evict_order = ex.restore_order = ex.window_order = NULL;

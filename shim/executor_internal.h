@@ -52,6 +52,7 @@
 #define MAX_CHAIN_KERNELS 4
 #define HISTORY_LENGTH 64
 #define MAX_OPERANDS 64
+#define MAX_READS 8
 #define MAX_EXAMINED_BYTES (256ull << 20)
 #define MAX_REPLAY_DEPTH 32
 /* Timed iterations whose median is the achieved step (the last ones). */
@@ -203,6 +204,18 @@ struct exec_buf {
 	bool riding;     /* mapped again for a sibling's replay to write it in place */
 	enum window_state window;
 	uint32_t window_token; /* LYNX_EXEC_NO_WINDOW: none */
+	/* The iteration (stats.iterations then) whose examination found it replayed: its
+	 * window rebuilds it from the next one on. */
+	uint64_t examined_iteration;
+	/* Scripted activations its replay reads, that the plan does not keep (the first
+	 * MAX_READS, by index in bufs): a replay brings those back first, so a rebuild ahead
+	 * of its use holds them early too (foresee_budget()). */
+	uint32_t reads[MAX_READS];
+	uint32_t n_reads;
+	/* Its window rebuild moved to its use by keep_budget(): as foreseen after the
+	 * examinations (it may go back, to window_was), or because the device went over. */
+	bool deferred_foreseen;
+	enum window_state window_was;
 	/* The window's check in flight: its replay's bytes are copied to check_host (pinned),
 	 * done at `checked`; compared with `host` once that and the offload are done. */
 	bool check_pending;
@@ -293,6 +306,10 @@ struct exec_state {
 		uint64_t bytes;
 	} over[OVER_POINTS];
 	size_t n_over;
+	/* Per call of the iteration being followed: the most device memory in use after an
+	 * allocation made there (reclaim_for()), 0 where none was looked at. Read at the end of
+	 * an iteration with an examination (foresee_budget()). */
+	uint64_t *use_at;
 	/* The iteration being followed's curve (curves[curve_now]) and the last whole one
 	 * without an examination (the other, once curve_done). */
 	struct exec_curve curves[2];

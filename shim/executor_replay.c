@@ -727,15 +727,22 @@ void exec_examine(struct exec_buf *b, CUstream stream)
 	size_t n_operands = n_words + how.operand_count;
 	/* Replays nest through evicted inputs that are replayed too: bound the chain. */
 	b->chain = 1;
+	b->n_reads = 0;
 	for (size_t i = 0; check.verdict == LYNX_REPLAY_REPRODUCES && i < how.operand_count; i++) {
 		struct lynx_arena_range range;
 		struct exec_buf *c;
 		word = lynx_replay_segment_word(b->segment, found[i].kernel, found[i].offset);
-		if (found[i].role == LYNX_REPLAY_INPUT &&
-		    lynx_arena_find(ex.arena, (CUdeviceptr)word, &range) &&
-		    (c = buf_at((CUdeviceptr)word, range.base)) &&
-		    c->producer == PRODUCER_REPLAYED && c->chain + 1 > b->chain)
+		if (found[i].role != LYNX_REPLAY_INPUT ||
+		    !lynx_arena_find(ex.arena, (CUdeviceptr)word, &range) ||
+		    !(c = buf_at((CUdeviceptr)word, range.base)) || c == b)
+			continue;
+		if (c->producer == PRODUCER_REPLAYED && c->chain + 1 > b->chain)
 			b->chain = c->chain + 1;
+		bool listed = c->action == LYNX_EXEC_KEEP || b->n_reads == MAX_READS;
+		for (uint32_t k = 0; !listed && k < b->n_reads; k++)
+			listed = b->reads[k] == (uint32_t)(c - ex.bufs);
+		if (!listed)
+			b->reads[b->n_reads++] = (uint32_t)(c - ex.bufs);
 	}
 	if (check.verdict == LYNX_REPLAY_REPRODUCES && b->chain > MAX_REPLAY_DEPTH / 2) {
 		check.verdict = LYNX_REPLAY_TOO_LARGE;
@@ -762,6 +769,7 @@ void exec_examine(struct exec_buf *b, CUstream stream)
 		memcpy(b->operands + n_words, found, how.operand_count * sizeof(*operands));
 		b->n_operands = (uint32_t)n_operands;
 		b->producer = PRODUCER_REPLAYED;
+		b->examined_iteration = ex.stats.iterations;
 		ex.stats.chained += n_chain > 0;
 	} else {
 		b->producer = PRODUCER_REFUSED;

@@ -308,11 +308,14 @@ static long long summary_budget(const char *dir, int rank)
  * pp4's third stage at 60%: HEU rebuilds both layers' attention in the wait before each
  * micro-batch's backward. Those rebuilds bring back what they read, and tinytrain keeps a
  * layer's saved buffers until its backward ends, where the plan gives each back after its
- * last reader: in the top layer's backward the device holds both layers and goes 0.4 MiB
- * over the budget, with no kept activation left to offload there. The executor moves window
- * rebuilds that made activations resident ahead of their use to that use, and the last step
- * holds the budget on every rank that armed a plan, bit-identical. Without that every step
- * stayed over on that rank.
+ * last reader: in the top layer's backward the device would hold both layers and go 0.4 MiB
+ * over the budget, with no kept activation to offload there. At the end of the step that
+ * examined the producers, the executor foresees that from what the step had in use and
+ * makes those window rebuilds at their use; in the steady state it gives back to their
+ * windows those it has room for. Every rank that armed a plan holds its budget from the
+ * first planned step on (the first under it), bit-identical, and says nothing went over.
+ * Without the foresight the step after the examinations went over; before that, every
+ * step did.
  */
 static void test_window_rebuilds_ahead_of_use_move_to_it_to_hold_the_budget(void **state)
 {
@@ -323,15 +326,20 @@ static void test_window_rebuilds_ahead_of_use_move_to_it_to_hold_the_budget(void
 	size_t n = assert_identical(&plain, &o, a, b);
 
 	for (int rank = 0; rank < 4; rank++) {
-		long long budget = summary_budget("deferwindows", rank),
-		          peak = b[n - 4 + rank].peak_bytes;
-		if (budget && peak > budget)
-			fail_msg("rank %d peaks %lld bytes in the last step, over its budget of "
-			         "%lld",
-			         rank, peak, budget);
+		long long budget = summary_budget("deferwindows", rank);
+		bool planned = false;
+		for (size_t i = rank; budget && i < n; i += 4) {
+			planned = planned || b[i].peak_bytes <= budget;
+			if (planned && b[i].peak_bytes > budget)
+				fail_msg(
+				        "rank %d peaks %lld bytes in step %zu, after a step within "
+				        "its budget of %lld",
+				        rank, (long long)b[i].peak_bytes, i / 4, budget);
+		}
+		assert_true(!budget || planned);
 	}
 	assert_true(summary_budget("deferwindows", 2) > 0);
-	assert_true(stat_of(o.err, 2, "made at their use to hold the budget") > 0);
+	assert_null(strstr(o.err, "over the budget (at call"));
 	assert_null(strstr(o.err, "the budget is not held"));
 	release(&plain);
 	release(&o);
