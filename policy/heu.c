@@ -992,7 +992,9 @@ static bool next_relocation(struct stage_search *search, const struct lynx_plan 
 					const struct room *room = &ss->rooms[r];
 					bool seen = false;
 
-					if (room->l >= kl || lu->units[k].rerun_s < room->rerun_s ||
+					if (room->l >= kl)
+						break; /* the rooms are in layer order */
+					if (lu->units[k].rerun_s < room->rerun_s ||
 					    held * (double)lu->units[k].bytes >
 					            (double)ss->slack +
 					                    held * (double)lu->units[room->u].bytes)

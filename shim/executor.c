@@ -787,6 +787,15 @@ out:
 	free(from);
 }
 
+/* Whether a window's check is still under way (its verdict comes in a later iteration). */
+static bool checks_pending(void)
+{
+	for (size_t i = 0; i < ex.script.n_buffers; i++)
+		if (ex.bufs[i].check_pending)
+			return true;
+	return false;
+}
+
 /* Whether b was rebuilt in its window in the iteration that just ended. */
 static bool in_window(const struct exec_buf *b)
 {
@@ -803,12 +812,12 @@ static bool moved_with(const struct exec_buf *b, const struct exec_buf *first)
 }
 
 /*
- * At the end of an iteration without examinations that held the user's budget: window
- * rebuilds that foresee_budget() moved to their use go back to their windows, a window's
- * rebuilds of one layer and micro-batch at a time, earliest window first, wherever this
- * iteration's memory with what they hold early (and what their replays read) stays within
- * the budget. Each is decided once: one that takes the device over
- * after all is moved for good by keep_budget().
+ * At the end of a steady iteration (no examination, no window check) that held the user's
+ * budget: window rebuilds that foresee_budget() moved to their use go back to their
+ * windows, a window's rebuilds of one layer and micro-batch at a time, earliest window
+ * first, wherever this iteration's memory with what they hold early (and what their
+ * replays read) stays within the budget. Each is decided once: one that takes the device
+ * over after all is moved for good by keep_budget().
  */
 static void relax_budget(void)
 {
@@ -981,8 +990,12 @@ static void keep_budget(bool examined)
 		ex.n_over = 0;
 	n_over = ex.n_over;
 	ex.n_over = 0;
-	if (!n_over && !examined && ex.expect.budget_asked)
+	/* Only from a steady iteration: one where windows were checked held their replays in
+	 * scratch, not ahead of use, so its memory says too little. */
+	if (!n_over && !examined && ex.expect.budget_asked &&
+	    ex.windows_checked == ex.windows_checked_before && !checks_pending())
 		relax_budget();
+	ex.windows_checked_before = ex.windows_checked;
 	memset(ex.use_at, 0, ex.script.n_tokens * sizeof(*ex.use_at));
 	if (!n_over)
 		return;

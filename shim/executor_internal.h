@@ -366,6 +366,7 @@ struct exec_state {
 	uint64_t window_send, window_recv;
 	bool window_fenced;
 	uint64_t windows_checked, windows_refused;
+	uint64_t windows_checked_before; /* windows_checked at the last iteration's end */
 	char window_refusal[320];
 };
 
