@@ -949,6 +949,35 @@ static void find_move(const struct lynx_problem *p, const struct lynx_plan *plan
 }
 
 /*
+ * Applies move m to plan and replays it: it stays (*kept) where the checker finds the plan
+ * within its budget and faster. Otherwise it is undone, and so are the plan's numbers (the
+ * lowering the settle did is undone with it), from peaks (space for every stage), so no
+ * replay is spent on that.
+ */
+static int try_move(const struct lynx_problem *p, const struct lynx_layer_units *lu,
+                    const struct move *m, uint64_t *peaks, struct lynx_plan *plan, bool *kept,
+                    char *why, size_t len)
+{
+	double before = plan->step_time_s;
+	bool again;
+	int err;
+
+	for (uint32_t s = 0; s < p->n_stages; s++)
+		peaks[s] = plan->stages[s].peak_bytes;
+	apply_move(plan, lu, m, p->layer.n_groups, false);
+	err = lynx_checker_settle(p, plan, false, NULL, NULL, &again, why, len);
+	*kept = !err && plan->fits && plan->step_time_s < before;
+	if (!err && !*kept) {
+		apply_move(plan, lu, m, p->layer.n_groups, true);
+		plan->step_time_s = before;
+		plan->fits = true;
+		for (uint32_t s = 0; s < p->n_stages; s++)
+			plan->stages[s].peak_bytes = peaks[s];
+	}
+	return err;
+}
+
+/*
  * A relocation: keep unit `keep` in layer kl instead of unit `drop` in layer dl (m.drop[0]),
  * where the estimate sees no loss (keep reruns no faster than drop) and no more memory held.
  * The estimate cannot rank them, the checker's step can: where a rebuild on demand falls in
@@ -1029,21 +1058,10 @@ static int polish_swaps(const struct lynx_problem *p, const struct lynx_layer_un
 	int err = 0;
 
 	while (!err && plan->fits && n < MAX_SWAPS && next_relocation(search, plan, tried, n, &m)) {
-		double before = plan->step_time_s;
-		bool again;
+		bool kept;
 
 		tried[n++] = (struct relocation){m.s, m.kl, m.keep, m.dl[0], m.drop[0]};
-		for (uint32_t s = 0; s < p->n_stages; s++)
-			peaks[s] = plan->stages[s].peak_bytes;
-		apply_move(plan, lu, &m, p->layer.n_groups, false);
-		err = lynx_checker_settle(p, plan, false, NULL, NULL, &again, why, len);
-		if (!err && (!plan->fits || plan->step_time_s >= before)) {
-			apply_move(plan, lu, &m, p->layer.n_groups, true);
-			plan->step_time_s = before;
-			plan->fits = true;
-			for (uint32_t s = 0; s < p->n_stages; s++)
-				plan->stages[s].peak_bytes = peaks[s];
-		}
+		err = try_move(p, lu, &m, peaks, plan, &kept, why, len);
 	}
 	return err;
 }
@@ -1075,26 +1093,14 @@ static int polish(const struct lynx_problem *p, struct lynx_plan *plan, char *wh
 	}
 	for (int replay = 0; !err && plan->fits && replay < MAX_POLISH; replay++) {
 		struct move m = {.gain = 0};
-		double before = plan->step_time_s;
-		bool again;
+		bool kept;
 
 		find_move(p, plan, search, &m);
 		if (m.gain <= 0)
 			break;
-		for (uint32_t s = 0; s < p->n_stages; s++)
-			peaks[s] = plan->stages[s].peak_bytes;
-		apply_move(plan, &lu, &m, p->layer.n_groups, false);
-		err = lynx_checker_settle(p, plan, false, NULL, NULL, &again, why, len);
-		if (!err && (!plan->fits || plan->step_time_s >= before)) {
-			/* Undone: the plan is again the one replayed before, and so are its numbers
-			 * (the lowering settle did is undone with it), so no replay is spent. */
-			apply_move(plan, &lu, &m, p->layer.n_groups, true);
+		err = try_move(p, &lu, &m, peaks, plan, &kept, why, len);
+		if (!err && !kept)
 			refused(p, &m, &tried[m.s * max_layers]);
-			plan->step_time_s = before;
-			plan->fits = true;
-			for (uint32_t s = 0; s < p->n_stages; s++)
-				plan->stages[s].peak_bytes = peaks[s];
-		}
 	}
 	if (!err)
 		err = polish_swaps(p, &lu, search, peaks, plan, why, len);

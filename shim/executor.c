@@ -668,13 +668,28 @@ static bool deferrable_at(const struct exec_buf *b, uint32_t t)
 	return b->window == WINDOW_CHECKED && early_at(b, t);
 }
 
+/* Whether b is rebuilt in its window (from the iteration its producer is found replayed in
+ * on): planned for one, not moved from it. */
+static bool in_window(const struct exec_buf *b)
+{
+	return b->window_token != LYNX_EXEC_NO_WINDOW && b->window != WINDOW_NONE &&
+	       b->producer == PRODUCER_REPLAYED;
+}
+
+/* Whether b and c are rebuilt together in one window: the same window, layer and
+ * micro-batch (keep_budget() and relax_budget() move such rebuilds together). */
+static bool same_window_group(const struct exec_buf *b, const struct exec_buf *c)
+{
+	return b->window_token == c->window_token && b->sb->layer == c->sb->layer &&
+	       b->sb->microbatch == c->sb->microbatch;
+}
+
 /* Whether window-planned activation b is rebuilt in its window from the next iteration on
  * for the first time: its examination, in the iteration that just ended (stats.iterations
  * counts it), found its producer replayed, so there it came back at its use. */
 static bool foreseen(const struct exec_buf *b)
 {
-	return b->window_token != LYNX_EXEC_NO_WINDOW && b->window != WINDOW_NONE &&
-	       b->producer == PRODUCER_REPLAYED && b->examined_iteration + 1 == ex.stats.iterations;
+	return in_window(b) && b->examined_iteration + 1 == ex.stats.iterations;
 }
 
 /* Whether b is foreseen() and its window would make it resident early at call t. */
@@ -796,19 +811,11 @@ static bool checks_pending(void)
 	return false;
 }
 
-/* Whether b was rebuilt in its window in the iteration that just ended. */
-static bool in_window(const struct exec_buf *b)
-{
-	return b->window_token != LYNX_EXEC_NO_WINDOW && b->window != WINDOW_NONE &&
-	       b->producer == PRODUCER_REPLAYED;
-}
-
-/* Whether b is one of the window rebuilds moved with `first` (same window, layer and
- * micro-batch) that relax_budget() has not decided on. */
+/* Whether b is one of the window rebuilds moved with `first` that relax_budget() has not
+ * decided on. */
 static bool moved_with(const struct exec_buf *b, const struct exec_buf *first)
 {
-	return b->deferred_foreseen && b->window_token == first->window_token &&
-	       b->sb->layer == first->sb->layer && b->sb->microbatch == first->sb->microbatch;
+	return b->deferred_foreseen && same_window_group(b, first);
 }
 
 /*
@@ -886,6 +893,26 @@ out:
 	free(with);
 	free(from);
 	free(back);
+}
+
+/* Where a step with examinations went over the budget (ex.over): said once, not corrected,
+ * since examinations take their memory once. */
+static void say_examination_over(void)
+{
+	uint64_t worst = 0;
+	uint32_t at = 0;
+
+	for (size_t k = 0; k < ex.n_over; k++)
+		if (ex.over[k].bytes > worst) {
+			worst = ex.over[k].bytes;
+			at = ex.over[k].token;
+		}
+	if (worst)
+		lynx_warn_once("recompute mode: the step that examined the producers went %.2f MiB "
+		               "over the budget (at call %u of an iteration): the examinations "
+		               "bring back by copy what is not examined yet and copy what they "
+		               "compare, once; a later step that goes over is corrected",
+		               lynx_prof_mib(worst), at);
 }
 
 /* What keep_budget() changes from the next iteration on: a kept activation offloaded, or a
@@ -970,23 +997,10 @@ static void keep_budget(bool examined)
 	/* After examinations, what is foreseen is acted on, by moving those rebuilds only. */
 	bool (*movable)(const struct exec_buf *, uint32_t) = examined ? foreseen_at : deferrable_at;
 
-	if (examined && ex.expect.budget_asked && ex.n_over) {
-		/* Said, not corrected: examinations take their memory once. */
-		for (size_t k = 0; k < ex.n_over; k++)
-			if (ex.over[k].bytes > worst) {
-				worst = ex.over[k].bytes;
-				worst_at = ex.over[k].token;
-			}
-		lynx_warn_once("recompute mode: the step that examined the producers went %.2f MiB "
-		               "over the budget (at call %u of an iteration): the examinations "
-		               "bring back by copy what is not examined yet and copy what they "
-		               "compare, once; a later step that goes over is corrected",
-		               lynx_prof_mib(worst), worst_at);
-		worst = 0;
-	}
-	if (examined && ex.expect.budget_asked)
+	if (examined && ex.expect.budget_asked) {
+		say_examination_over();
 		foresee_budget();
-	else if (examined)
+	} else if (examined)
 		ex.n_over = 0;
 	n_over = ex.n_over;
 	ex.n_over = 0;
@@ -1022,13 +1036,10 @@ static void keep_budget(bool examined)
 			/* With every rebuild of b's window for its layer and micro-batch: one left
 			 * there would bring back what they share (siblings written by one replay,
 			 * what their replays read), and little would be out. */
-			const struct lynx_prof_script_buffer *at = b->sb;
-			uint32_t window = b->window_token;
+			const struct exec_buf *chosen = b;
 			for (size_t i = 0; i < ex.script.n_buffers; i++) {
 				struct exec_buf *c = &ex.bufs[i];
-				if (c->sb->layer != at->layer ||
-				    c->sb->microbatch != at->microbatch ||
-				    c->window_token != window || !movable(c, t) ||
+				if (!same_window_group(c, chosen) || !movable(c, t) ||
 				    n_moves == sizeof(moves) / sizeof(moves[0]))
 					continue;
 				/* Moved as foreseen, it may go back (relax_budget()); moved
