@@ -3,7 +3,7 @@
 """The shape matrix: Lynx on trainers of every shape tinytrain can take (issue 16).
 
 Each cell is one tinytrain job: a pipeline schedule, lazy optimizer state, DDP buckets
-overlapped with the backward, PyTorch's deterministic fill of new tensors, one or several micro-batches, a launch API, a compute stream
+overlapped with the backward, FSDP's sharded layers, PyTorch's deterministic fill of new tensors, one or several micro-batches, a launch API, a compute stream
 and a pp/tp/dp layout. Per cell, three runs on simgpu:
 
   none       tinytrain alone, with --report-saved: the truth (layers per rank, steps)
@@ -66,6 +66,14 @@ CELLS = [
     # module of its own, so the same kernel comes through other CUfunctions per layer
     ("dp2-m1-compiled", "--nproc 2 --dp 2 --microbatches 1 --ddp-buckets 64 "
      "--lazy-optimizer --launch mixed --compute-stream null --kernel-modules 1", True),
+    # FSDP (FULL_SHARD, a unit per layer): every layer's parameters all-gathered into a new
+    # buffer before its forward and again, prefetched, in the backward; gradients
+    # reduce-scattered during the backward
+    ("dp2-m1-fsdp", "--nproc 2 --dp 2 --microbatches 1 --fsdp --lazy-optimizer "
+     "--launch mixed --compute-stream null", True),
+    ("dp2-m4-fsdp", "--nproc 2 --dp 2 --microbatches 4 --fsdp", False),
+    ("pp2dp2-m4-fsdp", "--nproc 4 --pp 2 --dp 2 --microbatches 4 --fsdp", False),
+    ("tp2dp2-m1-fsdp", "--nproc 4 --tp 2 --dp 2 --microbatches 1 --fsdp --launch mixed", False),
     # tensor parallel
     ("tp2-m1", "--nproc 2 --tp 2 --microbatches 1", False),
     ("tp2-m4-ex", "--nproc 2 --tp 2 --microbatches 4 --launch ex", False),

@@ -102,7 +102,8 @@ static void usage(FILE *f)
 	        "--virtual-batch B]\n"
 	        "                 [--seed K] [--no-hazard NAME]... [--report-saved]\n"
 	        "                 [--schedule %s [--virtual-stages V]]\n"
-	        "                 [--lazy-optimizer] [--ddp-buckets KB] [--fork-worker-after N]\n"
+	        "                 [--lazy-optimizer] [--ddp-buckets KB | --fsdp]\n"
+	        "                 [--fork-worker-after N]\n"
 	        "                 [--sync-every N] [--deterministic-fill]\n"
 	        "                 [--retain-pool] [--virtual-copies]\n"
 	        "                 [--launch %s [--kernel-modules K]]\n"
@@ -139,6 +140,13 @@ static void usage(FILE *f)
 	        "                     communication stream during the last micro-batch's\n"
 	        "                     backward, from flat buffers allocated in the first\n"
 	        "                     backward. With --dp 1 there is nothing to reduce: no-op.\n"
+	        "  --fsdp             FSDP's FULL_SHARD, a unit per layer: each layer's\n"
+	        "                     parameters are all-gathered (on a stream of their own)\n"
+	        "                     into a new buffer before its forward, freed after it,\n"
+	        "                     gathered again one layer ahead in the backward, and its\n"
+	        "                     gradients reduce-scattered on the communication stream\n"
+	        "                     every micro-batch. Embedding and head stay replicated.\n"
+	        "                     With --dp 1 there is nothing to shard: no-op.\n"
 	        "  --retain-pool      the default memory pool keeps what is freed (release\n"
 	        "                     threshold UINT64_MAX), as PyTorch's cudaMallocAsync\n"
 	        "                     backend sets it: freed memory stays in use on the device.\n"
@@ -231,6 +239,7 @@ enum {
 	OPT_RETAIN_POOL,
 	OPT_VIRTUAL_COPIES,
 	OPT_DDP_BUCKETS,
+	OPT_FSDP,
 	OPT_FORK_WORKER_AFTER,
 	OPT_SYNC_EVERY,
 	OPT_LAUNCH,
@@ -265,6 +274,7 @@ static const struct option long_options[] = {
         {"retain-pool", no_argument, NULL, OPT_RETAIN_POOL},
         {"virtual-copies", no_argument, NULL, OPT_VIRTUAL_COPIES},
         {"ddp-buckets", required_argument, NULL, OPT_DDP_BUCKETS},
+        {"fsdp", no_argument, NULL, OPT_FSDP},
         {"fork-worker-after", required_argument, NULL, OPT_FORK_WORKER_AFTER},
         {"sync-every", required_argument, NULL, OPT_SYNC_EVERY},
         {"kernel-modules", required_argument, NULL, OPT_KERNEL_MODULES},
@@ -354,6 +364,9 @@ static int check_layout(const struct tt_config *cfg)
 	    (cfg->launch == TT_LAUNCH_MODE_RUNTIME || cfg->launch == TT_LAUNCH_MODE_RUNTIME_EX))
 		return usage_error("--kernel-modules needs a --launch with a driver API "
 		                   "(driver, driver-ex or mixed)");
+	if (cfg->fsdp && cfg->ddp_bucket_kb)
+		return usage_error("--fsdp and --ddp-buckets are two ways to reduce gradients: "
+		                   "take one");
 	return check_schedule(cfg);
 }
 
@@ -461,6 +474,9 @@ int tt_parse_args(int argc, char **argv, struct tt_config *cfg)
 			continue;
 		case OPT_LAZY_OPTIMIZER:
 			cfg->lazy_optimizer = true;
+			continue;
+		case OPT_FSDP:
+			cfg->fsdp = true;
 			continue;
 		case OPT_DETERMINISTIC_FILL:
 			cfg->deterministic_fill = true;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fsdp.h"
 #include "model.h"
 
 #define BF16 2 /* the virtual model's bytes per element */
@@ -141,9 +142,7 @@ static void upload(struct tt_rank *r, float *dev, const float *host, int64_t n)
 	tt_check_cuda(cudaStreamSynchronize(r->compute), "cudaStreamSynchronize");
 }
 
-/* Carves one layer's tensors out of base, in TT_LAYER_TENSORS order; returns the floats
- * used. */
-static int64_t carve_layer(float *base, const struct tt_shape *s, struct tt_layer_weights *w)
+int64_t tt_carve_layer(float *base, const struct tt_shape *s, struct tt_layer_weights *w)
 {
 	float *p = base;
 
@@ -185,7 +184,7 @@ static void carve_all(struct tt_rank *r, float *base, struct tt_layer_weights *l
 	int64_t used = 0;
 
 	for (int l = 0; l < r->local_layers; l++)
-		used += carve_layer(base + used, &r->real, &layers[l]);
+		used += tt_carve_layer(base + used, &r->real, &layers[l]);
 	carve_edges(base + used, r, edges);
 }
 
@@ -238,7 +237,7 @@ static void init_weights(struct tt_rank *r)
 void tt_model_init(struct tt_rank *r)
 {
 	const struct tt_shape *s = &r->real;
-	int64_t per_layer = carve_layer(NULL, s, &(struct tt_layer_weights){0});
+	int64_t per_layer = tt_carve_layer(NULL, s, &(struct tt_layer_weights){0});
 	size_t bytes;
 
 	r->param_count = per_layer * r->local_layers + carve_edges(NULL, r, &r->ew);
@@ -620,11 +619,13 @@ float *tt_layer_forward(struct tt_rank *r, int layer, int mb, float *x)
 
 	*a = (struct tt_acts){.x = x};
 	enter_module(r, layer);
+	tt_fsdp_forward_begin(r, layer);
 	out = forward_compute(r, layer, mb, a);
 	if (r->cfg->recompute == TT_RECOMPUTE_FULL)
 		free_saved(r, a);
 	else if (r->cfg->recompute == TT_RECOMPUTE_SELECTIVE)
 		attention_core_free(r, a);
+	tt_fsdp_forward_end(r, layer);
 	tt_kernels_enter_module(-1);
 	if (r->saved_layer_bytes && tt_acts_bytes(r, a) > r->saved_layer_bytes[layer])
 		r->saved_layer_bytes[layer] = tt_acts_bytes(r, a);
@@ -739,9 +740,11 @@ float *tt_layer_backward(struct tt_rank *r, int layer, int mb, float *dy)
 	struct tt_acts *a = acts_of(r, layer, mb);
 
 	enter_module(r, layer);
+	tt_fsdp_backward_begin(r, layer);
 	rematerialise(r, layer, mb, a);
 	mlp_backward(r, layer, a, dy);
 	attention_backward(r, layer, a, dy);
+	tt_fsdp_backward_end(r, layer);
 	free_saved(r, a);
 	tt_free(r, a->x);
 	a->x = NULL;

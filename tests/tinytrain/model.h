@@ -70,6 +70,7 @@ struct tt_acts {
 };
 
 struct tt_ddp;
+struct tt_fsdp;
 
 struct tt_rank {
 	const struct tt_config *cfg;
@@ -97,6 +98,7 @@ struct tt_rank {
 	struct tt_acts *acts;       /* [local_layers * microbatches] */
 	int64_t *saved_layer_bytes; /* [local_layers]: the most a forward kept (tt_acts_bytes) */
 	struct tt_ddp *ddp;         /* the gradient buckets, or NULL (ddp.h) */
+	struct tt_fsdp *fsdp;       /* the sharded layers, or NULL (fsdp.h) */
 	int step;
 };
 
@@ -121,6 +123,10 @@ void tt_check_nccl(ncclResult_t res, const char *what);
 /* Device memory on the compute stream (stream-ordered). */
 void *tt_alloc(struct tt_rank *r, size_t bytes);
 void tt_free(struct tt_rank *r, void *ptr);
+
+/* Points w's tensors into base, in TT_LAYER_TENSORS order (w may be NULL when base is);
+ * returns the floats one layer takes. */
+int64_t tt_carve_layer(float *base, const struct tt_shape *s, struct tt_layer_weights *w);
 
 /* Builds the rank's weights (deterministic in the seed, identical to an unsharded model's
  * slice), gradients, optimizer state and workspace. */

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "ddp.h"
+#include "fsdp.h"
 #include "schedule.h"
 #include "simgpu.h"
 
@@ -145,6 +146,7 @@ void tt_rank_setup(struct tt_rank *r, const struct tt_config *cfg, int rank, con
 	              "cudaEventCreateWithFlags");
 	tt_model_init(r);
 	r->ddp = tt_ddp_create(r);
+	r->fsdp = tt_fsdp_create(r);
 }
 
 void tt_rank_teardown(struct tt_rank *r)
@@ -159,6 +161,7 @@ void tt_rank_teardown(struct tt_rank *r)
 	if (r->cfg->compute_stream == TT_COMPUTE_STREAM_CREATED)
 		cudaStreamDestroy(r->compute);
 	tt_ddp_destroy(r->ddp);
+	tt_fsdp_destroy(r->fsdp);
 	if (r->cfg->lazy_optimizer) {
 		cudaFree(r->adam_m);
 		cudaFree(r->adam_v);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "ddp.h"
+#include "fsdp.h"
 #include "schedule.h"
 
 /* ---- The backward thread ----------------------------------------------------------------- */
@@ -449,6 +450,8 @@ float tt_forward_backward(struct tt_rank *r, struct tt_worker *w)
 	free(m);
 	if (r->ddp)
 		tt_ddp_finish(r);
+	else if (r->fsdp)
+		tt_fsdp_finish(r);
 	else
 		tt_dp_allreduce_grads(r);
 	if (r->last_stage) {

@@ -502,6 +502,43 @@ static void test_ddp_buckets_give_the_same_bits(void **state)
 	free(buckets.out);
 }
 
+/*
+ * FSDP shards each layer: a gather before its forward and again before its backward, and a
+ * reduce-scatter of its gradients, per micro-batch. The model is the unsharded one, so the
+ * losses are the same bits with one micro-batch (the gradient hashes are of each rank's
+ * shards); with --dp 1 nothing changes.
+ */
+static void test_fsdp_gives_the_same_losses(void **state)
+{
+	const char *layouts[] = {
+	        "--nproc 2 --dp 2 --layers 2 --microbatches 1 --steps 3",
+	        "--nproc 4 --tp 2 --dp 2 --layers 2 --microbatches 1 --steps 3",
+	        "--nproc 4 --pp 2 --dp 2 --layers 4 --microbatches 1 --steps 3",
+	};
+	char args[256];
+
+	for (size_t i = 0; i < sizeof(layouts) / sizeof(layouts[0]); i++) {
+		struct run flat = run_ok(layouts[i]);
+		snprintf(args, sizeof(args), "%s --fsdp", layouts[i]);
+		struct run sharded = run_with_env("SIMGPU_COUNTERS=stderr", args, "&1");
+
+		assert_int_equal(sharded.exit_code, 0);
+		expect_same_losses(&flat, &sharded, args);
+		/* Per rank and step, two gathers and one reduce-scatter per layer. */
+		assert_true(counter(sharded.out, "ncclAllGather") > 0);
+		assert_int_equal(counter(sharded.out, "ncclAllGather"),
+		                 2 * counter(sharded.out, "ncclReduceScatter"));
+		free(flat.out);
+		free(sharded.out);
+	}
+
+	struct run flat = run_ok("--layers 2 --steps 2");
+	struct run sharded = run_ok("--layers 2 --steps 2 --fsdp");
+	assert_string_equal(flat.out, sharded.out);
+	free(flat.out);
+	free(sharded.out);
+}
+
 /* Computing on the legacy stream, the handle 0 or a created non-blocking stream gives the
  * same bits (the last needs its explicit synchronisation before each copy to the host). */
 static void test_compute_streams_give_the_same_bits(void **state)
@@ -568,6 +605,8 @@ static void test_bad_arguments_are_usage_errors(void **state)
 	expect_usage_error("--launch driver --kernel-modules 0",
 	                   "--kernel-modules '0' is not a positive integer");
 	expect_usage_error("--virtual-stages 2", "needs --schedule interleaved");
+	expect_usage_error("--nproc 2 --dp 2 --fsdp --ddp-buckets 4",
+	                   "--fsdp and --ddp-buckets are two ways");
 	expect_usage_error("--schedule interleaved --pp 4 --layers 8", "--virtual-stages V >= 2");
 	expect_usage_error("--schedule interleaved --virtual-stages 2 --pp 2 --layers 4",
 	                   "needs --pp >= 3");
@@ -603,6 +642,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_kernel_modules_give_the_same_bits),
 	        cmocka_unit_test(test_lazy_optimizer_gives_the_same_bits),
 	        cmocka_unit_test(test_ddp_buckets_give_the_same_bits),
+	        cmocka_unit_test(test_fsdp_gives_the_same_losses),
 	        cmocka_unit_test(test_compute_streams_give_the_same_bits),
 	        cmocka_unit_test(test_report_saved_counts_local_layers),
 	        cmocka_unit_test(test_bad_arguments_are_usage_errors),
