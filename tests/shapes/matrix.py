@@ -3,7 +3,7 @@
 """The shape matrix: Lynx on trainers of every shape tinytrain can take (issue 16).
 
 Each cell is one tinytrain job: a pipeline schedule, lazy optimizer state, DDP buckets
-overlapped with the backward, FSDP's sharded layers, PyTorch's deterministic fill of new tensors, one or several micro-batches, a launch API, a compute stream
+overlapped with the backward, FSDP's sharded layers, evaluation passes between steps, PyTorch's deterministic fill of new tensors, one or several micro-batches, a launch API, a compute stream
 and a pp/tp/dp layout. Per cell, three runs on simgpu:
 
   none       tinytrain alone, with --report-saved: the truth (layers per rank, steps)
@@ -16,7 +16,8 @@ and these checks, per rank:
   mbs        its micro-batches are the job's (times the model chunks)
   iteration  its iteration time is within 2% of the trainer's own step time
   stage      with a pipeline, it names its stage (as the p2p communicator orders it)
-  identical  recompute mode's losses and gradient hashes are the plain run's, every step
+  identical  recompute mode's losses, gradient hashes and evaluation losses are the plain
+             run's, every step
   memory     recompute mode's peak is at least 25% below the plain run's (last step)
   budget     a rank that armed a plan (its summary.<rank>.json) peaks within the plan's budget
              in every step from its first planned one (the first within it) on
@@ -62,6 +63,12 @@ CELLS = [
      "--lazy-optimizer --launch mixed --compute-stream null", True),
     ("dp2-m1-torchlike-fill", "--nproc 2 --dp 2 --microbatches 1 --ddp-buckets 64 "
      "--lazy-optimizer --launch mixed --compute-stream null --deterministic-fill", False),
+    # nanoGPT's estimate_loss: forward-only passes (no dropout, nothing kept, a host read
+    # each) before step 0 and every few steps, on one rank with gradient accumulation and
+    # under DDP
+    ("1r-m4-eval", "--nproc 1 --microbatches 4 --eval-every 3 --eval-iters 2", False),
+    ("dp2-m1-eval", "--nproc 2 --dp 2 --microbatches 1 --ddp-buckets 64 --lazy-optimizer "
+     "--launch mixed --compute-stream null --eval-every 4 --eval-iters 4", False),
     # torch.compile under DDP: each graph piece (here one layer) loads its kernels from a
     # module of its own, so the same kernel comes through other CUfunctions per layer
     ("dp2-m1-compiled", "--nproc 2 --dp 2 --microbatches 1 --ddp-buckets 64 "
@@ -122,6 +129,11 @@ def steps_of(text):
             d = json.loads(line)
             lines[(d["step"], d["rank"])] = d
     return lines
+
+
+def results_of(step):
+    """What a step computed: its loss, gradient hash and evaluation loss (if any)."""
+    return step["loss"], step["grad_hash"], step.get("eval_loss")
 
 
 def run(build, args, env_extra, out_dir):
@@ -227,8 +239,8 @@ def check_cell(build, name, args, scratch, repeat):
         if rc2 or any((s, r) not in rsteps for s in range(STEPS)):
             got["identical"] = got["memory"] = got["budget"] = got["time"] = f"exit {rc2}"
         else:
-            if any((rsteps[(s, r)]["loss"], rsteps[(s, r)]["grad_hash"]) !=
-                   (truth[(s, r)]["loss"], truth[(s, r)]["grad_hash"]) for s in range(STEPS)):
+            if any(results_of(rsteps[(s, r)]) != results_of(truth[(s, r)])
+                   for s in range(STEPS)):
                 got["identical"] = "DIFFERS"
             peak, none_peak = rsteps[(last, r)]["peak_bytes"], truth[(last, r)]["peak_bytes"]
             if peak > (1 - MEMORY_CUT) * none_peak:

@@ -104,7 +104,8 @@ static void usage(FILE *f)
 	        "                 [--schedule %s [--virtual-stages V]]\n"
 	        "                 [--lazy-optimizer] [--ddp-buckets KB | --fsdp]\n"
 	        "                 [--fork-worker-after N]\n"
-	        "                 [--sync-every N] [--deterministic-fill]\n"
+	        "                 [--sync-every N] [--eval-every N [--eval-iters K]]\n"
+	        "                 [--deterministic-fill]\n"
 	        "                 [--retain-pool] [--virtual-copies]\n"
 	        "                 [--launch %s [--kernel-modules K]]\n"
 	        "                 [--compute-stream %s]\n"
@@ -160,6 +161,11 @@ static void usage(FILE *f)
 	        "  --sync-every N     every N-th step waits on the host after its first layer's\n"
 	        "                     forward (a trainer that checks for NaNs every few steps):\n"
 	        "                     steps whose host synchronisations differ.\n"
+	        "  --eval-every N     before step 0 and every N-th step, nanoGPT's\n"
+	        "                     estimate_loss: --eval-iters K (default 2) forward passes\n"
+	        "                     without dropout that keep nothing for a backward, each\n"
+	        "                     loss read by the host; the step's line adds eval_loss,\n"
+	        "                     its mean (outside the step's time and peak). --pp 1.\n"
 	        "  --launch           runtime: cudaLaunchKernel. ex: cudaLaunchKernelExC.\n"
 	        "                     driver: cuLaunchKernel. driver-ex: cuLaunchKernelEx.\n"
 	        "                     mixed: GEMMs driver-ex, the rest runtime (as cuBLASLt\n"
@@ -240,6 +246,8 @@ enum {
 	OPT_VIRTUAL_COPIES,
 	OPT_DDP_BUCKETS,
 	OPT_FSDP,
+	OPT_EVAL_EVERY,
+	OPT_EVAL_ITERS,
 	OPT_FORK_WORKER_AFTER,
 	OPT_SYNC_EVERY,
 	OPT_LAUNCH,
@@ -275,6 +283,8 @@ static const struct option long_options[] = {
         {"virtual-copies", no_argument, NULL, OPT_VIRTUAL_COPIES},
         {"ddp-buckets", required_argument, NULL, OPT_DDP_BUCKETS},
         {"fsdp", no_argument, NULL, OPT_FSDP},
+        {"eval-every", required_argument, NULL, OPT_EVAL_EVERY},
+        {"eval-iters", required_argument, NULL, OPT_EVAL_ITERS},
         {"fork-worker-after", required_argument, NULL, OPT_FORK_WORKER_AFTER},
         {"sync-every", required_argument, NULL, OPT_SYNC_EVERY},
         {"kernel-modules", required_argument, NULL, OPT_KERNEL_MODULES},
@@ -364,6 +374,11 @@ static int check_layout(const struct tt_config *cfg)
 	    (cfg->launch == TT_LAUNCH_MODE_RUNTIME || cfg->launch == TT_LAUNCH_MODE_RUNTIME_EX))
 		return usage_error("--kernel-modules needs a --launch with a driver API "
 		                   "(driver, driver-ex or mixed)");
+	if (cfg->eval_every && cfg->pp > 1)
+		return usage_error("--eval-every needs --pp 1 (a pipeline's forward-only schedule "
+		                   "is not modelled)");
+	if (cfg->eval_iters && !cfg->eval_every)
+		return usage_error("--eval-iters needs --eval-every");
 	if (cfg->fsdp && cfg->ddp_bucket_kb)
 		return usage_error("--fsdp and --ddp-buckets are two ways to reduce gradients: "
 		                   "take one");
@@ -434,6 +449,12 @@ int tt_parse_args(int argc, char **argv, struct tt_config *cfg)
 			break;
 		case OPT_SYNC_EVERY:
 			positive = &cfg->sync_every;
+			break;
+		case OPT_EVAL_EVERY:
+			positive = &cfg->eval_every;
+			break;
+		case OPT_EVAL_ITERS:
+			positive = &cfg->eval_iters;
 			break;
 		case OPT_KERNEL_MODULES:
 			positive = &cfg->kernel_modules;
@@ -521,5 +542,8 @@ int tt_parse_args(int argc, char **argv, struct tt_config *cfg)
 		return usage_error("unexpected argument '%s'", argv[optind]);
 	if (!cfg->nproc)
 		cfg->nproc = cfg->pp * cfg->tp * cfg->dp;
-	return check_layout(cfg);
+	int err = check_layout(cfg);
+	if (!err && cfg->eval_every && !cfg->eval_iters)
+		cfg->eval_iters = 2;
+	return err;
 }

@@ -15,16 +15,16 @@ struct fsdp_gather {
 };
 
 struct tt_fsdp {
-	cudaStream_t unshard;      /* the all-gathers' stream */
-	int64_t layer_elements;    /* one layer's flat parameters */
-	int64_t shard_elements;    /* layer_elements / dp */
-	uint64_t virtual_shard;    /* a shard's virtual bytes: what each rank sends */
-	float **layer_params;      /* [local_layers]: the layer's part of r->params */
-	float **layer_grads;       /* [local_layers]: and of r->grads */
+	cudaStream_t unshard;        /* the all-gathers' stream */
+	int64_t layer_elements;      /* one layer's flat parameters */
+	int64_t shard_elements;      /* layer_elements / dp */
+	uint64_t virtual_shard;      /* a shard's virtual bytes: what each rank sends */
+	float **layer_params;        /* [local_layers]: the layer's part of r->params */
+	float **layer_grads;         /* [local_layers]: and of r->grads */
 	struct fsdp_gather *gathers; /* [local_layers] */
-	float **layer_grad_full;   /* [local_layers]: the backward's gradient buffer, or NULL */
-	int64_t layers_elements;   /* the layers' part of r->params; the replicated rest follows */
-	int layers;                /* the rank's local layers */
+	float **layer_grad_full;     /* [local_layers]: the backward's gradient buffer, or NULL */
+	int64_t layers_elements; /* the layers' part of r->params; the replicated rest follows */
+	int layers;              /* the rank's local layers */
 };
 
 static void *checked_calloc(size_t n, size_t size)
@@ -69,9 +69,8 @@ struct tt_fsdp *tt_fsdp_create(struct tt_rank *r)
 	for (int l = 0; l < r->local_layers; l++) {
 		f->layer_params[l] = r->params + (int64_t)l * per_layer;
 		f->layer_grads[l] = r->grads + (int64_t)l * per_layer;
-		tt_check_cuda(
-		        cudaEventCreateWithFlags(&f->gathers[l].done, cudaEventDisableTiming),
-		        "cudaEventCreateWithFlags");
+		tt_check_cuda(cudaEventCreateWithFlags(&f->gathers[l].done, cudaEventDisableTiming),
+		              "cudaEventCreateWithFlags");
 		/* Only a gathered buffer holds a layer's parameters from here on. */
 		r->w[l] = (struct tt_layer_weights){0};
 		r->g[l] = (struct tt_layer_weights){0};
@@ -193,8 +192,7 @@ void tt_fsdp_backward_end(struct tt_rank *r, int layer)
 	tt_check_cuda(tt_axpy(r->comm, 1.0f, shard_sum,
 	                      f->layer_grads[layer] + r->dp_rank * f->shard_elements,
 	                      f->shard_elements,
-	                      (struct tt_vcost){f->virtual_shard / BF16,
-	                                        3 * f->virtual_shard}),
+	                      (struct tt_vcost){f->virtual_shard / BF16, 3 * f->virtual_shard}),
 	              "tt_axpy");
 	tt_check_cuda(cudaFreeAsync(shard_sum, r->comm), "cudaFreeAsync");
 	tt_check_cuda(cudaFreeAsync(full, r->comm), "cudaFreeAsync");

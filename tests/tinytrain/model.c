@@ -405,9 +405,10 @@ static uint64_t dropout_seed(const struct tt_rank *r, int layer, int mb, int sit
 	               ((uint64_t)tt_global_microbatch(r, mb) << 4) ^ (uint64_t)site));
 }
 
+/* Evaluation (model.eval()) drops nothing: the kernels run with p = 0. */
 static float dropout_p(const struct tt_rank *r)
 {
-	return hazard(r, TT_HAZARD_DROPOUT_BY_VALUE) ? r->cfg->dropout : 0.0f;
+	return hazard(r, TT_HAZARD_DROPOUT_BY_VALUE) && !r->evaluating ? r->cfg->dropout : 0.0f;
 }
 
 /* Dropout of a tensor that every tensor-parallel rank holds whole (after an all-reduce):
@@ -632,6 +633,15 @@ float *tt_layer_forward(struct tt_rank *r, int layer, int mb, float *x)
 	return out;
 }
 
+void tt_layer_discard(struct tt_rank *r, int layer, int mb)
+{
+	struct tt_acts *a = acts_of(r, layer, mb);
+
+	free_saved(r, a);
+	tt_free(r, a->x);
+	a->x = NULL;
+}
+
 /* ---- Layer backward ------------------------------------------------------------------------ */
 
 /* Brings back what the recompute mode dropped, with the same kernels and seeds. */
@@ -815,6 +825,34 @@ void tt_embed_backward(struct tt_rank *r, const int *tokens, float *dx)
 	              "tt_embedding_bwd");
 	tt_free(r, dx);
 	tt_free(r, (void *)tokens);
+}
+
+void tt_head_eval(struct tt_rank *r, int mb, float *x, float *loss_sum)
+{
+	const struct tt_shape *s = &r->real, *v = &r->virt;
+	int64_t th = s->tokens * s->hidden, tv = s->tokens * s->vocab;
+	float *ln = alloc_floats(r, th), *mean = alloc_floats(r, s->tokens),
+	      *rstd = alloc_floats(r, s->tokens);
+
+	layernorm_fwd(r, x, ln, r->ew.lnf_gamma, r->ew.lnf_beta, mean, rstd);
+	tt_free(r, x);
+	float *logits = linear_forward(r, ln, r->ew.head, s->hidden, s->vocab, v->hidden, v->vocab);
+	tt_free(r, ln);
+	tt_free(r, mean);
+	tt_free(r, rstd);
+	int *targets = upload_tokens(r, mb, 1);
+	/* The loss kernel writes its gradient too; evaluation throws it away. */
+	float *losses = alloc_floats(r, s->tokens), *dlogits = alloc_floats(r, tv);
+	tt_check_cuda(tt_cross_entropy(r->compute, logits, targets, losses, dlogits, (int)s->tokens,
+	                               (int)s->vocab, 1.0f, pass_cost(v->tokens * v->vocab, 1, 1)),
+	              "tt_cross_entropy");
+	tt_check_cuda(
+	        tt_sum(r->compute, losses, loss_sum, (int)s->tokens, 0, pass_cost(v->tokens, 1, 0)),
+	        "tt_sum");
+	tt_free(r, logits);
+	tt_free(r, losses);
+	tt_free(r, dlogits);
+	tt_free(r, targets);
 }
 
 float *tt_head_forward_backward(struct tt_rank *r, int mb, float *x)

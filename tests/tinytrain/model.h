@@ -99,6 +99,7 @@ struct tt_rank {
 	int64_t *saved_layer_bytes; /* [local_layers]: the most a forward kept (tt_acts_bytes) */
 	struct tt_ddp *ddp;         /* the gradient buckets, or NULL (ddp.h) */
 	struct tt_fsdp *fsdp;       /* the sharded layers, or NULL (fsdp.h) */
+	bool evaluating;            /* in tt_eval: dropout off */
 	int step;
 };
 
@@ -138,6 +139,8 @@ float *tt_layer_forward(struct tt_rank *r, int layer, int mb, float *x);
 /* The bytes of the buffers a holds: what a layer's forward keeps for its backward, its input
  * included. */
 int64_t tt_acts_bytes(const struct tt_rank *r, const struct tt_acts *a);
+/* After a forward under evaluation (no_grad): frees what it kept, its input included. */
+void tt_layer_discard(struct tt_rank *r, int layer, int mb);
 /* Backward: consumes dy (the output gradient) and the layer's acts; returns dx. */
 float *tt_layer_backward(struct tt_rank *r, int layer, int mb, float *dy);
 
@@ -147,6 +150,10 @@ void tt_embed_backward(struct tt_rank *r, const int *tokens, float *dx);
 /* Last stage: final norm, head and loss (added to r->loss_sum); returns the gradient
  * of the loss with respect to x. Frees x. */
 float *tt_head_forward_backward(struct tt_rank *r, int mb, float *x);
+
+/* Last stage, under evaluation: final norm, head and the token losses of micro-batch mb,
+ * their sum written to the device scalar loss_sum (not added to it). Frees x. */
+void tt_head_eval(struct tt_rank *r, int mb, float *x, float *loss_sum);
 
 /* Communication with PyTorch-style stream handshakes (comm.c). The buffer is used on the
  * communication stream; the compute stream waits for the result. */

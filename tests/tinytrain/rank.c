@@ -219,8 +219,10 @@ int tt_rank_run(const struct tt_config *cfg, int rank, const void *nccl_id, int 
 	for (int step = 0; step < cfg->steps; step++) {
 		struct tt_step_result result;
 		struct simgpu_memory_stats mem;
-		char loss[32] = "null";
+		char loss[32] = "null", eval[48] = "";
 
+		if (cfg->eval_every && step % cfg->eval_every == 0)
+			snprintf(eval, sizeof(eval), ",\"eval_loss\":%.9g", tt_eval(&r));
 		tt_check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 		simgpu_memory_reset_peak();
 		uint64_t start = simgpu_now_ns(), launches = tt_kernels_launch_count();
@@ -243,9 +245,9 @@ int tt_rank_run(const struct tt_config *cfg, int rank, const void *nccl_id, int 
 		dprintf(out_fd,
 		        "{\"step\":%d,\"rank\":%d,\"loss\":%s,\"grad_hash\":\"%016" PRIx64
 		        "\",\"peak_bytes\":%zu,\"step_time_ns\":%" PRIu64 ",\"launches\":%" PRIu64
-		        "%s}\n",
+		        "%s%s}\n",
 		        step, rank, loss, result.grad_hash, mem.peak_bytes, end - start, launches,
-		        setup);
+		        setup, eval);
 		if (step + 1 == cfg->fork_worker_after && fork_worker(rank))
 			return 1;
 	}

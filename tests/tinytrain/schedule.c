@@ -465,6 +465,30 @@ float tt_forward_backward(struct tt_rank *r, struct tt_worker *w)
 	return loss;
 }
 
+float tt_eval(struct tt_rank *r)
+{
+	float total = 0.0f, loss;
+	float *loss_sum = tt_alloc(r, sizeof(float));
+
+	r->evaluating = true;
+	for (int k = 0; k < r->cfg->eval_iters; k++) {
+		int mb = k % r->cfg->microbatches, *tokens;
+		float *x = tt_embed_forward(r, mb, &tokens);
+
+		for (int l = 0; l < r->local_layers; l++) {
+			x = tt_layer_forward(r, l, mb, x);
+			tt_layer_discard(r, l, mb);
+		}
+		tt_free(r, tokens);
+		tt_head_eval(r, mb, x, loss_sum);
+		tt_copy_to_host(r, &loss, loss_sum, sizeof(float));
+		total += loss / (float)r->real.tokens;
+	}
+	tt_free(r, loss_sum);
+	r->evaluating = false;
+	return total / (float)r->cfg->eval_iters;
+}
+
 /* torch.optim.Adam creates its state at the first step(): with --lazy-optimizer, m and v
  * are allocated here, with cudaMalloc as a cold caching allocator would, and zeroed. */
 static void create_adam_state(struct tt_rank *r)

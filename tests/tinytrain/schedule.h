@@ -26,4 +26,12 @@ float tt_forward_backward(struct tt_rank *r, struct tt_worker *w);
  * backward runs on the calling thread. */
 void tt_step(struct tt_rank *r, struct tt_worker *w, struct tt_step_result *out);
 
+/*
+ * nanoGPT's estimate_loss(), as --eval-every runs it before a step: --eval-iters forward
+ * passes under model.eval() and no_grad (dropout off, nothing kept for a backward), each on
+ * local micro-batch k's tokens of this step, each loss read by the host (loss.item()).
+ * Returns their mean token loss. A rank that holds the whole model (--pp 1) only.
+ */
+float tt_eval(struct tt_rank *r);
+
 #endif /* TINYTRAIN_SCHEDULE_H */

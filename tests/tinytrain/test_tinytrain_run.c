@@ -539,6 +539,48 @@ static void test_fsdp_gives_the_same_losses(void **state)
 	free(sharded.out);
 }
 
+/*
+ * Evaluation passes before step 0 and every N-th step change nothing the steps compute or
+ * measure (they run before the step's clock and peak), and report a loss near the step's.
+ */
+static void test_eval_passes_leave_the_steps_alone(void **state)
+{
+	const char *layouts[] = {
+	        "--nproc 1 --layers 2 --microbatches 2 --steps 5",
+	        "--nproc 4 --tp 2 --dp 2 --layers 2 --microbatches 1 --steps 5 --fsdp",
+	};
+
+	for (size_t i = 0; i < sizeof(layouts) / sizeof(layouts[0]); i++) {
+		struct run plain = run_ok(layouts[i]);
+		struct run eval = run_with(layouts[i], "--eval-every 2 --eval-iters 3");
+		int evals = 0;
+
+		assert_int_equal(plain.count, eval.count);
+		for (int l = 0; l < plain.count; l++) {
+			const struct record *x = &plain.lines[l], *y = &eval.lines[l];
+			const char *line = eval.out;
+			assert_true(x->loss == y->loss && !strcmp(x->grad_hash, y->grad_hash));
+			assert_true(x->peak_bytes == y->peak_bytes &&
+			            x->step_time_ns == y->step_time_ns &&
+			            x->launches == y->launches);
+			for (int k = 0; k < l; k++)
+				line = strchr(line, '\n') + 1;
+			const char *end = strchr(line, '\n');
+			const char *at = strstr(line, "\"eval_loss\":");
+			bool has = at && (!end || at < end);
+			assert_int_equal(has, y->step % 2 == 0);
+			if (has) {
+				double loss = atof(at + strlen("\"eval_loss\":"));
+				assert_true(loss > 0.5 * x->loss && loss < 2.0 * x->loss);
+				evals++;
+			}
+		}
+		assert_true(evals >= 3);
+		free(plain.out);
+		free(eval.out);
+	}
+}
+
 /* Computing on the legacy stream, the handle 0 or a created non-blocking stream gives the
  * same bits (the last needs its explicit synchronisation before each copy to the host). */
 static void test_compute_streams_give_the_same_bits(void **state)
@@ -605,6 +647,9 @@ static void test_bad_arguments_are_usage_errors(void **state)
 	expect_usage_error("--launch driver --kernel-modules 0",
 	                   "--kernel-modules '0' is not a positive integer");
 	expect_usage_error("--virtual-stages 2", "needs --schedule interleaved");
+	expect_usage_error("--nproc 2 --pp 2 --layers 2 --eval-every 2",
+	                   "--eval-every needs --pp 1");
+	expect_usage_error("--eval-iters 2", "--eval-iters needs --eval-every");
 	expect_usage_error("--nproc 2 --dp 2 --fsdp --ddp-buckets 4",
 	                   "--fsdp and --ddp-buckets are two ways");
 	expect_usage_error("--schedule interleaved --pp 4 --layers 8", "--virtual-stages V >= 2");
@@ -643,6 +688,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_lazy_optimizer_gives_the_same_bits),
 	        cmocka_unit_test(test_ddp_buckets_give_the_same_bits),
 	        cmocka_unit_test(test_fsdp_gives_the_same_losses),
+	        cmocka_unit_test(test_eval_passes_leave_the_steps_alone),
 	        cmocka_unit_test(test_compute_streams_give_the_same_bits),
 	        cmocka_unit_test(test_report_saved_counts_local_layers),
 	        cmocka_unit_test(test_bad_arguments_are_usage_errors),

@@ -108,6 +108,9 @@ struct tt_config {
 	bool fsdp;
 	/* After this many steps, fork a worker that exits at once; 0: never. */
 	int fork_worker_after;
+	/* Before step 0 and every this many steps, eval_iters forward-only passes (schedule.h,
+	 * tt_eval); 0: never. */
+	int eval_every, eval_iters;
 	/* Every this many steps, a host synchronisation after the first layer's forward; 0:
 	 * never. */
 	int sync_every;
