@@ -3,7 +3,7 @@
 """The shape matrix: Lynx on trainers of every shape tinytrain can take (issue 16).
 
 Each cell is one tinytrain job: a pipeline schedule, lazy optimizer state, DDP buckets
-overlapped with the backward, FSDP's sharded layers, evaluation passes between steps, PyTorch's deterministic fill of new tensors, one or several micro-batches, a launch API, a compute stream
+overlapped with the backward, FSDP's sharded layers, evaluation passes between steps, q/k/v as views of one allocation, PyTorch's deterministic fill of new tensors, one or several micro-batches, a launch API, a compute stream
 and a pp/tp/dp layout. Per cell, three runs on simgpu:
 
   none       tinytrain alone, with --report-saved: the truth (layers per rank, steps)
@@ -81,6 +81,10 @@ CELLS = [
     ("dp2-m4-fsdp", "--nproc 2 --dp 2 --microbatches 4 --fsdp", False),
     ("pp2dp2-m4-fsdp", "--nproc 4 --pp 2 --dp 2 --microbatches 4 --fsdp", False),
     ("tp2dp2-m1-fsdp", "--nproc 4 --tp 2 --dp 2 --microbatches 1 --fsdp --launch mixed", False),
+    # q, k and v as views of the fused QKV output's allocation (PyTorch's split)
+    ("dp2-m1-fused-qkv", "--nproc 2 --dp 2 --microbatches 1 --ddp-buckets 64 "
+     "--lazy-optimizer --launch mixed --compute-stream null --fused-qkv", False),
+    ("pp2tp2-m4-fused-qkv", "--nproc 4 --pp 2 --tp 2 --microbatches 4 --fused-qkv", False),
     # tensor parallel
     ("tp2-m1", "--nproc 2 --tp 2 --microbatches 1", False),
     ("tp2-m4-ex", "--nproc 2 --tp 2 --microbatches 4 --launch ex", False),

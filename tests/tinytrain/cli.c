@@ -105,7 +105,7 @@ static void usage(FILE *f)
 	        "                 [--lazy-optimizer] [--ddp-buckets KB | --fsdp]\n"
 	        "                 [--fork-worker-after N]\n"
 	        "                 [--sync-every N] [--eval-every N [--eval-iters K]]\n"
-	        "                 [--deterministic-fill]\n"
+	        "                 [--deterministic-fill] [--fused-qkv]\n"
 	        "                 [--retain-pool] [--virtual-copies]\n"
 	        "                 [--launch %s [--kernel-modules K]]\n"
 	        "                 [--compute-stream %s]\n"
@@ -161,6 +161,10 @@ static void usage(FILE *f)
 	        "  --sync-every N     every N-th step waits on the host after its first layer's\n"
 	        "                     forward (a trainer that checks for NaNs every few steps):\n"
 	        "                     steps whose host synchronisations differ.\n"
+	        "  --fused-qkv        q, k and v are views of one allocation (offsets into\n"
+	        "                     it), as PyTorch's split of the fused QKV output makes\n"
+	        "                     them; the attention kernels and its backward take\n"
+	        "                     pointers inside it.\n"
 	        "  --eval-every N     before step 0 and every N-th step, nanoGPT's\n"
 	        "                     estimate_loss: --eval-iters K (default 2) forward passes\n"
 	        "                     without dropout that keep nothing for a backward, each\n"
@@ -246,6 +250,7 @@ enum {
 	OPT_VIRTUAL_COPIES,
 	OPT_DDP_BUCKETS,
 	OPT_FSDP,
+	OPT_FUSED_QKV,
 	OPT_EVAL_EVERY,
 	OPT_EVAL_ITERS,
 	OPT_FORK_WORKER_AFTER,
@@ -283,6 +288,7 @@ static const struct option long_options[] = {
         {"virtual-copies", no_argument, NULL, OPT_VIRTUAL_COPIES},
         {"ddp-buckets", required_argument, NULL, OPT_DDP_BUCKETS},
         {"fsdp", no_argument, NULL, OPT_FSDP},
+        {"fused-qkv", no_argument, NULL, OPT_FUSED_QKV},
         {"eval-every", required_argument, NULL, OPT_EVAL_EVERY},
         {"eval-iters", required_argument, NULL, OPT_EVAL_ITERS},
         {"fork-worker-after", required_argument, NULL, OPT_FORK_WORKER_AFTER},
@@ -498,6 +504,9 @@ int tt_parse_args(int argc, char **argv, struct tt_config *cfg)
 			continue;
 		case OPT_FSDP:
 			cfg->fsdp = true;
+			continue;
+		case OPT_FUSED_QKV:
+			cfg->fused_qkv = true;
 			continue;
 		case OPT_DETERMINISTIC_FILL:
 			cfg->deterministic_fill = true;

@@ -40,17 +40,6 @@ struct tt_ddp {
 	int next; /* the next bucket to launch */
 };
 
-static void *checked_calloc(size_t n, size_t size)
-{
-	void *p = calloc(n ? n : 1, size);
-
-	if (!p) {
-		fprintf(stderr, "tinytrain: out of host memory\n");
-		exit(1);
-	}
-	return p;
-}
-
 static void add_tensor(struct tt_ddp *ddp, const struct tt_rank *r, const float *grad,
                        int64_t count, int64_t virtual_count, int group)
 {
@@ -134,9 +123,9 @@ struct tt_ddp *tt_ddp_create(struct tt_rank *r)
 
 	if (!r->cfg->ddp_bucket_kb || r->cfg->dp == 1)
 		return NULL;
-	ddp = checked_calloc(1, sizeof(*ddp));
-	ddp->tensors = checked_calloc((size_t)most, sizeof(*ddp->tensors));
-	ddp->buckets = checked_calloc((size_t)most, sizeof(*ddp->buckets));
+	ddp = tt_calloc(1, sizeof(*ddp));
+	ddp->tensors = tt_calloc((size_t)most, sizeof(*ddp->tensors));
+	ddp->buckets = tt_calloc((size_t)most, sizeof(*ddp->buckets));
 	list_tensors(ddp, r);
 	reverse_tensors(ddp);
 	assign_buckets(ddp, (int64_t)r->cfg->ddp_bucket_kb * 1024);

@@ -27,17 +27,6 @@ struct tt_fsdp {
 	int layers;              /* the rank's local layers */
 };
 
-static void *checked_calloc(size_t n, size_t size)
-{
-	void *p = calloc(n ? n : 1, size);
-
-	if (!p) {
-		fprintf(stderr, "tinytrain: out of host memory\n");
-		exit(1);
-	}
-	return p;
-}
-
 struct tt_fsdp *tt_fsdp_create(struct tt_rank *r)
 {
 	const struct tt_shape *v = &r->virt;
@@ -54,16 +43,16 @@ struct tt_fsdp *tt_fsdp_create(struct tt_rank *r)
 		        (long long)per_layer, r->cfg->dp);
 		exit(1);
 	}
-	f = checked_calloc(1, sizeof(*f));
+	f = tt_calloc(1, sizeof(*f));
 	f->layers = r->local_layers;
 	f->layer_elements = per_layer;
 	f->shard_elements = per_layer / r->cfg->dp;
 	f->virtual_shard = (uint64_t)(12 * v->hidden * v->local_hidden + 4 * v->hidden) * BF16 /
 	                   (uint64_t)r->cfg->dp;
-	f->layer_params = checked_calloc((size_t)r->local_layers, sizeof(*f->layer_params));
-	f->layer_grads = checked_calloc((size_t)r->local_layers, sizeof(*f->layer_grads));
-	f->layer_grad_full = checked_calloc((size_t)r->local_layers, sizeof(*f->layer_grad_full));
-	f->gathers = checked_calloc((size_t)r->local_layers, sizeof(*f->gathers));
+	f->layer_params = tt_calloc((size_t)r->local_layers, sizeof(*f->layer_params));
+	f->layer_grads = tt_calloc((size_t)r->local_layers, sizeof(*f->layer_grads));
+	f->layer_grad_full = tt_calloc((size_t)r->local_layers, sizeof(*f->layer_grad_full));
+	f->gathers = tt_calloc((size_t)r->local_layers, sizeof(*f->gathers));
 	tt_check_cuda(cudaStreamCreateWithFlags(&f->unshard, cudaStreamNonBlocking),
 	              "cudaStreamCreateWithFlags");
 	for (int l = 0; l < r->local_layers; l++) {

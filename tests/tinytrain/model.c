@@ -34,6 +34,17 @@ void tt_check_nccl(ncclResult_t res, const char *what)
 	exit(1);
 }
 
+void *tt_calloc(size_t n, size_t size)
+{
+	void *p = calloc(n ? n : 1, size);
+
+	if (!p) {
+		fprintf(stderr, "tinytrain: out of host memory\n");
+		exit(1);
+	}
+	return p;
+}
+
 void *tt_alloc(struct tt_rank *r, size_t bytes)
 {
 	void *p = NULL;
@@ -514,9 +525,16 @@ static float *forward_compute(struct tt_rank *r, int layer, int mb, struct tt_ac
 
 	float *qkv = linear_forward(r, a->ln1, w->qkv, s->hidden, 3 * s->local_hidden, v->hidden,
 	                            3 * v->local_hidden);
-	a->q = alloc_floats(r, thl);
-	a->k = alloc_floats(r, thl);
-	a->v = alloc_floats(r, thl);
+	if (r->cfg->fused_qkv) {
+		/* PyTorch's q, k, v = qkv.split(...): views of one allocation, kept whole. */
+		a->q = alloc_floats(r, 3 * thl);
+		a->k = a->q + thl;
+		a->v = a->q + 2 * thl;
+	} else {
+		a->q = alloc_floats(r, thl);
+		a->k = alloc_floats(r, thl);
+		a->v = alloc_floats(r, thl);
+	}
 	tt_check_cuda(
 	        tt_split_qkv(r->compute, heads, qkv, a->q, a->k, a->v, pass_cost(3 * vthl, 1, 1)),
 	        "tt_split_qkv");
@@ -558,12 +576,25 @@ static float *forward_compute(struct tt_rank *r, int layer, int mb, struct tt_ac
 	return out;
 }
 
-/* Frees everything a layer kept except its input. */
+/* Frees everything a layer kept except its input (k and v with q, when they are its views). */
 static void free_saved(struct tt_rank *r, struct tt_acts *a)
 {
-	void *saved[] = {a->ln1,      a->ln1_mean, a->ln1_rstd, a->q,    a->k,
-	                 a->v,        a->merged,   a->mask1,    a->x2,   a->ln2,
-	                 a->ln2_mean, a->ln2_rstd, a->fc1,      a->gelu, a->mask2};
+	bool views = r->cfg->fused_qkv;
+	void *saved[] = {a->ln1,
+	                 a->ln1_mean,
+	                 a->ln1_rstd,
+	                 a->q,
+	                 views ? NULL : a->k,
+	                 views ? NULL : a->v,
+	                 a->merged,
+	                 a->mask1,
+	                 a->x2,
+	                 a->ln2,
+	                 a->ln2_mean,
+	                 a->ln2_rstd,
+	                 a->fc1,
+	                 a->gelu,
+	                 a->mask2};
 
 	attention_core_free(r, a);
 	for (size_t i = 0; i < sizeof(saved) / sizeof(saved[0]); i++)

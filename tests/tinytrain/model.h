@@ -121,6 +121,10 @@ void tt_copy_to_host(struct tt_rank *r, void *dst, const void *src, size_t bytes
 void tt_check_cuda(cudaError_t err, const char *what);
 void tt_check_nccl(ncclResult_t res, const char *what);
 
+/* Zeroed host memory for n elements of size bytes (at least one); exits when there is none,
+ * as the rest of the set-up does. */
+void *tt_calloc(size_t n, size_t size);
+
 /* Device memory on the compute stream (stream-ordered). */
 void *tt_alloc(struct tt_rank *r, size_t bytes);
 void tt_free(struct tt_rank *r, void *ptr);

@@ -539,6 +539,22 @@ static void test_fsdp_gives_the_same_losses(void **state)
 	free(sharded.out);
 }
 
+/* Q, K and V as views of one allocation compute the same bits, in every recompute mode. */
+static void test_fused_qkv_views_give_the_same_bits(void **state)
+{
+	const char *modes[] = {"--recompute none", "--recompute selective", "--recompute full"};
+	char base[256];
+
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+		snprintf(base, sizeof(base),
+		         "--nproc 2 --tp 2 --layers 2 --microbatches 2 --steps 2 %s", modes[i]);
+		struct run split = run_ok(base), views = run_with(base, "--fused-qkv");
+		expect_same_results(&split, &views, true, modes[i]);
+		free(split.out);
+		free(views.out);
+	}
+}
+
 /*
  * Evaluation passes before step 0 and every N-th step change nothing the steps compute or
  * measure (they run before the step's clock and peak), and report a loss near the step's.
@@ -688,6 +704,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_lazy_optimizer_gives_the_same_bits),
 	        cmocka_unit_test(test_ddp_buckets_give_the_same_bits),
 	        cmocka_unit_test(test_fsdp_gives_the_same_losses),
+	        cmocka_unit_test(test_fused_qkv_views_give_the_same_bits),
 	        cmocka_unit_test(test_eval_passes_leave_the_steps_alone),
 	        cmocka_unit_test(test_compute_streams_give_the_same_bits),
 	        cmocka_unit_test(test_report_saved_counts_local_layers),

@@ -104,6 +104,8 @@ struct tt_config {
 	bool virtual_copies;
 	/* DDP-style gradient buckets of about this many KiB; 0: one all-reduce per step. */
 	int ddp_bucket_kb;
+	/* Q, K and V are views of one allocation (PyTorch's split of the fused QKV output). */
+	bool fused_qkv;
 	/* FSDP's FULL_SHARD over data-parallel ranks, a unit per layer (fsdp.h). */
 	bool fsdp;
 	/* After this many steps, fork a worker that exits at once; 0: never. */
