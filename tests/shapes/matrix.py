@@ -3,7 +3,7 @@
 """The shape matrix: Lynx on trainers of every shape tinytrain can take (issue 16).
 
 Each cell is one tinytrain job: a pipeline schedule, lazy optimizer state, DDP buckets
-overlapped with the backward, FSDP's sharded layers, evaluation passes between steps, q/k/v as views of one allocation, PyTorch's deterministic fill of new tensors, one or several micro-batches, a launch API, a compute stream
+overlapped with the backward, FSDP's sharded layers, evaluation passes between steps, q/k/v as views of one allocation, gradients set to none after each step, PyTorch's deterministic fill of new tensors, one or several micro-batches, a launch API, a compute stream
 and a pp/tp/dp layout. Per cell, three runs on simgpu:
 
   none       tinytrain alone, with --report-saved: the truth (layers per rank, steps)
@@ -81,6 +81,12 @@ CELLS = [
     ("dp2-m4-fsdp", "--nproc 2 --dp 2 --microbatches 4 --fsdp", False),
     ("pp2dp2-m4-fsdp", "--nproc 4 --pp 2 --dp 2 --microbatches 4 --fsdp", False),
     ("tp2dp2-m1-fsdp", "--nproc 4 --tp 2 --dp 2 --microbatches 1 --fsdp --launch mixed", False),
+    # zero_grad(set_to_none=True): gradients freed after each step, allocated by the next
+    # backward (nanoGPT on one rank with gradient accumulation; torchlike DDP)
+    ("1r-m4-set-to-none", "--nproc 1 --microbatches 4 --grad-set-to-none --lazy-optimizer "
+     "--launch mixed --compute-stream null", False),
+    ("dp2-m1-set-to-none", "--nproc 2 --dp 2 --microbatches 1 --ddp-buckets 64 "
+     "--lazy-optimizer --launch mixed --compute-stream null --grad-set-to-none", False),
     # q, k and v as views of the fused QKV output's allocation (PyTorch's split)
     ("dp2-m1-fused-qkv", "--nproc 2 --dp 2 --microbatches 1 --ddp-buckets 64 "
      "--lazy-optimizer --launch mixed --compute-stream null --fused-qkv", False),

@@ -105,7 +105,7 @@ static void usage(FILE *f)
 	        "                 [--lazy-optimizer] [--ddp-buckets KB | --fsdp]\n"
 	        "                 [--fork-worker-after N]\n"
 	        "                 [--sync-every N] [--eval-every N [--eval-iters K]]\n"
-	        "                 [--deterministic-fill] [--fused-qkv]\n"
+	        "                 [--deterministic-fill] [--fused-qkv] [--grad-set-to-none]\n"
 	        "                 [--retain-pool] [--virtual-copies]\n"
 	        "                 [--launch %s [--kernel-modules K]]\n"
 	        "                 [--compute-stream %s]\n"
@@ -165,6 +165,10 @@ static void usage(FILE *f)
 	        "                     it), as PyTorch's split of the fused QKV output makes\n"
 	        "                     them; the attention kernels and its backward take\n"
 	        "                     pointers inside it.\n"
+	        "  --grad-set-to-none the gradients are freed after each optimizer step and\n"
+	        "                     allocated (zeroed) again by the next step's first\n"
+	        "                     backward: zero_grad(set_to_none=True), PyTorch's\n"
+	        "                     default. Not with --fsdp (its gradients are its own).\n"
 	        "  --eval-every N     before step 0 and every N-th step, nanoGPT's\n"
 	        "                     estimate_loss: --eval-iters K (default 2) forward passes\n"
 	        "                     without dropout that keep nothing for a backward, each\n"
@@ -251,6 +255,7 @@ enum {
 	OPT_DDP_BUCKETS,
 	OPT_FSDP,
 	OPT_FUSED_QKV,
+	OPT_GRAD_SET_TO_NONE,
 	OPT_EVAL_EVERY,
 	OPT_EVAL_ITERS,
 	OPT_FORK_WORKER_AFTER,
@@ -289,6 +294,7 @@ static const struct option long_options[] = {
         {"ddp-buckets", required_argument, NULL, OPT_DDP_BUCKETS},
         {"fsdp", no_argument, NULL, OPT_FSDP},
         {"fused-qkv", no_argument, NULL, OPT_FUSED_QKV},
+        {"grad-set-to-none", no_argument, NULL, OPT_GRAD_SET_TO_NONE},
         {"eval-every", required_argument, NULL, OPT_EVAL_EVERY},
         {"eval-iters", required_argument, NULL, OPT_EVAL_ITERS},
         {"fork-worker-after", required_argument, NULL, OPT_FORK_WORKER_AFTER},
@@ -385,6 +391,9 @@ static int check_layout(const struct tt_config *cfg)
 		                   "is not modelled)");
 	if (cfg->eval_iters && !cfg->eval_every)
 		return usage_error("--eval-iters needs --eval-every");
+	if (cfg->fsdp && cfg->grad_set_to_none)
+		return usage_error("--grad-set-to-none does not go with --fsdp (FSDP keeps its "
+		                   "own gradient shards)");
 	if (cfg->fsdp && cfg->ddp_bucket_kb)
 		return usage_error("--fsdp and --ddp-buckets are two ways to reduce gradients: "
 		                   "take one");
@@ -507,6 +516,9 @@ int tt_parse_args(int argc, char **argv, struct tt_config *cfg)
 			continue;
 		case OPT_FUSED_QKV:
 			cfg->fused_qkv = true;
+			continue;
+		case OPT_GRAD_SET_TO_NONE:
+			cfg->grad_set_to_none = true;
 			continue;
 		case OPT_DETERMINISTIC_FILL:
 			cfg->deterministic_fill = true;

@@ -199,6 +199,17 @@ static void carve_all(struct tt_rank *r, float *base, struct tt_layer_weights *l
 	carve_edges(base + used, r, edges);
 }
 
+void tt_grads_ready(struct tt_rank *r)
+{
+	size_t bytes = (size_t)r->param_count * sizeof(float);
+
+	if (r->grads)
+		return;
+	r->grads = tt_alloc(r, bytes);
+	tt_check_cuda(cudaMemsetAsync(r->grads, 0, bytes, r->compute), "cudaMemsetAsync");
+	carve_all(r, r->grads, r->g, &r->eg);
+}
+
 static void init_weights(struct tt_rank *r)
 {
 	const struct tt_shape *s = &r->real;
@@ -780,6 +791,8 @@ float *tt_layer_backward(struct tt_rank *r, int layer, int mb, float *dy)
 {
 	struct tt_acts *a = acts_of(r, layer, mb);
 
+	tt_grads_ready(r);
+
 	enter_module(r, layer);
 	tt_fsdp_backward_begin(r, layer);
 	rematerialise(r, layer, mb, a);
@@ -851,6 +864,8 @@ void tt_embed_backward(struct tt_rank *r, const int *tokens, float *dx)
 {
 	const struct tt_shape *s = &r->real, *v = &r->virt;
 
+	tt_grads_ready(r);
+
 	tt_check_cuda(tt_embedding_bwd(r->compute, tokens, dx, r->eg.embedding, (int)s->tokens,
 	                               (int)s->hidden, pass_cost(v->tokens * v->hidden, 2, 1)),
 	              "tt_embedding_bwd");
@@ -909,6 +924,7 @@ float *tt_head_forward_backward(struct tt_rank *r, int mb, float *x)
 	tt_free(r, losses);
 	tt_free(r, targets);
 
+	tt_grads_ready(r);
 	float *dln = linear_backward(r, ln, r->ew.head, r->eg.head, dlogits, s->hidden, s->vocab,
 	                             v->hidden, v->vocab);
 	tt_free(r, dlogits);

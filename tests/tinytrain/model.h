@@ -121,6 +121,11 @@ void tt_copy_to_host(struct tt_rank *r, void *dst, const void *src, size_t bytes
 void tt_check_cuda(cudaError_t err, const char *what);
 void tt_check_nccl(ncclResult_t res, const char *what);
 
+/* The gradients exist from here on: with --grad-set-to-none the step's first backward
+ * allocates them (zeroed), as autograd does after zero_grad(set_to_none=True); else they
+ * always do. */
+void tt_grads_ready(struct tt_rank *r);
+
 /* Zeroed host memory for n elements of size bytes (at least one); exits when there is none,
  * as the rest of the set-up does. */
 void *tt_calloc(size_t n, size_t size);

@@ -147,6 +147,12 @@ void tt_rank_setup(struct tt_rank *r, const struct tt_config *cfg, int rank, con
 	tt_model_init(r);
 	r->ddp = tt_ddp_create(r);
 	r->fsdp = tt_fsdp_create(r);
+	/* The buckets took the layout from the set-up's gradients; the steps make their own. */
+	if (cfg->grad_set_to_none) {
+		tt_free(r, r->grads);
+		r->grads = NULL;
+		tt_check_cuda(cudaStreamSynchronize(r->compute), "cudaStreamSynchronize");
+	}
 }
 
 void tt_rank_teardown(struct tt_rank *r)

@@ -440,7 +440,9 @@ float tt_forward_backward(struct tt_rank *r, struct tt_worker *w)
 		fprintf(stderr, "tinytrain: out of host memory\n");
 		exit(1);
 	}
-	tt_check_cuda(cudaMemsetAsync(r->grads, 0, grad_bytes, r->compute), "cudaMemsetAsync");
+	if (r->grads) /* else the first backward allocates them zeroed */
+		tt_check_cuda(cudaMemsetAsync(r->grads, 0, grad_bytes, r->compute),
+		              "cudaMemsetAsync");
 	tt_check_cuda(cudaMemsetAsync(r->loss_sum, 0, sizeof(float), r->compute),
 	              "cudaMemsetAsync");
 	if (r->chunks > 1)
@@ -524,6 +526,11 @@ void tt_step(struct tt_rank *r, struct tt_worker *w, struct tt_step_result *out)
 	tt_check_cuda(tt_adam(r->compute, r->params, r->grads, r->adam_m, r->adam_v, r->param_count,
 	                      adam, adam_cost),
 	              "tt_adam");
+	/* optimizer.zero_grad(set_to_none=True): the gradients go; the next backward makes them. */
+	if (r->cfg->grad_set_to_none) {
+		tt_free(r, r->grads);
+		r->grads = NULL;
+	}
 	tt_check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 	r->step++;
 }

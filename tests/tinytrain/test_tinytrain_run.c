@@ -555,6 +555,24 @@ static void test_fused_qkv_views_give_the_same_bits(void **state)
 	}
 }
 
+/* Gradients freed after each step and allocated by the next backward give the same bits,
+ * with DDP's buckets too (their layout comes from the set-up's gradients). */
+static void test_gradients_set_to_none_give_the_same_bits(void **state)
+{
+	const char *layouts[] = {
+	        "--nproc 1 --layers 2 --microbatches 2 --steps 3 --lazy-optimizer",
+	        "--nproc 4 --pp 2 --dp 2 --layers 4 --microbatches 2 --steps 3 --ddp-buckets 16",
+	};
+
+	for (size_t i = 0; i < sizeof(layouts) / sizeof(layouts[0]); i++) {
+		struct run kept = run_ok(layouts[i]);
+		struct run none = run_with(layouts[i], "--grad-set-to-none");
+		expect_same_results(&kept, &none, true, layouts[i]);
+		free(kept.out);
+		free(none.out);
+	}
+}
+
 /*
  * Evaluation passes before step 0 and every N-th step change nothing the steps compute or
  * measure (they run before the step's clock and peak), and report a loss near the step's.
@@ -666,6 +684,8 @@ static void test_bad_arguments_are_usage_errors(void **state)
 	expect_usage_error("--nproc 2 --pp 2 --layers 2 --eval-every 2",
 	                   "--eval-every needs --pp 1");
 	expect_usage_error("--eval-iters 2", "--eval-iters needs --eval-every");
+	expect_usage_error("--nproc 2 --dp 2 --fsdp --grad-set-to-none",
+	                   "--grad-set-to-none does not go with --fsdp");
 	expect_usage_error("--nproc 2 --dp 2 --fsdp --ddp-buckets 4",
 	                   "--fsdp and --ddp-buckets are two ways");
 	expect_usage_error("--schedule interleaved --pp 4 --layers 8", "--virtual-stages V >= 2");
@@ -705,6 +725,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_ddp_buckets_give_the_same_bits),
 	        cmocka_unit_test(test_fsdp_gives_the_same_losses),
 	        cmocka_unit_test(test_fused_qkv_views_give_the_same_bits),
+	        cmocka_unit_test(test_gradients_set_to_none_give_the_same_bits),
 	        cmocka_unit_test(test_eval_passes_leave_the_steps_alone),
 	        cmocka_unit_test(test_compute_streams_give_the_same_bits),
 	        cmocka_unit_test(test_report_saved_counts_local_layers),

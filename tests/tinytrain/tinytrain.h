@@ -104,6 +104,9 @@ struct tt_config {
 	bool virtual_copies;
 	/* DDP-style gradient buckets of about this many KiB; 0: one all-reduce per step. */
 	int ddp_bucket_kb;
+	/* The gradients are freed after each optimizer step and allocated again by the next
+	 * backward (zero_grad(set_to_none=True), PyTorch's default). */
+	bool grad_set_to_none;
 	/* Q, K and V are views of one allocation (PyTorch's split of the fused QKV output). */
 	bool fused_qkv;
 	/* FSDP's FULL_SHARD over data-parallel ranks, a unit per layer (fsdp.h). */
