@@ -95,7 +95,7 @@ static void usage(FILE *f)
 	choices(launch_mode_names, ARRAY_SIZE(launch_mode_names), launch, sizeof(launch));
 	fprintf(f,
 	        "usage: tinytrain --nproc N --pp P --tp T --dp D --layers L --microbatches M\n"
-	        "                 --steps S [--recompute %s]\n"
+	        "                 --steps S [--recompute %s [--recompute-layers N]]\n"
 	        "                 [--seq S --batch B]\n"
 	        "                 [--virtual-model gpt-1.3b|gpt-7b|gpt-22b]\n"
 	        "                 [--virtual-hidden H --virtual-heads A --virtual-seq S "
@@ -165,6 +165,9 @@ static void usage(FILE *f)
 	        "                     it), as PyTorch's split of the fused QKV output makes\n"
 	        "                     them; the attention kernels and its backward take\n"
 	        "                     pointers inside it.\n"
+	        "  --recompute-layers N  with --recompute, only the first N layers of each\n"
+	        "                     model chunk recompute (Megatron's --recompute-method\n"
+	        "                     block --recompute-num-layers N); the others keep all.\n"
 	        "  --grad-set-to-none the gradients are freed after each optimizer step and\n"
 	        "                     allocated (zeroed) again by the next step's first\n"
 	        "                     backward: zero_grad(set_to_none=True), PyTorch's\n"
@@ -256,6 +259,7 @@ enum {
 	OPT_FSDP,
 	OPT_FUSED_QKV,
 	OPT_GRAD_SET_TO_NONE,
+	OPT_RECOMPUTE_LAYERS,
 	OPT_EVAL_EVERY,
 	OPT_EVAL_ITERS,
 	OPT_FORK_WORKER_AFTER,
@@ -295,6 +299,7 @@ static const struct option long_options[] = {
         {"fsdp", no_argument, NULL, OPT_FSDP},
         {"fused-qkv", no_argument, NULL, OPT_FUSED_QKV},
         {"grad-set-to-none", no_argument, NULL, OPT_GRAD_SET_TO_NONE},
+        {"recompute-layers", required_argument, NULL, OPT_RECOMPUTE_LAYERS},
         {"eval-every", required_argument, NULL, OPT_EVAL_EVERY},
         {"eval-iters", required_argument, NULL, OPT_EVAL_ITERS},
         {"fork-worker-after", required_argument, NULL, OPT_FORK_WORKER_AFTER},
@@ -389,6 +394,8 @@ static int check_layout(const struct tt_config *cfg)
 	if (cfg->eval_every && cfg->pp > 1)
 		return usage_error("--eval-every needs --pp 1 (a pipeline's forward-only schedule "
 		                   "is not modelled)");
+	if (cfg->recompute_layers && cfg->recompute == TT_RECOMPUTE_NONE)
+		return usage_error("--recompute-layers needs --recompute full or selective");
 	if (cfg->eval_iters && !cfg->eval_every)
 		return usage_error("--eval-iters needs --eval-every");
 	if (cfg->fsdp && cfg->grad_set_to_none)
@@ -470,6 +477,9 @@ int tt_parse_args(int argc, char **argv, struct tt_config *cfg)
 			break;
 		case OPT_EVAL_ITERS:
 			positive = &cfg->eval_iters;
+			break;
+		case OPT_RECOMPUTE_LAYERS:
+			positive = &cfg->recompute_layers;
 			break;
 		case OPT_KERNEL_MODULES:
 			positive = &cfg->kernel_modules;

@@ -655,6 +655,15 @@ static void enter_module(const struct tt_rank *r, int layer)
 		tt_kernels_enter_module(layer / r->cfg->kernel_modules);
 }
 
+/* The recompute mode of local layer `layer`: with --recompute-layers N (Megatron's block
+ * method), only the first N layers of each model chunk recompute. */
+static enum tt_recompute recompute_of(const struct tt_rank *r, int layer)
+{
+	if (r->cfg->recompute_layers && layer % r->chunk_layers >= r->cfg->recompute_layers)
+		return TT_RECOMPUTE_NONE;
+	return r->cfg->recompute;
+}
+
 float *tt_layer_forward(struct tt_rank *r, int layer, int mb, float *x)
 {
 	struct tt_acts *a = acts_of(r, layer, mb);
@@ -664,9 +673,9 @@ float *tt_layer_forward(struct tt_rank *r, int layer, int mb, float *x)
 	enter_module(r, layer);
 	tt_fsdp_forward_begin(r, layer);
 	out = forward_compute(r, layer, mb, a);
-	if (r->cfg->recompute == TT_RECOMPUTE_FULL)
+	if (recompute_of(r, layer) == TT_RECOMPUTE_FULL)
 		free_saved(r, a);
-	else if (r->cfg->recompute == TT_RECOMPUTE_SELECTIVE)
+	else if (recompute_of(r, layer) == TT_RECOMPUTE_SELECTIVE)
 		attention_core_free(r, a);
 	tt_fsdp_forward_end(r, layer);
 	tt_kernels_enter_module(-1);
@@ -689,9 +698,9 @@ void tt_layer_discard(struct tt_rank *r, int layer, int mb)
 /* Brings back what the recompute mode dropped, with the same kernels and seeds. */
 static void rematerialise(struct tt_rank *r, int layer, int mb, struct tt_acts *a)
 {
-	if (r->cfg->recompute == TT_RECOMPUTE_FULL)
+	if (recompute_of(r, layer) == TT_RECOMPUTE_FULL)
 		tt_free(r, forward_compute(r, layer, mb, a));
-	else if (r->cfg->recompute == TT_RECOMPUTE_SELECTIVE)
+	else if (recompute_of(r, layer) == TT_RECOMPUTE_SELECTIVE)
 		attention_core_forward(r, layer, mb, a);
 }
 

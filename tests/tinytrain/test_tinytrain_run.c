@@ -573,6 +573,26 @@ static void test_gradients_set_to_none_give_the_same_bits(void **state)
 	}
 }
 
+/* Megatron's block recompute: the first N layers of each stage recompute, the rest keep
+ * everything; the same bits as either mode, with memory between theirs. */
+static void test_block_recompute_keeps_the_bits_between_the_modes(void **state)
+{
+	const char *base = "--nproc 2 --pp 2 --layers 8 --microbatches 4 --steps 2 --seq 32";
+	struct run none = run_with(base, "--recompute none");
+	struct run full = run_with(base, "--recompute full");
+	struct run block = run_with(base, "--recompute full --recompute-layers 2");
+
+	expect_same_losses(&none, &block, "--recompute-layers 2");
+	for (int l = 0; l < none.count; l++) {
+		assert_string_equal(none.lines[l].grad_hash, block.lines[l].grad_hash);
+		assert_true(block.lines[l].peak_bytes < none.lines[l].peak_bytes);
+		assert_true(block.lines[l].peak_bytes > full.lines[l].peak_bytes);
+	}
+	free(none.out);
+	free(full.out);
+	free(block.out);
+}
+
 /*
  * Evaluation passes before step 0 and every N-th step change nothing the steps compute or
  * measure (they run before the step's clock and peak), and report a loss near the step's.
@@ -684,6 +704,7 @@ static void test_bad_arguments_are_usage_errors(void **state)
 	expect_usage_error("--nproc 2 --pp 2 --layers 2 --eval-every 2",
 	                   "--eval-every needs --pp 1");
 	expect_usage_error("--eval-iters 2", "--eval-iters needs --eval-every");
+	expect_usage_error("--recompute-layers 2", "--recompute-layers needs --recompute");
 	expect_usage_error("--nproc 2 --dp 2 --fsdp --grad-set-to-none",
 	                   "--grad-set-to-none does not go with --fsdp");
 	expect_usage_error("--nproc 2 --dp 2 --fsdp --ddp-buckets 4",
@@ -726,6 +747,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_fsdp_gives_the_same_losses),
 	        cmocka_unit_test(test_fused_qkv_views_give_the_same_bits),
 	        cmocka_unit_test(test_gradients_set_to_none_give_the_same_bits),
+	        cmocka_unit_test(test_block_recompute_keeps_the_bits_between_the_modes),
 	        cmocka_unit_test(test_eval_passes_leave_the_steps_alone),
 	        cmocka_unit_test(test_compute_streams_give_the_same_bits),
 	        cmocka_unit_test(test_report_saved_counts_local_layers),

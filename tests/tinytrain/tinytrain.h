@@ -89,6 +89,9 @@ struct tt_config {
 	int layers, microbatches, steps;
 	uint64_t seed;
 	enum tt_recompute recompute;
+	/* With --recompute: only the first this many layers of each model chunk recompute
+	 * (Megatron's --recompute-method block --recompute-num-layers); 0: every layer. */
+	int recompute_layers;
 	enum tt_schedule schedule;
 	int virtual_stages; /* model chunks per rank: 1 unless interleaved */
 	enum tt_compute_stream compute_stream;
