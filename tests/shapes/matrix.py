@@ -380,6 +380,10 @@ def main():
             extra += f"; no profile: {row['why_no_profile']}"
         if row.get("recompute_warnings"):
             extra += "; warned: " + " / ".join(row["recompute_warnings"])
+        # What no column shows (a tinytrain failure, a repeated profile that differs).
+        other = [f for f in row["failures"] if not f.startswith("rank ")]
+        if other:
+            extra += "; failed: " + " / ".join(other)
         print(f"- {row['cell']} (`{row['args']}`): {extra}")
     failed = [r for r in rows if r["failures"]]
     print()
