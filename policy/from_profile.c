@@ -99,7 +99,8 @@ static int check_profile(const struct ctx *c, size_t i)
 		return lynx_policy_refuse(c->why, c->len,
 		                          "%s runs %u warm-up forwards but only %u micro-batches",
 		                          name, pr->warmup_forwards, pr->microbatches);
-	if (pr->rerun)
+	/* Under block recompute the layers that keep everything are still planned. */
+	if (lynx_profile_all_rerun(pr))
 		return lynx_policy_refuse(c->why, c->len,
 		                          "%s was recorded under full recomputation (each backward "
 		                          "reruns its forward): profile the job without "
@@ -181,6 +182,10 @@ struct stage_src {
 	size_t profile;
 	size_t first, count; /* body layers: [first, first + count) of the profile's */
 	bool embedding, head;
+	/* Layers the trainer recomputes itself (Megatron's block recompute reruns the forward
+	 * of a stage's first layers in their backward), right before first: never planned,
+	 * they join the embedding's part (problem.h), which comes before the body too. */
+	size_t reruns;
 };
 
 /* A layer's forward plus backward time: measured, or the kernels' device times. */
@@ -371,23 +376,43 @@ static int find_layers(const struct ctx *c, uint32_t p, struct stage_src *st)
 	for (uint32_t s = 1; s < p; s++)
 		if (c->ranks[st[s].profile]->layer_count > big->layer_count)
 			big = c->ranks[st[s].profile];
-	sig = (struct signature){big->layers[big->layer_count / 2].fwd_kernels.count,
-	                         big->layers[big->layer_count / 2].bwd_kernels.count};
+	/* The middle one of the layers the trainer does not recompute itself (check_profile()
+	 * refused a profile of none). */
+	size_t kept = big->layer_count - lynx_profile_rerun_layers(big), middle = 0;
+	for (size_t l = 0, n = 0; l < big->layer_count; l++)
+		if (!big->layers[l].reruns_forward && n++ == kept / 2)
+			middle = l;
+	sig = (struct signature){big->layers[middle].fwd_kernels.count,
+	                         big->layers[middle].bwd_kernels.count};
 	for (uint32_t s = 0; s < p; s++) {
 		const struct lynx_profile *pr = c->ranks[st[s].profile];
 		size_t end = pr->layer_count;
 
 		st[s].first = 0;
-		if (s == 0 && end > 1 && !same(&pr->layers[0], sig)) {
+		if (s == 0 && end > 1 && !pr->layers[0].reruns_forward &&
+		    !same(&pr->layers[0], sig)) {
 			st[s].embedding = true;
 			st[s].first = 1;
+		}
+		while (st[s].first < end && pr->layers[st[s].first].reruns_forward) {
+			st[s].reruns++;
+			st[s].first++;
 		}
 		if (s == p - 1 && end > st[s].first + 1 && !same(&pr->layers[end - 1], sig)) {
 			st[s].head = true;
 			end--;
 		}
 		for (size_t l = st[s].first; l < end; l++)
-			if (!same(&pr->layers[l], sig))
+			if (pr->layers[l].reruns_forward)
+				return lynx_policy_refuse(
+				        c->why, c->len,
+				        "%s: layer %zu reruns its forward in its backward, yet "
+				        "layer "
+				        "%zu before it does not: Lynx plans around the layers a "
+				        "trainer recomputes itself only when they are a stage's "
+				        "first (Megatron's block recompute)",
+				        name_of(c, st[s].profile, &nb), l, l - 1);
+			else if (!same(&pr->layers[l], sig))
 				return lynx_policy_refuse(
 				        c->why, c->len,
 				        "%s: layer %zu has %zu forward and %zu backward kernels "
@@ -396,6 +421,13 @@ static int find_layers(const struct ctx *c, uint32_t p, struct stage_src *st)
 				        name_of(c, st[s].profile, &nb), l,
 				        pr->layers[l].fwd_kernels.count,
 				        pr->layers[l].bwd_kernels.count, sig.fwd, sig.bwd);
+		if (end == st[s].first)
+			return lynx_policy_refuse(
+			        c->why, c->len,
+			        "%s: every layer reruns its forward in its backward (the trainer "
+			        "recomputes them all itself): nothing is left to plan; profile the "
+			        "job with fewer layers recomputed",
+			        name_of(c, st[s].profile, &nb));
 		st[s].count = end - st[s].first;
 	}
 	return 0;
@@ -1155,13 +1187,14 @@ static uint32_t list_windows(const struct layer_src *ls, const struct lynx_probl
 	return n;
 }
 
-static void fill_part(const struct ctx *c, const struct lynx_profile_layer *l,
-                      struct lynx_problem_part *part)
+/* Profile layer l into part: its times and saved bytes added to what part has. */
+static void add_to_part(const struct ctx *c, const struct lynx_profile_layer *l,
+                        struct lynx_problem_part *part)
 {
 	part->present = true;
-	part->fwd_s = known(&l->forward) ? solo_rounded(c, seconds(l->forward.ns)) : 0;
-	part->bwd_s = known(&l->backward) ? solo_rounded(c, seconds(l->backward.ns)) : 0;
-	part->act_bytes = l->saved_bytes;
+	part->fwd_s += known(&l->forward) ? solo_rounded(c, seconds(l->forward.ns)) : 0;
+	part->bwd_s += known(&l->backward) ? solo_rounded(c, seconds(l->backward.ns)) : 0;
+	part->act_bytes += l->saved_bytes;
 }
 
 static void raise_to(uint64_t *most, uint64_t bytes)
@@ -1213,9 +1246,11 @@ static void place_non_saved(const struct layer_src *ls, const struct lynx_profil
 		st->non_saved_fwd[op] = st->non_saved_fwd[op] ? st->non_saved_fwd[op] : most_fwd;
 		st->non_saved_bwd[op] = most_bwd;
 	}
-	if (src->embedding) {
-		st->embedding.non_saved_fwd = most_non_saved(&pr->layers[0].fwd_kernels, small);
-		st->embedding.non_saved_bwd = most_non_saved(&pr->layers[0].bwd_kernels, small);
+	for (size_t l = 0; l < src->first; l++) { /* the embedding, then the reruns */
+		raise_to(&st->embedding.non_saved_fwd,
+		         most_non_saved(&pr->layers[l].fwd_kernels, small));
+		raise_to(&st->embedding.non_saved_bwd,
+		         most_non_saved(&pr->layers[l].bwd_kernels, small));
 	}
 	if (src->head) {
 		const struct lynx_profile_layer *h = &pr->layers[pr->layer_count - 1];
@@ -1242,10 +1277,10 @@ static int fill_stage(const struct ctx *c, const struct layer_src *ls, const str
 	st->warmup = pr->warmup_forwards;
 	st->inflight = pr->warmup_forwards + 1 < p->micro_batches ? pr->warmup_forwards + 1
 	                                                          : p->micro_batches;
-	if (src->embedding)
-		fill_part(c, &pr->layers[0], &st->embedding);
+	for (size_t l = 0; l < src->first; l++) /* the embedding, then the reruns */
+		add_to_part(c, &pr->layers[l], &st->embedding);
 	if (src->head)
-		fill_part(c, &pr->layers[pr->layer_count - 1], &st->head);
+		add_to_part(c, &pr->layers[pr->layer_count - 1], &st->head);
 	/* What no plan evicts: the most the profile ever had live besides saved activations.
 	 * Taken at the no-plan peak alone, it would miss a backward's gradients, which are
 	 * the peak's company once activations are evicted. */

@@ -183,7 +183,13 @@ struct lynx_problem_layer {
 	int8_t tp_bwd_op[LYNX_PROBLEM_MAX_COLLECTIVES];
 };
 
-/* The embedding or the head: never recomputed; present on the first or the last stage. */
+/*
+ * The embedding or the head: never recomputed; present on the first or the last stage. From
+ * profiles, the embedding's part also holds the layers that the trainer recomputes itself at
+ * the start of a stage (Megatron's block recompute), on any stage: like the embedding, they
+ * run before the planned layers in the forward, after them in the backward, and Lynx leaves
+ * them as they are.
+ */
 struct lynx_problem_part {
 	bool present;
 	double fwd_s, bwd_s;

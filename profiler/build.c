@@ -575,6 +575,7 @@ static int fill_layers(struct build *b, struct lynx_profile *p)
 		}
 		l->forward = samples_time(&fwd);
 		l->backward = samples_time(&bwd);
+		l->reruns_forward = c->reruns[k];
 		for (size_t m = 0; m < c->microbatches; m++) {
 			uint64_t saved = lynx_prof_lifetimes_saved_bytes(&b->lt, &s, (uint32_t)k,
 			                                                 (uint32_t)m);
@@ -1449,7 +1450,7 @@ int lynx_prof_build_profile(const struct lynx_prof_trace *trace,
 		out->iteration.time = sampled;
 	out->warmup_forwards = warmup_forwards(&b.layers[b.chosen]);
 	out->microbatches = (uint32_t)b.layers[b.chosen].microbatches;
-	out->rerun = b.layers[b.chosen].rerun;
+
 	if ((err = fill_layers(&b, out)) || (err = fill_groups(&b, out)) ||
 	    (err = fill_windows(&b, out)))
 		goto out;

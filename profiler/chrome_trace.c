@@ -766,8 +766,8 @@ static void write_layers(struct writer *w)
 		snprintf(name, sizeof(name), "iteration %zu", i);
 		host_slice(w, name, "iteration", it->first, it->end);
 		if (l->fwd)
-			fprintf(w->f, ",\"layers\":%zu,\"microbatches\":%zu%s", l->layers,
-			        l->microbatches, l->rerun ? ",\"rerun\":true" : "");
+			fprintf(w->f, ",\"layers\":%zu,\"microbatches\":%zu", l->layers,
+			        l->microbatches);
 		fputs("}", w->f);
 		close_event(w);
 		for (size_t m = 0; l->fwd && m < l->microbatches; m++)
@@ -783,7 +783,7 @@ static void write_layers(struct writer *w)
 				close_event(w);
 				snprintf(name, sizeof(name), "layer %zu bwd mb %zu", k, m);
 				host_slice(w, name, "layer_bwd", b->first, b->end);
-				fputs(l->rerun ? ",\"reruns_forward\":true}" : "}", w->f);
+				fputs(l->reruns[k] ? ",\"reruns_forward\":true}" : "}", w->f);
 				close_event(w);
 			}
 	}

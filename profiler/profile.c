@@ -69,7 +69,10 @@
  * absent, unknown (their peak at every moment). A group's "freed_before" came last: how
  * many of its layer's backward kernels ran before the trainer freed it (past
  * "last_consumer"), written last in the group exactly when freed_known; absent, unknown
- * (freed right after its last consumer).
+ * (freed right after its last consumer). A layer's "reruns_forward" came later still:
+ * true when its backward reruns its forward first (Megatron's block recompute reruns a
+ * stage's first layers only), written after "saved_bytes" exactly when true; absent, the
+ * profile's "rerun", which is true exactly when every layer reruns (full recompute).
  */
 #include <errno.h>
 #include <locale.h>
@@ -254,6 +257,8 @@ static bool add_layer(cJSON *arr, const struct lynx_profile_layer *l, size_t ind
 	ok = ok && add_num(o, "index", (double)index);
 	ok = ok && add_time(o, "forward", &l->forward) && add_time(o, "backward", &l->backward);
 	ok = ok && add_num(o, "saved_bytes", (double)l->saved_bytes);
+	if (ok && l->reruns_forward)
+		ok = cJSON_AddBoolToObject(o, "reruns_forward", true) != NULL;
 	k = ok ? cJSON_AddObjectToObject(o, "kernels") : NULL;
 	return k && add_kernels(k, "forward", &l->fwd_kernels) &&
 	       add_kernels(k, "backward", &l->bwd_kernels) &&
@@ -397,7 +402,7 @@ static cJSON *profile_json(const struct lynx_profile *p)
 	     add_time(o, "time", &p->iteration.time);
 	ok = ok && add_num(root, "microbatches", p->microbatches) &&
 	     add_num(root, "warmup_forwards", p->warmup_forwards) &&
-	     cJSON_AddBoolToObject(root, "rerun", p->rerun);
+	     cJSON_AddBoolToObject(root, "rerun", lynx_profile_all_rerun(p));
 	if (ok && lynx_profile_pipeline_known(p)) {
 		o = cJSON_AddObjectToObject(root, "pipeline");
 		ok = o && add_num(o, "stage", p->pipeline_stage) &&
@@ -760,7 +765,9 @@ static int read_kernel_values(struct reader *r, const cJSON *obj, const char *wh
 	return 0;
 }
 
-static int read_layer(struct reader *r, const cJSON *o, size_t i, struct lynx_profile_layer *l)
+/* Layer i at o; rerun: the profile's "rerun", what an absent "reruns_forward" means. */
+static int read_layer(struct reader *r, const cJSON *o, size_t i, bool rerun,
+                      struct lynx_profile_layer *l)
 {
 	struct path p, pk;
 	const cJSON *k;
@@ -776,8 +783,13 @@ static int read_layer(struct reader *r, const cJSON *o, size_t i, struct lynx_pr
 		return refuse(r, "%s.index: expected %zu, got %.0f", p.buf, i, index);
 	if ((err = get_time(r, o, p.buf, "forward", &l->forward)) ||
 	    (err = get_time(r, o, p.buf, "backward", &l->backward)) ||
-	    (err = get_u64(r, o, p.buf, "saved_bytes", &l->saved_bytes)) ||
-	    (err = get_object(r, o, p.buf, "kernels", &k)))
+	    (err = get_u64(r, o, p.buf, "saved_bytes", &l->saved_bytes)))
+		return err;
+	l->reruns_forward = rerun;
+	if (cJSON_GetObjectItemCaseSensitive(o, "reruns_forward") &&
+	    (err = get_bool(r, o, p.buf, "reruns_forward", &l->reruns_forward)))
+		return err;
+	if ((err = get_object(r, o, p.buf, "kernels", &k)))
 		return err;
 	at(&pk, "%s.kernels", p.buf);
 	if ((err = read_kernels(r, k, pk.buf, "forward", &l->fwd_kernels)) ||
@@ -1127,6 +1139,7 @@ static int read_profile(struct reader *r, const cJSON *root, struct lynx_profile
 {
 	const cJSON *o, *arr, *it;
 	double version, pid, warmup = 0;
+	bool rerun;
 	char *format = NULL;
 	size_t i;
 	int err;
@@ -1166,7 +1179,7 @@ static int read_profile(struct reader *r, const cJSON *root, struct lynx_profile
 	    (err = get_time(r, o, "iteration", "time", &p->iteration.time)))
 		return err;
 	if ((err = get_u32(r, root, "", "microbatches", &p->microbatches)) ||
-	    (err = get_bool(r, root, "", "rerun", &p->rerun)))
+	    (err = get_bool(r, root, "", "rerun", &rerun)))
 		return err;
 	/* Optional (0: no pipeline, or a profile from before the key); at most m, as 1F1B caps
 	 * the warm-up by the micro-batches. */
@@ -1193,10 +1206,14 @@ static int read_profile(struct reader *r, const cJSON *root, struct lynx_profile
 	i = 0;
 	cJSON_ArrayForEach(it, arr)
 	{
-		if ((err = read_layer(r, it, i, &p->layers[i])))
+		if ((err = read_layer(r, it, i, rerun, &p->layers[i])))
 			return err;
 		i++;
 	}
+	if (p->layer_count && rerun != lynx_profile_all_rerun(p))
+		return refuse(r, "rerun: %s, but %zu of the %zu layers rerun their forward",
+		              rerun ? "true" : "false", lynx_profile_rerun_layers(p),
+		              p->layer_count);
 	if ((err = alloc_array(r, root, "groups", sizeof(*p->groups), &arr, (void **)&p->groups,
 	                       &p->group_count)))
 		return err;

@@ -133,6 +133,7 @@ struct lynx_profile_layer {
 	struct lynx_profile_time forward, backward;
 	struct lynx_profile_kernels fwd_kernels, bwd_kernels; /* one micro-batch's segment */
 	uint64_t saved_bytes; /* saved activations, the largest over micro-batches */
+	bool reruns_forward;  /* its backward reruns its forward first (full or block recompute) */
 };
 
 /* The most writers of temporaries one rebuild reruns before its producer run (a chain):
@@ -257,7 +258,6 @@ struct lynx_profile {
 	/* Forwards this rank runs before its first backward in one iteration: p - s - 1
 	 * under 1F1B on stage s of p (capped by the micro-batches), 0 without a pipeline. */
 	uint32_t warmup_forwards;
-	bool rerun; /* each backward reruns its forward (full recompute was on) */
 	/* This rank's pipeline stage and the stage count, from the communicator that carries
 	 * all its pipeline sends and receives (its ranks are the stages, in order). Known only
 	 * when lynx_profile_pipeline_known(): a zeroed profile, a trace without a pipeline, or
@@ -279,6 +279,23 @@ static inline bool lynx_profile_pipeline_known(const struct lynx_profile *p)
 {
 	return p->pipeline_stages > 0 && p->pipeline_stage >= 0 &&
 	       (uint32_t)p->pipeline_stage < p->pipeline_stages;
+}
+
+/* How many of p's layers rerun their forward in their backward: all of them under full
+ * recompute, the first N of a stage under Megatron's block recompute. */
+static inline size_t lynx_profile_rerun_layers(const struct lynx_profile *p)
+{
+	size_t n = 0;
+
+	for (size_t l = 0; l < p->layer_count; l++)
+		n += p->layers[l].reruns_forward;
+	return n;
+}
+
+/* True when every layer of p reruns its forward (full recompute; the JSON's "rerun"). */
+static inline bool lynx_profile_all_rerun(const struct lynx_profile *p)
+{
+	return p->layer_count && lynx_profile_rerun_layers(p) == p->layer_count;
 }
 
 /* The profile as JSON text (malloc'ed, ends in a newline), or NULL when out of memory. */

@@ -120,19 +120,166 @@ static void fill(const struct lynx_prof_tokens *tok, const struct lynx_prof_iter
  * backward stack starts between them (1F1B, or one micro-batch at a time), or a pipeline
  * send or receive lies between them (GPipe and interleaved schedules send each forward's
  * output on). Stacks that follow each other with neither are an inner loop of the layer
- * (one launch sequence per expert, head or chunk) taken for the layers.
+ * (one launch sequence per expert, head or chunk) taken for the layers. The backward
+ * stacks' starts are bwd_starts[0..nb) when given, else bwd[0..nb)'s.
  */
 static bool apart(const struct lynx_prof_trace *trace, const struct lynx_prof_tokens *tok,
                   const struct lynx_prof_run *a, const struct lynx_prof_run *b,
-                  const struct lynx_prof_run *bwd, size_t nb)
+                  const struct lynx_prof_run *bwd, size_t nb, const size_t *bwd_starts)
 {
-	for (size_t i = 0; i < nb; i++)
-		if (bwd[i].start >= a->end && bwd[i].start < b->start)
+	for (size_t i = 0; i < nb; i++) {
+		size_t start = bwd_starts ? bwd_starts[i] : bwd[i].start;
+		if (start >= a->end && start < b->start)
 			return true;
+	}
 	for (size_t t = a->start; t < b->start; t++)
 		if (trace->events[tok->event[t]].kind == LYNX_PROF_P2P)
 			return true;
 	return false;
+}
+
+/* True when tokens [t, t + n) of tok are unit[0..n). */
+static bool matches(const struct lynx_prof_tokens *tok, size_t t, const uint64_t *unit, size_t n)
+{
+	return t + n <= tok->count && !memcmp(tok->sig + t, unit, n * sizeof(*unit));
+}
+
+/* The end of the forward stack among fr[0..nf) (layers each) that token t lies in; 0 when
+ * it lies in none. */
+static size_t in_forward_stack(const struct lynx_prof_run *fr, size_t nf, size_t layers, size_t t)
+{
+	for (size_t i = 0; i < nf; i++)
+		if (t >= fr[i].start && t < fr[i].start + layers * fr[i].period)
+			return fr[i].start + layers * fr[i].period;
+	return 0;
+}
+
+/*
+ * Megatron's block recompute (--recompute-method block --recompute-num-layers N): the first
+ * N layers of a stage rerun their forward just before their backward, the others keep what
+ * they saved. A micro-batch's backward stack is then L-N backward units B, then N units F.B
+ * (the forward unit, then B), and one motif covers part of it only. It is read from F and B
+ * instead. F is the forward stacks' unit; B follows a forward unit that lies outside every
+ * forward stack (a rerun), for as many tokens as the backward motif bwd has, less F's when
+ * that motif holds F. A backward stack starts where F.B or B first matches outside the
+ * forward stacks, and is read unit by unit, F.B before B, until it holds a backward of every
+ * layer; a rerunning layer's backward segment holds its rerun forward. Returns 0 with out
+ * filled, -EINVAL with why (or an empty why when no forward runs outside the forward stacks:
+ * not this shape), -ENOMEM.
+ */
+static int mixed_backward(const struct lynx_prof_trace *trace, const struct lynx_prof_tokens *tok,
+                          const struct lynx_prof_iteration *it, const struct lynx_prof_run *fr,
+                          size_t nf, size_t layers, const struct lynx_prof_run *bwd,
+                          struct lynx_prof_layers *out, char *why, size_t why_len)
+{
+	const uint64_t *f = tok->sig + fr[0].start;
+	size_t pf = fr[0].period, pb = bwd->period, rerun_at = tok->count;
+
+	why[0] = 0;
+	if (contains_cyclic(tok->sig + bwd->start, bwd->period, f, pf))
+		pb -= pf;
+	for (size_t t = 0; t < tok->count && rerun_at == tok->count; t++) {
+		size_t skip = in_forward_stack(fr, nf, layers, t);
+		if (skip)
+			t = skip - 1;
+		else if (matches(tok, t, f, pf))
+			rerun_at = t;
+	}
+	if (rerun_at == tok->count || !pb || rerun_at + pf + pb > tok->count)
+		return -EINVAL;
+	const uint64_t *b = tok->sig + rerun_at + pf;
+
+	size_t *unit_start = malloc(nf * layers * sizeof(*unit_start));
+	size_t *stack_start = malloc(nf * sizeof(*stack_start));
+	bool *reruns = calloc(nf * layers, sizeof(*reruns));
+	size_t stacks = 0;
+	int err = 0;
+	if (!unit_start || !stack_start || !reruns) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (size_t t = 0; t < tok->count && !err;) {
+		size_t skip = in_forward_stack(fr, nf, layers, t);
+		bool rerun = matches(tok, t, f, pf) && matches(tok, t + pf, b, pb);
+		if (skip || (!rerun && !matches(tok, t, b, pb))) {
+			t = skip ? skip : t + 1;
+			continue;
+		}
+		if (stacks == nf) {
+			snprintf(why, why_len, "a backward at token %zu beyond %zu stacks", t, nf);
+			err = -EINVAL;
+			break;
+		}
+		stack_start[stacks] = t;
+		for (size_t u = 0; u < layers; u++) {
+			rerun = matches(tok, t, f, pf) && matches(tok, t + pf, b, pb);
+			if (in_forward_stack(fr, nf, layers, t) ||
+			    (!rerun && !matches(tok, t, b, pb))) {
+				snprintf(why, why_len,
+				         "the backward stack at token %zu ends after %zu of %zu "
+				         "layers",
+				         stack_start[stacks], u, layers);
+				err = -EINVAL;
+				break;
+			}
+			unit_start[stacks * layers + u] = t;
+			reruns[stacks * layers + u] = rerun;
+			t += (rerun ? pf : 0) + pb;
+		}
+		stacks++;
+	}
+	if (!err && stacks != nf) {
+		snprintf(why, why_len, "%zu forward stacks but %zu backward stacks", nf, stacks);
+		err = -EINVAL;
+	}
+	for (size_t i = 0; i + 1 < nf && !err; i++)
+		if (!apart(trace, tok, &fr[i], &fr[i + 1], NULL, stacks, stack_start)) {
+			snprintf(why, why_len,
+			         "forward stacks at tokens %zu and %zu follow each other with no "
+			         "backward and no pipeline send or receive between them",
+			         fr[i].start, fr[i + 1].start);
+			err = -EINVAL;
+		}
+	if (err)
+		goto out;
+	for (size_t m = 1; m < nf && !err; m++)
+		for (size_t u = 0; u < layers && !err; u++)
+			if (reruns[m * layers + u] != reruns[u]) {
+				snprintf(why, why_len,
+				         "layer %zu %s its forward in micro-batch 0's backward "
+				         "and %s in micro-batch %zu's",
+				         layers - 1 - u, reruns[u] ? "reruns" : "does not rerun",
+				         reruns[u] ? "does not" : "does", m);
+				err = -EINVAL;
+			}
+	if (err)
+		goto out;
+	out->fwd = calloc(nf * layers, sizeof(*out->fwd));
+	out->bwd = calloc(nf * layers, sizeof(*out->bwd));
+	out->reruns = calloc(layers, sizeof(*out->reruns));
+	if (!out->fwd || !out->bwd || !out->reruns) {
+		err = -ENOMEM;
+		goto out;
+	}
+	out->layers = layers;
+	out->microbatches = nf;
+	out->fwd_period = pf;
+	out->bwd_period = pb;
+	for (size_t u = 0; u < layers; u++)
+		out->reruns[layers - 1 - u] = reruns[u];
+	fill(tok, it, fr, nf, layers, false, out->fwd);
+	for (size_t m = 0; m < nf; m++)
+		for (size_t u = 0; u < layers; u++) {
+			size_t a = unit_start[m * layers + u];
+			size_t end = a + (reruns[m * layers + u] ? pf : 0) + pb;
+			out->bwd[m * layers + layers - 1 - u] = (struct lynx_prof_segment){
+			        a ? tok->event[a - 1] + 1 : it->first, tok->event[end - 1] + 1};
+		}
+out:
+	free(unit_start);
+	free(stack_start);
+	free(reruns);
+	return err;
 }
 
 static int classify(const struct lynx_prof_trace *trace, const struct lynx_prof_tokens *tok,
@@ -206,7 +353,7 @@ static int classify(const struct lynx_prof_trace *trace, const struct lynx_prof_
 			br[nb++] = acc[i];
 	}
 	for (size_t i = 0; i + 1 < nf && !err; i++)
-		if (!apart(trace, tok, &fr[i], &fr[i + 1], br, nb)) {
+		if (!apart(trace, tok, &fr[i], &fr[i + 1], br, nb, NULL)) {
 			snprintf(why, why_len,
 			         "forward stacks at tokens %zu and %zu follow each other with no "
 			         "backward and no pipeline send or receive between them: a loop "
@@ -215,6 +362,7 @@ static int classify(const struct lynx_prof_trace *trace, const struct lynx_prof_
 			err = -EINVAL;
 		}
 	size_t layers = (fr[0].end - fr[0].start) / fr[0].period;
+	bool stacks_checked = !err, mixed = false;
 	for (size_t i = 0; i < nf + nb && !err; i++) {
 		const struct lynx_prof_run *r = i < nf ? &fr[i] : &br[i - nf];
 		if ((r->end - r->start) / r->period != layers) {
@@ -229,18 +377,35 @@ static int classify(const struct lynx_prof_trace *trace, const struct lynx_prof_
 		snprintf(why, why_len, "%zu forward stacks but %zu backward stacks", nf, nb);
 		err = -EINVAL;
 	}
-	if (!err) {
+	/* Stacks that disagree may be backwards of layers with and without a rerun. */
+	if (stacks_checked && err == -EINVAL) {
+		char mixed_why[256];
+		int m = mixed_backward(trace, tok, it, fr, nf, layers, &br[0], out, mixed_why,
+		                       sizeof(mixed_why));
+		if (m == 0)
+			err = 0, mixed = true;
+		else if (m == -ENOMEM)
+			err = m;
+		else if (mixed_why[0] && why_len > strlen(why) + 1)
+			snprintf(why + strlen(why), why_len - strlen(why),
+			         " (as a backward of layers with and without a rerun: %s)",
+			         mixed_why);
+	}
+	if (!err && !mixed) {
 		out->layers = layers;
 		out->microbatches = nf;
 		out->fwd_period = fr[0].period;
 		out->bwd_period = br[0].period;
-		out->rerun = contains_cyclic(tok->sig + br[0].start, br[0].period,
+		bool rerun = contains_cyclic(tok->sig + br[0].start, br[0].period,
 		                             tok->sig + fr[0].start, fr[0].period);
 		out->fwd = calloc(nf * layers, sizeof(*out->fwd));
 		out->bwd = calloc(nf * layers, sizeof(*out->bwd));
-		if (!out->fwd || !out->bwd) {
+		out->reruns = calloc(layers, sizeof(*out->reruns));
+		if (!out->fwd || !out->bwd || !out->reruns) {
 			err = -ENOMEM;
 		} else {
+			for (size_t k = 0; k < layers; k++)
+				out->reruns[k] = rerun;
 			fill(tok, it, fr, nf, layers, false, out->fwd);
 			fill(tok, it, br, nb, layers, true, out->bwd);
 		}
@@ -488,5 +653,6 @@ void lynx_prof_layers_free(struct lynx_prof_layers *layers)
 {
 	free(layers->fwd);
 	free(layers->bwd);
+	free(layers->reruns);
 	memset(layers, 0, sizeof(*layers));
 }

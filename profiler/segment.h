@@ -24,8 +24,13 @@
  * thread is found the same way.
  *
  * Full recompute runs each layer's forward again just before its backward: the backward
- * motif then holds the forward motif, rerun is set, and each backward segment includes
- * its rerun forward (the planner sees the layer's real backward cost).
+ * motif then holds the forward motif, every layer reruns, and each backward segment
+ * includes its rerun forward (the planner sees the layer's real backward cost). Megatron's
+ * block recompute reruns the forward of a stage's first N layers only: a backward stack is
+ * then L-N plain backward units, then N units that hold the forward unit first, which no one
+ * motif covers; when the stacks disagree for that reason, each is read unit by unit from
+ * the forward unit and the plain backward unit (what follows a rerun forward), and the
+ * layers that rerun are marked.
  *
  * Limits: a stage with one layer has no repeat and is refused; a segment boundary can sit
  * a few tokens early when the code just before a stack ends like a layer (the embedding
@@ -48,14 +53,15 @@ struct lynx_prof_layers {
 	size_t layers;                 /* this stage's layers */
 	size_t microbatches;           /* forward (and backward) stacks in the iteration */
 	size_t fwd_period, bwd_period; /* tokens per layer in each direction */
-	bool rerun; /* the backward motif holds the forward one (full recompute) */
+	bool *reruns; /* [layer]: its backward reruns its forward first (full or block recompute) */
 	struct lynx_prof_segment *fwd, *bwd; /* [microbatch * layers + layer] */
 };
 
 /*
  * Segments iteration it of trace. Returns 0; -EINVAL with the reason in why when no two
  * layer motifs are found or they disagree (a different number of layers or micro-batches
- * forward and backward); -ENOMEM.
+ * forward and backward), or a layer reruns its forward in one micro-batch's backward and
+ * not in another's; -ENOMEM.
  */
 int lynx_prof_segment_layers(const struct lynx_prof_trace *trace,
                              const struct lynx_prof_iteration *it, struct lynx_prof_layers *out,

@@ -52,9 +52,39 @@ static void print_held(FILE *f, const char *tag, const struct lynx_profile *p)
 	        held ? kernels / (double)held : 0.0);
 }
 
+const char *lynx_profile_rerun_note(const struct lynx_profile *p, char *buf, size_t len)
+{
+	size_t used = 0, k = 0;
+
+	if (len)
+		buf[0] = 0;
+	if (!lynx_profile_rerun_layers(p))
+		return buf;
+	if (lynx_profile_all_rerun(p)) {
+		snprintf(buf, len, ", each backward reruns its forward");
+		return buf;
+	}
+	used = (size_t)snprintf(buf, len, ", the backward reruns the forward of layer%s",
+	                        lynx_profile_rerun_layers(p) == 1 ? "" : "s");
+	for (const char *sep = " "; k < p->layer_count && used < len;) {
+		size_t first = k;
+		if (!p->layers[k++].reruns_forward)
+			continue;
+		while (k < p->layer_count && p->layers[k].reruns_forward)
+			k++;
+		used += (size_t)snprintf(buf + used, len - used, "%s%zu", sep, first);
+		sep = ", ";
+		if (used < len && k - 1 > first)
+			used += (size_t)snprintf(buf + used, len - used, "-%zu", k - 1);
+	}
+	if (used < len)
+		snprintf(buf + used, len - used, " of %zu", p->layer_count);
+	return buf;
+}
+
 void lynx_profile_print_summary(FILE *f, const struct lynx_profile *p, int rank)
 {
-	char tag[32];
+	char tag[32], rerun[128];
 	uint64_t saved = 0, window_ns[LYNX_PROFILE_WINDOW_KIND_COUNT] = {0},
 	         idle_ns[LYNX_PROFILE_WINDOW_KIND_COUNT] = {0}, idle_total = 0;
 	uint32_t windows[LYNX_PROFILE_WINDOW_KIND_COUNT] = {0};
@@ -67,7 +97,7 @@ void lynx_profile_print_summary(FILE *f, const struct lynx_profile *p, int rank)
 	        "%s: %" PRIu32 " identical iterations of %.3f ms (%s time), %" PRIu32
 	        " micro-batches, %zu layers%s\n",
 	        tag, p->iteration.count, ms(p->iteration.time.ns), source(&p->iteration.time),
-	        p->microbatches, p->layer_count, p->rerun ? ", full recompute on" : "");
+	        p->microbatches, p->layer_count, lynx_profile_rerun_note(p, rerun, sizeof(rerun)));
 	if (p->layer_count)
 		fprintf(f, "%s:   layer    fwd ms    bwd ms  saved MiB  (%s time)\n", tag,
 		        source(&p->layers[0].forward));

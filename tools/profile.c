@@ -18,6 +18,7 @@
 #include "event.h"
 #include "lynx.h"
 #include "profile.h"
+#include "summary.h"
 
 void lynx_profile_help(FILE *out)
 {
@@ -60,7 +61,7 @@ static const char *fmt_bytes(uint64_t b, char *buf, size_t len)
 
 static void summary(const struct lynx_profile *p, const char *path)
 {
-	char a[40], b[40], c[40];
+	char a[40], b[40], c[40], rerun[128];
 
 	char rank[32] = "unknown", world[32] = "unknown";
 
@@ -78,7 +79,7 @@ static void summary(const struct lynx_profile *p, const char *path)
 	       (unsigned long long)p->iteration.period_tokens,
 	       fmt_time(&p->iteration.time, a, sizeof(a)));
 	printf("layers: %zu on this stage, %u micro-batches%s\n", p->layer_count, p->microbatches,
-	       p->rerun ? ", each backward reruns its forward" : "");
+	       lynx_profile_rerun_note(p, rerun, sizeof(rerun)));
 	printf("  %-5s  %-18s  %-18s  %-15s  %s\n", "layer", "forward", "backward",
 	       "kernels fwd/bwd", "saved");
 	for (size_t i = 0; i < p->layer_count; i++) {

@@ -24,6 +24,7 @@
 #include "report.h"
 #include "report_model.h"
 #include "report_summary.h"
+#include "summary.h"
 #include "../profiler/run.h" /* not tools/run.h, `lynx run` */
 #include "whatif.h"
 
@@ -337,13 +338,22 @@ static void window_counts(const struct lynx_profile *p, size_t n[LYNX_PROFILE_WI
 		n[p->windows[i].kind]++;
 }
 
+/* Whether a and b (as many layers) rerun the forward of the same layers. */
+static bool same_reruns(const struct lynx_profile *a, const struct lynx_profile *b)
+{
+	for (size_t l = 0; l < a->layer_count; l++)
+		if (a->layers[l].reruns_forward != b->layers[l].reruns_forward)
+			return false;
+	return true;
+}
+
 /* Ranks of one stage run the same layers, micro-batches and windows. */
 static bool same_stage(const struct lynx_profile *a, const struct lynx_profile *b)
 {
 	size_t na[LYNX_PROFILE_WINDOW_KIND_COUNT], nb[LYNX_PROFILE_WINDOW_KIND_COUNT];
 
 	if (a->layer_count != b->layer_count || a->microbatches != b->microbatches ||
-	    a->warmup_forwards != b->warmup_forwards || a->rerun != b->rerun ||
+	    a->warmup_forwards != b->warmup_forwards || !same_reruns(a, b) ||
 	    lynx_profile_pipeline_known(a) != lynx_profile_pipeline_known(b) ||
 	    (lynx_profile_pipeline_known(a) && a->pipeline_stage != b->pipeline_stage))
 		return false;
@@ -638,6 +648,7 @@ static void print_tables(FILE *out, const struct report *rep)
 	print_ranks(out, rep);
 	for (size_t s = 0; s < rep->stage_count; s++) {
 		const struct lynx_profile *p = &rep->ranks[rep->stages[s].first].p;
+		char rerun[128];
 		stage_name(rep, s, st, sizeof(st));
 		size_t members = 0;
 		for (size_t i = 0; i < rep->count; i++)
@@ -648,7 +659,7 @@ static void print_tables(FILE *out, const struct report *rep)
 				fprintf(out, "%s%d", n++ ? ", " : " ", rep->ranks[i].rank);
 		fprintf(out, "): %zu layers, %u micro-batches, iteration %s%s\n", p->layer_count,
 		        p->microbatches, fmt_time(&p->iteration.time, a, sizeof(a)),
-		        p->rerun ? ", each backward reruns its forward" : "");
+		        lynx_profile_rerun_note(p, rerun, sizeof(rerun)));
 		print_layers(out, rep, s);
 		print_memory(out, rep, s);
 		print_windows(out, rep, s);

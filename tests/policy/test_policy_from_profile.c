@@ -1307,6 +1307,60 @@ static void test_stage_layers_in_the_profile(void **state)
 	drop(last);
 }
 
+/*
+ * Megatron's block recompute: the trainer reruns the forward of each stage's first layer in
+ * its backward (6 + 8 kernels there, and only the layer's input kept). That layer joins the
+ * part before the planned layers, on the first stage after its embedding and on the last
+ * one alone; the others are planned. A rerunning layer after a planned one is refused.
+ */
+static void test_plans_around_the_layers_the_trainer_recomputes(void **state)
+{
+	struct lynx_profile *first = stage(4, 6, 8, 4, 1, 1000);
+	struct lynx_profile *last = stage(3, 6, 8, 4, 0, 1000);
+	const struct lynx_profile *ranks[] = {first, last};
+	struct lynx_problem p;
+	char why[256];
+
+	(void)state;
+	set_kernels(&first->layers[0].fwd_kernels, 'e', 2);
+	set_kernels(&first->layers[0].bwd_kernels, 'e', 2);
+	first->layers[0].saved_bytes = 512;
+	for (int s = 0; s < 2; s++) {
+		struct lynx_profile_layer *l = &(s ? last : first)->layers[s ? 0 : 1];
+		l->reruns_forward = true;
+		set_kernels(&l->bwd_kernels, 'b', 14);
+		l->backward = host(14 * US);
+		l->saved_bytes = 4096;
+	}
+	add_window(last, LYNX_PROFILE_WINDOW_PP_RECV_FWD, -1, 0, -1, -1, 0);
+	add_window(first, LYNX_PROFILE_WINDOW_PP_RECV_BWD, -1, 0, -1, -1, 0);
+	build(ranks, 2, NULL, &p);
+	assert_int_equal(p.stages[0].profile_first_layer, 2);
+	assert_int_equal(p.stages[0].layers, 2);
+	assert_int_equal(p.stages[1].profile_first_layer, 1);
+	assert_int_equal(p.stages[1].layers, 2);
+	assert_int_equal(p.stages[1].first_layer, 2);
+	for (int s = 0; s < 2; s++) {
+		const struct lynx_problem_part *lead = &p.stages[s].embedding;
+		assert_true(lead->present);
+		assert_int_equal(lead->act_bytes, s ? 4096 : 4096 + 512);
+		assert_near("the lead's backward", lead->bwd_s, (s ? 14 : 14 + 8) * 1e-6);
+		assert_near("the lead's forward", lead->fwd_s, (s ? 6 : 12) * 1e-6);
+	}
+	lynx_problem_free(&p);
+	/* A layer that reruns after one that does not (not at the end: that is the head). */
+	first->layers[1].reruns_forward = false;
+	set_kernels(&first->layers[1].bwd_kernels, 'b', 8);
+	first->layers[2].reruns_forward = true;
+	set_kernels(&first->layers[2].bwd_kernels, 'b', 14);
+	assert_int_equal(lynx_problem_from_profile(ranks, 2, NULL, &p, why, sizeof(why)), -EINVAL);
+	if (!strstr(why, "layer 2 reruns its forward in its backward, yet layer 1 before it does "
+	                 "not"))
+		fail_msg("got \"%s\"", why);
+	drop(first);
+	drop(last);
+}
+
 /* Refused, with why containing want. */
 static void refused(const struct lynx_profile *const *ranks, size_t n,
                     const struct lynx_problem_options *opt, const char *want)
@@ -1343,7 +1397,8 @@ static void test_refuses_bad_input_with_a_reason(void **state)
 	far->windows[1].kernel = 9;
 	refused((const struct lynx_profile *[]){far}, 1, NULL,
 	        "window 1 (tp_bwd) is at kernel 9, beyond layer 0's 8 backward kernels");
-	rerun->rerun = true;
+	for (size_t l = 0; l < rerun->layer_count; l++)
+		rerun->layers[l].reruns_forward = true;
 	refused((const struct lynx_profile *[]){rerun}, 1, NULL, "full recomputation");
 	/* Stages 0 and 2 of 3: stage 1 is missing. */
 	refused((const struct lynx_profile *[]){s0, s2}, 2, NULL,
@@ -1711,6 +1766,7 @@ int main(void)
 	        cmocka_unit_test(test_maps_at_most_max_buffers),
 	        cmocka_unit_test(test_maps_each_collective_to_its_op),
 	        cmocka_unit_test(test_stage_layers_in_the_profile),
+	        cmocka_unit_test(test_plans_around_the_layers_the_trainer_recomputes),
 	        cmocka_unit_test(test_refuses_bad_input_with_a_reason),
 	        cmocka_unit_test(test_planners_and_checker_run_on_it),
 	        cmocka_unit_test(test_host_link_is_the_slowest_profiles),

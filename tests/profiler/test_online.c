@@ -403,19 +403,22 @@ static void test_profile_mode_leaves_results_unchanged(void **state)
 	release(&profiled);
 }
 
-/* Pipeline-only and data-parallel-only layouts under Megatron's full recompute, and
- * selective recompute: every rank still finds its L/pp layers, device-timed, sees the rerun
- * forwards where there are some, and counts exactly the bytes tinytrain keeps. */
+/* Pipeline-only and data-parallel-only layouts under Megatron's full recompute, its block
+ * recompute (the first layers of each stage only) and selective recompute: every rank still
+ * finds its L/pp layers, device-timed, sees the rerun forwards of the layers that have them,
+ * and counts exactly the bytes tinytrain keeps. */
 static void test_profile_mode_finds_layers_in_other_layouts(void **state)
 {
 	const struct {
 		const char *args, *recompute;
 		int ranks, layers;
-		bool rerun;
+		int reruns; /* the first layers of a stage that rerun their forward */
 	} layouts[] = {
-	        {"--nproc 4 --pp 4 --tp 1 --dp 1", "full", 4, LAYERS / 4, true},
-	        {"--nproc 4 --pp 1 --tp 1 --dp 4", "full", 4, LAYERS, true},
-	        {"--nproc 4 --pp 2 --tp 2 --dp 1", "selective", 4, LAYERS / 2, false},
+	        {"--nproc 4 --pp 4 --tp 1 --dp 1", "full", 4, LAYERS / 4, LAYERS / 4},
+	        {"--nproc 4 --pp 1 --tp 1 --dp 4", "full", 4, LAYERS, LAYERS},
+	        {"--nproc 4 --pp 2 --tp 2 --dp 1", "selective", 4, LAYERS / 2, 0},
+	        {"--nproc 4 --pp 2 --tp 2 --dp 1", "full --recompute-layers 1", 4, LAYERS / 2, 1},
+	        {"--nproc 2 --pp 1 --tp 1 --dp 2", "full --recompute-layers 5", 2, LAYERS, 5},
 	};
 
 	for (size_t l = 0; l < sizeof(layouts) / sizeof(layouts[0]); l++) {
@@ -437,7 +440,9 @@ static void test_profile_mode_finds_layers_in_other_layouts(void **state)
 				fail_msg("%s rank %d: %s", layouts[l].args, rank, why);
 			uint64_t truth[LAYERS];
 			assert_int_equal(p.layer_count, layouts[l].layers);
-			assert_int_equal(p.rerun, layouts[l].rerun);
+			for (size_t k = 0; k < p.layer_count; k++)
+				assert_int_equal(p.layers[k].reruns_forward,
+				                 (int)k < layouts[l].reruns);
 			assert_int_equal(saved_truth(o.out, rank, truth, LAYERS), p.layer_count);
 			for (size_t k = 0; k < p.layer_count; k++)
 				assert_int_equal(p.layers[k].saved_bytes, truth[k]);

@@ -17,6 +17,7 @@
 
 #include "build.h"
 #include "profile.h"
+#include "summary.h"
 #include "record.h"
 
 static void count_kinds(const struct lynx_profile *p, size_t n[LYNX_PROFILE_WINDOW_KIND_COUNT])
@@ -60,7 +61,7 @@ static void check_stage(const struct lynx_profile *p, size_t layers, size_t micr
 	assert_true(p->iteration.time.ns > 0);
 	assert_int_equal(p->layer_count, layers);
 	assert_int_equal(p->microbatches, microbatches);
-	assert_false(p->rerun);
+	assert_int_equal(lynx_profile_rerun_layers(p), 0);
 	for (size_t k = 0; k < p->layer_count; k++) {
 		const struct lynx_profile_layer *l = &p->layers[k], *l0 = &p->layers[0];
 		assert_int_equal(l->forward.source, LYNX_PROFILE_SOURCE_HOST);
@@ -313,7 +314,8 @@ static void small_profile(struct lynx_profile *p)
 		        .bwd_kernels = {.name = kernel_list,
 		                        .ns = i ? NULL : bwd_kernel_ns,
 		                        .count = 1},
-		        .saved_bytes = 1 << 20};
+		        .saved_bytes = 1 << 20,
+		        .reruns_forward = true};
 	windows[0] = (struct lynx_profile_window){.kind = LYNX_PROFILE_WINDOW_TP_FWD,
 	                                          .call = "ncclAllReduce",
 	                                          .peer = -1,
@@ -343,7 +345,6 @@ static void small_profile(struct lynx_profile *p)
 	        .iteration = {10, 3, 7, 100, {LYNX_PROFILE_SOURCE_HOST, 5, 4, 6, 3}},
 	        .microbatches = 2,
 	        .warmup_forwards = 1,
-	        .rerun = true,
 	        .layers = layers,
 	        .layer_count = 2,
 	        .groups = groups,
@@ -399,7 +400,7 @@ static void test_profile_round_trip_keeps_every_field(void **state)
 	assert_int_equal(back.rank, -1);
 	assert_int_equal(back.world, 8);
 	assert_string_equal(back.env.gpu, "H200");
-	assert_true(back.rerun);
+	assert_true(lynx_profile_all_rerun(&back));
 	assert_int_equal(back.layers[1].forward.ns, 101);
 	assert_int_equal(back.layers[1].backward.source, LYNX_PROFILE_SOURCE_DEVICE);
 	assert_int_equal(back.layers[0].bwd_kernels.count, 1);
@@ -431,6 +432,43 @@ static const struct lynx_profile_host_link example_link = {5.0e10, 4.8e10, 1.2e-
 /* A measured host link comes back exactly, also doubles that cJSON's own 15 digits would
  * round (0.1 + 0.2 needs 17); a link not measured, or measured one way only, is not written
  * and reads as all 0. */
+/* Megatron's block recompute: layer 0 reruns its forward, layer 1 does not. Only layer 0
+ * says so, "rerun" is false, and both come back. */
+static void test_profile_round_trip_keeps_which_layers_rerun(void **state)
+{
+	struct lynx_profile p, back;
+	char why[256];
+
+	(void)state;
+	small_profile(&p);
+	p.layers[1].reruns_forward = false;
+	char *text = lynx_profile_to_json(&p);
+	small_profile(&p); /* the statics again, for the tests after this one */
+	assert_non_null(text);
+	assert_non_null(strstr(text, "\"rerun\":\tfalse"));
+	assert_int_equal(count_occurrences(text, "\"reruns_forward\":\ttrue"), 1);
+	if (lynx_profile_from_json(text, strlen(text), &back, why, sizeof(why)))
+		fail_msg("%s", why);
+	assert_true(back.layers[0].reruns_forward);
+	assert_false(back.layers[1].reruns_forward);
+	assert_int_equal(lynx_profile_rerun_layers(&back), 1);
+	assert_false(lynx_profile_all_rerun(&back));
+	char note[128];
+	assert_string_equal(lynx_profile_rerun_note(&back, note, sizeof(note)),
+	                    ", the backward reruns the forward of layer 0 of 2");
+	back.layers[1].reruns_forward = true;
+	assert_string_equal(lynx_profile_rerun_note(&back, note, sizeof(note)),
+	                    ", each backward reruns its forward");
+	back.layers[0].reruns_forward = back.layers[1].reruns_forward = false;
+	assert_string_equal(lynx_profile_rerun_note(&back, note, sizeof(note)), "");
+	back.layers[0].reruns_forward = true;
+	char *again = lynx_profile_to_json(&back);
+	assert_string_equal(again, text);
+	free(again);
+	free(text);
+	lynx_profile_free(&back);
+}
+
 static void test_profile_round_trip_keeps_the_host_link(void **state)
 {
 	static const struct lynx_profile_host_link odd[] = {
@@ -532,7 +570,13 @@ static void test_profile_reads_a_profile_without_the_optional_keys(void **state)
 	                       ",\n\t\t\"non_saved_peak_bytes\":\t700,\n\t\t"
 	                       "\"largest_workspace_bytes\":\t40",
 	                       "");
-	old = replace(oldest, "\t\t\t\"producer_end\":\t-1,\n", "");
+	char *before_reruns = replace(oldest, "\t\t\t\"producer_end\":\t-1,\n", "");
+	/* Each layer's "reruns_forward" (both rerun here: "rerun" says so alone). */
+	char *one_rerun = replace(before_reruns, "\t\t\t\"reruns_forward\":\ttrue,\n", "");
+	old = replace(one_rerun, "\t\t\t\"reruns_forward\":\ttrue,\n", "");
+	assert_null(strstr(old, "reruns_forward"));
+	free(one_rerun);
+	free(before_reruns);
 	free(oldest);
 	free(older);
 	assert_null(strstr(old, "producer_end"));
@@ -548,6 +592,7 @@ static void test_profile_reads_a_profile_without_the_optional_keys(void **state)
 	                 back.memory.at_peak[LYNX_PROFILE_MEMORY_WORKSPACE]);
 	back.memory.largest_workspace_bytes = 40;
 	assert_int_equal(back.groups[0].producer_end, back.groups[0].producer);
+	assert_true(back.layers[0].reruns_forward && back.layers[1].reruns_forward);
 	assert_null(back.layers[0].fwd_kernels.ns);
 	again = lynx_profile_to_json(&back);
 	assert_string_equal(again, text); /* the key comes back, explicit */
@@ -647,6 +692,12 @@ static void test_profile_refuses_bad_fields_with_their_path(void **state)
 	        {"\"memory\":", "\"mem\":", "memory: missing"},
 	        {"\"saved_activation\":", "\"saved\":", "memory.at_peak.saved_activation: missing"},
 	        {"\"rerun\":\ttrue", "\"rerun\":\t1", "rerun: expected true or false"},
+	        {"\"rerun\":\ttrue", "\"rerun\":\tfalse",
+	         "rerun: false, but 2 of the 2 layers rerun their forward"},
+	        {"\"reruns_forward\":\ttrue", "\"reruns_forward\":\tfalse",
+	         "rerun: true, but 1 of the 2 layers rerun their forward"},
+	        {"\"reruns_forward\":\ttrue", "\"reruns_forward\":\t0",
+	         "layers[0].reruns_forward: expected true or false"},
 	        {"\"windows\":", "\"windows\":\t7,\n\t\"x\":", "windows: expected an array"},
 	        {"\"forward_ns\":\t[70, 25]", "\"forward_ns\":\t[70]",
 	         "layers[0].kernels.forward_ns: expected 2 entries (one per kernel in "
@@ -1154,6 +1205,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_profile_pp2_tp2_layers_and_windows),
 	        cmocka_unit_test(test_profile_dp2_gradient_reductions),
 	        cmocka_unit_test(test_profile_round_trip_keeps_every_field),
+	        cmocka_unit_test(test_profile_round_trip_keeps_which_layers_rerun),
 	        cmocka_unit_test(test_profile_round_trip_keeps_the_host_link),
 	        cmocka_unit_test(test_profile_reads_a_profile_without_the_optional_keys),
 	        cmocka_unit_test(test_profile_write_is_atomic_and_reads_back),

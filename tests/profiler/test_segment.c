@@ -4,7 +4,8 @@
  * rank of every configuration finds exactly layers / pp layers and every micro-batch, in
  * every step, with segments in launch order (forward layers ascending, backward
  * descending, each backward after its forward); the backward on its own thread when the
- * backward-thread hazard is on; full recompute's rerun flagged and still L/pp layers; a
+ * backward-thread hazard is on; full recompute's rerun flagged and still L/pp layers, and
+ * block recompute's on the first layers of each stage only; a
  * stage with no repeat refused with a reason.
  */
 #include <errno.h>
@@ -23,7 +24,8 @@
 struct config {
 	const char *args;
 	int ranks, steps, layers_per_stage, microbatches;
-	bool rerun, backward_thread;
+	int reruns; /* the first layers of a stage that rerun their forward in the backward */
+	bool backward_thread;
 };
 
 /* The thread that launched most of a segment's kernels. */
@@ -50,7 +52,8 @@ static void check_rank(const struct config *c, const struct lynx_prof_trace *t)
 			fail_msg("%s, pid %d, step %zu: %s", c->args, t->pid, s, why);
 		assert_int_equal(l.layers, c->layers_per_stage);
 		assert_int_equal(l.microbatches, c->microbatches);
-		assert_int_equal(l.rerun, c->rerun);
+		for (int k = 0; k < c->layers_per_stage; k++)
+			assert_int_equal(l.reruns[k], k < c->reruns);
 		assert_true(l.bwd_period > l.fwd_period);
 		for (size_t m = 0; m < l.microbatches; m++) {
 			for (size_t k = 0; k < l.layers; k++) {
@@ -277,10 +280,41 @@ static void test_segment_flags_full_recompute_and_keeps_the_layers(void **state)
 	        2,
 	        4,
 	        4,
-	        true,
+	        4,
 	        true};
 	(void)state;
 	check(&c);
+}
+
+/*
+ * Megatron's block recompute reruns the forward of each stage's first N layers only: a
+ * backward stack is then L-N plain backwards and N that hold a forward first, which no one
+ * motif covers ("backward stack has 2 layers, the first forward 4"). On pipeline stages with
+ * tensor parallelism, and on one stage with data parallelism's buckets; every layer's
+ * backward segment holds its own rerun, as checked above (back to back, in order).
+ */
+static void test_segment_finds_layers_under_block_recompute(void **state)
+{
+	static const struct config pp = {"--nproc 4 --pp 2 --tp 2 --layers 8 --microbatches 4 "
+	                                 "--steps 2 --recompute full --recompute-layers 1",
+	                                 4,
+	                                 2,
+	                                 4,
+	                                 4,
+	                                 1,
+	                                 true};
+	static const struct config ddp = {"--nproc 2 --dp 2 --layers 4 --microbatches 2 "
+	                                  "--ddp-buckets 16 --steps 2 --recompute full "
+	                                  "--recompute-layers 3",
+	                                  2,
+	                                  2,
+	                                  4,
+	                                  2,
+	                                  3,
+	                                  true};
+	(void)state;
+	check(&pp);
+	check(&ddp);
 }
 
 static void test_segment_finds_layers_with_selective_recompute(void **state)
@@ -374,6 +408,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_segment_finds_layers_without_pipeline),
 	        cmocka_unit_test(test_segment_finds_layers_on_four_stages),
 	        cmocka_unit_test(test_segment_flags_full_recompute_and_keeps_the_layers),
+	        cmocka_unit_test(test_segment_finds_layers_under_block_recompute),
 	        cmocka_unit_test(test_segment_finds_layers_with_selective_recompute),
 	        cmocka_unit_test(test_segment_finds_layers_with_the_backward_on_the_same_thread),
 	        cmocka_unit_test(test_segment_refuses_a_stage_of_one_layer),

@@ -88,11 +88,14 @@ CELLS = [
     ("dp2-m1-set-to-none", "--nproc 2 --dp 2 --microbatches 1 --ddp-buckets 64 "
      "--lazy-optimizer --launch mixed --compute-stream null --grad-set-to-none", False),
     # Megatron's block recompute (--recompute-method block --recompute-num-layers 2): the
-    # trainer reruns the forward of its first two layers per stage, not of the others. Not
-    # profiled yet (limits.md): this cell fails its checks until the segmenter takes a
-    # backward of layers with and without a rerun
+    # trainer reruns the forward of the first two layers of each stage, not of the others,
+    # and Lynx plans around them. With 8 layers (4 a stage) no plan can hold 60% on the last
+    # stage, even with 1 layer rerun: a rerun layer's activations, live in its backward,
+    # and the weights are more (Lynx says so and stays out); hence 16 layers
     ("pp2-m4-block-recompute", "--nproc 2 --pp 2 --microbatches 4 --recompute full "
-     "--recompute-layers 2", False),
+     "--recompute-layers 2 --layers 16", False),
+    ("dp2-m1-block-recompute", "--nproc 2 --dp 2 --microbatches 1 --ddp-buckets 64 "
+     "--lazy-optimizer --launch mixed --recompute full --recompute-layers 2 --layers 12", False),
     # q, k and v as views of the fused QKV output's allocation (PyTorch's split)
     ("dp2-m1-fused-qkv", "--nproc 2 --dp 2 --microbatches 1 --ddp-buckets 64 "
      "--lazy-optimizer --launch mixed --compute-stream null --fused-qkv", False),
