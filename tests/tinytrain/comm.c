@@ -98,19 +98,30 @@ void tt_p2p(struct tt_rank *r, float *send_next, float *send_prev, float **recv_
 		tt_free_after_comm(r, send_prev);
 }
 
+uint64_t tt_virtual_layer_bytes(const struct tt_rank *r)
+{
+	const struct tt_shape *v = &r->virt;
+
+	return (uint64_t)(12 * v->hidden * v->local_hidden + 4 * v->hidden) * TT_VIRTUAL_BYTES;
+}
+
+uint64_t tt_virtual_edge_bytes(const struct tt_rank *r)
+{
+	const struct tt_shape *v = &r->virt;
+	uint64_t elements = 0;
+
+	if (r->first_stage)
+		elements += (uint64_t)(v->vocab * v->hidden);
+	if (r->last_stage)
+		elements += (uint64_t)(v->hidden * v->vocab + 2 * v->hidden);
+	return elements * TT_VIRTUAL_BYTES;
+}
+
 /* The virtual model's parameters on this rank, in bf16 bytes: what the data-parallel
  * reduction would move. */
 static uint64_t virtual_param_bytes(const struct tt_rank *r)
 {
-	const struct tt_shape *v = &r->virt;
-	uint64_t per_layer = (uint64_t)(12 * v->hidden * v->local_hidden + 4 * v->hidden);
-	uint64_t total = per_layer * (uint64_t)r->local_layers;
-
-	if (r->first_stage)
-		total += (uint64_t)(v->vocab * v->hidden);
-	if (r->last_stage)
-		total += (uint64_t)(v->hidden * v->vocab + 2 * v->hidden);
-	return total * 2;
+	return tt_virtual_layer_bytes(r) * (uint64_t)r->local_layers + tt_virtual_edge_bytes(r);
 }
 
 void tt_dp_allreduce_grads(struct tt_rank *r)

@@ -6,30 +6,33 @@
 #include "fsdp.h"
 #include "simgpu.h"
 
-#define BF16 2 /* the virtual model's bytes per element */
-
 /* One layer's gather: the buffer and the event the compute stream waits on. */
 struct fsdp_gather {
 	float *full; /* NULL when not gathered */
 	cudaEvent_t done;
 };
 
+/* r->params (and r->grads) hold each local layer's flat parameters in turn, then the
+ * replicated embedding and head. */
 struct tt_fsdp {
 	cudaStream_t unshard;        /* the all-gathers' stream */
 	int64_t layer_elements;      /* one layer's flat parameters */
 	int64_t shard_elements;      /* layer_elements / dp */
 	uint64_t virtual_shard;      /* a shard's virtual bytes: what each rank sends */
-	float **layer_params;        /* [local_layers]: the layer's part of r->params */
-	float **layer_grads;         /* [local_layers]: and of r->grads */
 	struct fsdp_gather *gathers; /* [local_layers] */
 	float **layer_grad_full;     /* [local_layers]: the backward's gradient buffer, or NULL */
-	int64_t layers_elements; /* the layers' part of r->params; the replicated rest follows */
-	int layers;              /* the rank's local layers */
+	int layers;                  /* the rank's local layers */
 };
+
+/* Where layer's parameters start in base (r->params or r->grads); the replicated rest
+ * starts at layer f->layers. */
+static float *layer_part(const struct tt_fsdp *f, float *base, int layer)
+{
+	return base + (int64_t)layer * f->layer_elements;
+}
 
 struct tt_fsdp *tt_fsdp_create(struct tt_rank *r)
 {
-	const struct tt_shape *v = &r->virt;
 	struct tt_fsdp *f;
 	int64_t per_layer;
 
@@ -47,24 +50,18 @@ struct tt_fsdp *tt_fsdp_create(struct tt_rank *r)
 	f->layers = r->local_layers;
 	f->layer_elements = per_layer;
 	f->shard_elements = per_layer / r->cfg->dp;
-	f->virtual_shard = (uint64_t)(12 * v->hidden * v->local_hidden + 4 * v->hidden) * BF16 /
-	                   (uint64_t)r->cfg->dp;
-	f->layer_params = tt_calloc((size_t)r->local_layers, sizeof(*f->layer_params));
-	f->layer_grads = tt_calloc((size_t)r->local_layers, sizeof(*f->layer_grads));
+	f->virtual_shard = tt_virtual_layer_bytes(r) / (uint64_t)r->cfg->dp;
 	f->layer_grad_full = tt_calloc((size_t)r->local_layers, sizeof(*f->layer_grad_full));
 	f->gathers = tt_calloc((size_t)r->local_layers, sizeof(*f->gathers));
 	tt_check_cuda(cudaStreamCreateWithFlags(&f->unshard, cudaStreamNonBlocking),
 	              "cudaStreamCreateWithFlags");
 	for (int l = 0; l < r->local_layers; l++) {
-		f->layer_params[l] = r->params + (int64_t)l * per_layer;
-		f->layer_grads[l] = r->grads + (int64_t)l * per_layer;
 		tt_check_cuda(cudaEventCreateWithFlags(&f->gathers[l].done, cudaEventDisableTiming),
 		              "cudaEventCreateWithFlags");
 		/* Only a gathered buffer holds a layer's parameters from here on. */
 		r->w[l] = (struct tt_layer_weights){0};
 		r->g[l] = (struct tt_layer_weights){0};
 	}
-	f->layers_elements = (int64_t)r->local_layers * per_layer;
 	return f;
 }
 
@@ -75,8 +72,6 @@ void tt_fsdp_destroy(struct tt_fsdp *f)
 	cudaStreamDestroy(f->unshard);
 	for (int l = 0; l < f->layers; l++)
 		cudaEventDestroy(f->gathers[l].done);
-	free(f->layer_params);
-	free(f->layer_grads);
 	free(f->layer_grad_full);
 	free(f->gathers);
 	free(f);
@@ -89,7 +84,7 @@ static void gather(struct tt_rank *r, int layer)
 {
 	struct tt_fsdp *f = r->fsdp;
 	struct fsdp_gather *g = &f->gathers[layer];
-	const float *shard = f->layer_params[layer] + r->dp_rank * f->shard_elements;
+	const float *shard = layer_part(f, r->params, layer) + r->dp_rank * f->shard_elements;
 
 	if (g->full)
 		return;
@@ -179,9 +174,10 @@ void tt_fsdp_backward_end(struct tt_rank *r, int layer)
 	                                ncclSum, r->dp_comm, r->comm),
 	              "ncclReduceScatter");
 	tt_check_cuda(tt_axpy(r->comm, 1.0f, shard_sum,
-	                      f->layer_grads[layer] + r->dp_rank * f->shard_elements,
+	                      layer_part(f, r->grads, layer) + r->dp_rank * f->shard_elements,
 	                      f->shard_elements,
-	                      (struct tt_vcost){f->virtual_shard / BF16, 3 * f->virtual_shard}),
+	                      (struct tt_vcost){f->virtual_shard / TT_VIRTUAL_BYTES,
+	                                        3 * f->virtual_shard}),
 	              "tt_axpy");
 	tt_check_cuda(cudaFreeAsync(shard_sum, r->comm), "cudaFreeAsync");
 	tt_check_cuda(cudaFreeAsync(full, r->comm), "cudaFreeAsync");
@@ -190,22 +186,15 @@ void tt_fsdp_backward_end(struct tt_rank *r, int layer)
 void tt_fsdp_finish(struct tt_rank *r)
 {
 	struct tt_fsdp *f = r->fsdp;
-	int64_t rest;
+	float *rest;
 
 	if (!f)
 		return;
 	tt_compute_waits_for_comm(r);
-	rest = r->param_count - f->layers_elements;
-	if (rest) {
-		/* The embedding and the head, at their virtual size. */
-		const struct tt_shape *v = &r->virt;
-		uint64_t bytes = 0;
-
-		if (r->first_stage)
-			bytes += (uint64_t)(v->vocab * v->hidden) * BF16;
-		if (r->last_stage)
-			bytes += (uint64_t)(v->hidden * v->vocab + 2 * v->hidden) * BF16;
-		tt_dp_allreduce_async(r, r->grads + f->layers_elements, rest, bytes);
+	rest = layer_part(f, r->grads, f->layers); /* the embedding and the head */
+	if (rest < r->grads + r->param_count) {
+		tt_dp_allreduce_async(r, rest, r->grads + r->param_count - rest,
+		                      tt_virtual_edge_bytes(r));
 		tt_compute_waits_for_comm(r);
 	}
 }

@@ -178,6 +178,12 @@ void tt_free_after_comm(struct tt_rank *r, void *ptr);
  */
 void tt_p2p(struct tt_rank *r, float *send_next, float *send_prev, float **recv_prev,
             float **recv_next);
+/* The virtual model's bytes per element (bf16). */
+#define TT_VIRTUAL_BYTES 2
+/* One layer's parameters at the virtual model's size, in bytes, on this rank (its tensor-
+ * parallel part); and the embedding's and head's, where this stage has them. */
+uint64_t tt_virtual_layer_bytes(const struct tt_rank *r);
+uint64_t tt_virtual_edge_bytes(const struct tt_rank *r);
 /* Sums the gradients over data-parallel ranks. */
 void tt_dp_allreduce_grads(struct tt_rank *r);
 /* Sums buf over data-parallel ranks on the communication stream, once the compute stream

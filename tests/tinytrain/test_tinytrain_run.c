@@ -288,6 +288,18 @@ static struct run run_with(const char *base, const char *extra)
 	return run_ok(args);
 }
 
+/* base alone and with the switch `with` give the same results (expect_same_results). */
+static void expect_switch_keeps_bits(const char *base, const char *with)
+{
+	struct run plain = run_ok(base), switched = run_with(base, with);
+	char what[512];
+
+	snprintf(what, sizeof(what), "%s with %s", base, with);
+	expect_same_results(&plain, &switched, true, what);
+	free(plain.out);
+	free(switched.out);
+}
+
 /*
  * GPipe runs the backwards in 1F1B's micro-batch order: the same gradients, bit for bit,
  * with every micro-batch's activations alive at once (more memory). The interleaved
@@ -548,10 +560,7 @@ static void test_fused_qkv_views_give_the_same_bits(void **state)
 	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
 		snprintf(base, sizeof(base),
 		         "--nproc 2 --tp 2 --layers 2 --microbatches 2 --steps 2 %s", modes[i]);
-		struct run split = run_ok(base), views = run_with(base, "--fused-qkv");
-		expect_same_results(&split, &views, true, modes[i]);
-		free(split.out);
-		free(views.out);
+		expect_switch_keeps_bits(base, "--fused-qkv");
 	}
 }
 
@@ -564,13 +573,8 @@ static void test_gradients_set_to_none_give_the_same_bits(void **state)
 	        "--nproc 4 --pp 2 --dp 2 --layers 4 --microbatches 2 --steps 3 --ddp-buckets 16",
 	};
 
-	for (size_t i = 0; i < sizeof(layouts) / sizeof(layouts[0]); i++) {
-		struct run kept = run_ok(layouts[i]);
-		struct run none = run_with(layouts[i], "--grad-set-to-none");
-		expect_same_results(&kept, &none, true, layouts[i]);
-		free(kept.out);
-		free(none.out);
-	}
+	for (size_t i = 0; i < sizeof(layouts) / sizeof(layouts[0]); i++)
+		expect_switch_keeps_bits(layouts[i], "--grad-set-to-none");
 }
 
 /* Megatron's block recompute: the first N layers of each stage recompute, the rest keep
