@@ -102,8 +102,9 @@ static int check_profile(const struct ctx *c, size_t i)
 	/* Under block recompute the layers that keep everything are still planned. */
 	if (lynx_profile_all_rerun(pr))
 		return lynx_policy_refuse(c->why, c->len,
-		                          "%s was recorded under full recomputation (each backward "
-		                          "reruns its forward): profile the job without "
+		                          "%s was recorded under full recomputation (every layer's "
+		                          "forward runs again in the backward: Megatron's full or "
+		                          "uniform method): profile the job without "
 		                          "recomputation to plan it",
 		                          name);
 	for (size_t l = 0; l < pr->layer_count; l++)

@@ -154,131 +154,199 @@ static size_t in_forward_stack(const struct lynx_prof_run *fr, size_t nf, size_t
 	return 0;
 }
 
-/*
- * Megatron's block recompute (--recompute-method block --recompute-num-layers N): the first
- * N layers of a stage rerun their forward just before their backward, the others keep what
- * they saved. A micro-batch's backward stack is then L-N backward units B, then N units F.B
- * (the forward unit, then B), and one motif covers part of it only. It is read from F and B
- * instead. F is the forward stacks' unit; B follows a forward unit that lies outside every
- * forward stack (a rerun), for as many tokens as the backward motif bwd has, less F's when
- * that motif holds F. A backward stack starts where F.B or B first matches outside the
- * forward stacks, and is read unit by unit, F.B before B, until it holds a backward of every
- * layer; a rerunning layer's backward segment holds its rerun forward. Returns 0 with out
- * filled, -EINVAL with why (or an empty why when no forward runs outside the forward stacks:
- * not this shape), -ENOMEM.
- */
-static int mixed_backward(const struct lynx_prof_trace *trace, const struct lynx_prof_tokens *tok,
-                          const struct lynx_prof_iteration *it, const struct lynx_prof_run *fr,
-                          size_t nf, size_t layers, const struct lynx_prof_run *bwd,
-                          struct lynx_prof_layers *out, char *why, size_t why_len)
+/* The forward and plain backward units a recomputing backward is read with. */
+struct units {
+	const uint64_t *f, *b;
+	size_t pf, pb;
+};
+
+/* How many forward units F, back to back, start at token t and are followed by B: a layer's
+ * backward unit, with the forwards it reruns first; -1 when no B follows them. */
+static long backward_unit(const struct lynx_prof_tokens *tok, const struct units *u, size_t t)
 {
-	const uint64_t *f = tok->sig + fr[0].start;
-	size_t pf = fr[0].period, pb = bwd->period, rerun_at = tok->count;
+	long k = 0;
 
-	why[0] = 0;
-	if (contains_cyclic(tok->sig + bwd->start, bwd->period, f, pf))
-		pb -= pf;
-	for (size_t t = 0; t < tok->count && rerun_at == tok->count; t++) {
-		size_t skip = in_forward_stack(fr, nf, layers, t);
-		if (skip)
-			t = skip - 1;
-		else if (matches(tok, t, f, pf))
-			rerun_at = t;
-	}
-	if (rerun_at == tok->count || !pb || rerun_at + pf + pb > tok->count)
-		return -EINVAL;
-	const uint64_t *b = tok->sig + rerun_at + pf;
+	while (matches(tok, t + (size_t)k * u->pf, u->f, u->pf))
+		k++;
+	return matches(tok, t + (size_t)k * u->pf, u->b, u->pb) ? k : -1;
+}
 
-	size_t *unit_start = malloc(nf * layers * sizeof(*unit_start));
-	size_t *stack_start = malloc(nf * sizeof(*stack_start));
-	bool *reruns = calloc(nf * layers, sizeof(*reruns));
-	size_t stacks = 0;
-	int err = 0;
-	if (!unit_start || !stack_start || !reruns) {
-		err = -ENOMEM;
-		goto out;
+/* A reading of an iteration's backward stacks (mixed_backward()). */
+struct reading {
+	struct lynx_prof_run *fwd; /* the forward stacks: fr's runs that are no rerun */
+	size_t nf;
+	size_t *unit_start; /* [stack * layers + u]: u-th unit, layer layers - 1 - u */
+	long *reruns;       /* [stack * layers + u]: the forwards that unit reruns first */
+	size_t *stack_start;
+	size_t stacks;
+};
+
+/* Reads the backward stacks of tok with units u (mixed_backward()): 0, or -EINVAL with why. */
+static int read_backwards(const struct lynx_prof_trace *trace, const struct lynx_prof_tokens *tok,
+                          const struct lynx_prof_run *fr, size_t nfr, size_t layers,
+                          const struct units *u, struct reading *rd, char *why, size_t why_len)
+{
+	/* The forward stacks: full-length runs of F that no B follows (a group's reruns do). */
+	rd->nf = 0;
+	for (size_t i = 0; i < nfr; i++) {
+		size_t units = (fr[i].end - fr[i].start) / fr[i].period;
+		size_t end = fr[i].start + units * fr[i].period;
+		if (units == layers && !matches(tok, end, u->b, u->pb))
+			rd->fwd[rd->nf++] = fr[i];
 	}
-	for (size_t t = 0; t < tok->count && !err;) {
-		size_t skip = in_forward_stack(fr, nf, layers, t);
-		bool rerun = matches(tok, t, f, pf) && matches(tok, t + pf, b, pb);
-		if (skip || (!rerun && !matches(tok, t, b, pb))) {
+	rd->stacks = 0;
+	for (size_t t = 0; t < tok->count;) {
+		size_t skip = in_forward_stack(rd->fwd, rd->nf, layers, t);
+		if (skip || backward_unit(tok, u, t) < 0) {
 			t = skip ? skip : t + 1;
 			continue;
 		}
-		if (stacks == nf) {
-			snprintf(why, why_len, "a backward at token %zu beyond %zu stacks", t, nf);
-			err = -EINVAL;
-			break;
+		if (rd->stacks == rd->nf) {
+			snprintf(why, why_len, "a backward at token %zu beyond %zu stacks", t,
+			         rd->nf);
+			return -EINVAL;
 		}
-		stack_start[stacks] = t;
-		for (size_t u = 0; u < layers; u++) {
-			rerun = matches(tok, t, f, pf) && matches(tok, t + pf, b, pb);
-			if (in_forward_stack(fr, nf, layers, t) ||
-			    (!rerun && !matches(tok, t, b, pb))) {
+		rd->stack_start[rd->stacks] = t;
+		for (size_t k = 0; k < layers; k++) {
+			long rerun = backward_unit(tok, u, t);
+			size_t at = rd->stacks * layers + k;
+			if (in_forward_stack(rd->fwd, rd->nf, layers, t) || rerun < 0 ||
+			    (size_t)rerun > layers - k) {
 				snprintf(why, why_len,
 				         "the backward stack at token %zu ends after %zu of %zu "
 				         "layers",
-				         stack_start[stacks], u, layers);
-				err = -EINVAL;
-				break;
+				         rd->stack_start[rd->stacks], k, layers);
+				return -EINVAL;
 			}
-			unit_start[stacks * layers + u] = t;
-			reruns[stacks * layers + u] = rerun;
-			t += (rerun ? pf : 0) + pb;
+			rd->unit_start[at] = t;
+			rd->reruns[at] = rerun;
+			t += (size_t)rerun * u->pf + u->pb;
 		}
-		stacks++;
+		rd->stacks++;
 	}
-	if (!err && stacks != nf) {
-		snprintf(why, why_len, "%zu forward stacks but %zu backward stacks", nf, stacks);
-		err = -EINVAL;
+	if (rd->stacks != rd->nf || !rd->nf) {
+		snprintf(why, why_len, "%zu forward stacks but %zu backward stacks", rd->nf,
+		         rd->stacks);
+		return -EINVAL;
 	}
-	for (size_t i = 0; i + 1 < nf && !err; i++)
-		if (!apart(trace, tok, &fr[i], &fr[i + 1], NULL, stacks, stack_start)) {
+	for (size_t i = 0; i + 1 < rd->nf; i++)
+		if (!apart(trace, tok, &rd->fwd[i], &rd->fwd[i + 1], NULL, rd->stacks,
+		           rd->stack_start)) {
 			snprintf(why, why_len,
 			         "forward stacks at tokens %zu and %zu follow each other with no "
 			         "backward and no pipeline send or receive between them",
-			         fr[i].start, fr[i + 1].start);
-			err = -EINVAL;
+			         rd->fwd[i].start, rd->fwd[i + 1].start);
+			return -EINVAL;
 		}
-	if (err)
-		goto out;
-	for (size_t m = 1; m < nf && !err; m++)
-		for (size_t u = 0; u < layers && !err; u++)
-			if (reruns[m * layers + u] != reruns[u]) {
-				snprintf(why, why_len,
-				         "layer %zu %s its forward in micro-batch 0's backward "
-				         "and %s in micro-batch %zu's",
-				         layers - 1 - u, reruns[u] ? "reruns" : "does not rerun",
-				         reruns[u] ? "does not" : "does", m);
-				err = -EINVAL;
+	/* Without a rerun this is no recomputing backward, and what a plain reading found
+	 * wrong stands (an inner loop's turns would read as plain units). */
+	long reruns = 0;
+	for (size_t k = 0; k < layers; k++)
+		reruns += rd->reruns[k];
+	if (!reruns) {
+		snprintf(why, why_len, "no layer's backward reruns a forward");
+		return -EINVAL;
+	}
+	for (size_t m = 1; m < rd->nf; m++)
+		for (size_t k = 0; k < layers; k++)
+			if (rd->reruns[m * layers + k] != rd->reruns[k]) {
+				snprintf(
+				        why, why_len,
+				        "layer %zu's backward reruns %ld forwards in micro-batch 0 "
+				        "and %ld in micro-batch %zu",
+				        layers - 1 - k, rd->reruns[k], rd->reruns[m * layers + k],
+				        m);
+				return -EINVAL;
 			}
+	return 0;
+}
+
+/*
+ * A backward that reruns the forward of some layers (Megatron's recompute methods): a layer's
+ * backward unit is then B, the plain backward, after the forward units F it reruns, if any.
+ * Under the block method (--recompute-method block --recompute-num-layers N) a stack is L-N
+ * units B, then N units F.B; under the uniform method (groups of N layers checkpointed
+ * together) each group's top layer's unit is F^N.B, the others' B. No one motif covers such a
+ * stack, so it is read with F, the forward stacks' unit, and B: the backward motif bwd less
+ * F's when that motif holds F (F.B cut after F), else bwd's own, from the phase its run
+ * starts at, or the first of its rotations that reads every stack. A stack starts where a
+ * unit first matches outside the forward stacks (runs of L units of F that no B follows:
+ * a group's reruns do), and is read unit by unit until it holds a backward of every layer;
+ * a layer's backward segment holds the forwards its unit reruns, and the layers whose
+ * forwards those are rerun. Returns 0 with out filled, -EINVAL with why, -ENOMEM.
+ */
+static int mixed_backward(const struct lynx_prof_trace *trace, const struct lynx_prof_tokens *tok,
+                          const struct lynx_prof_iteration *it, const struct lynx_prof_run *fr,
+                          size_t nfr, size_t layers, const struct lynx_prof_run *bwd,
+                          struct lynx_prof_layers *out, char *why, size_t why_len)
+{
+	const uint64_t *unit = tok->sig + bwd->start;
+	size_t pf = fr[0].period, period = bwd->period, rotations = period, from = 0;
+	struct reading rd = {malloc(nfr * sizeof(*rd.fwd)),
+	                     0,
+	                     malloc(nfr * layers * sizeof(*rd.unit_start)),
+	                     calloc(nfr * layers, sizeof(*rd.reruns)),
+	                     malloc(nfr * sizeof(*rd.stack_start)),
+	                     0};
+	uint64_t *b = malloc(period * sizeof(*b));
+	char first_why[256] = "";
+	int err = -EINVAL;
+
+	if (!rd.fwd || !rd.unit_start || !rd.reruns || !rd.stack_start || !b) {
+		err = -ENOMEM;
+		goto out;
+	}
+	/* Where F ends in bwd's unit read cyclically: B starts there, and only there. */
+	if (period > pf)
+		for (size_t s0 = 0; s0 < period && rotations == period; s0++) {
+			size_t k = 0;
+			while (k < pf && unit[(s0 + k) % period] == tok->sig[fr[0].start + k])
+				k++;
+			if (k == pf) {
+				from = s0 + pf;
+				rotations = 1;
+			}
+		}
+	struct units u = {tok->sig + fr[0].start, b, pf, rotations == 1 ? period - pf : period};
+	for (size_t r = 0; r < rotations && err == -EINVAL; r++) {
+		char later_why[256];
+		for (size_t k = 0; k < u.pb; k++)
+			b[k] = unit[(from + r + k) % period];
+		err = read_backwards(trace, tok, fr, nfr, layers, &u, &rd,
+		                     r ? later_why : first_why,
+		                     r ? sizeof(later_why) : sizeof(first_why));
+	}
+	snprintf(why, why_len, "%s", first_why); /* what the phase of bwd's run gives */
 	if (err)
 		goto out;
-	out->fwd = calloc(nf * layers, sizeof(*out->fwd));
-	out->bwd = calloc(nf * layers, sizeof(*out->bwd));
+	out->fwd = calloc(rd.nf * layers, sizeof(*out->fwd));
+	out->bwd = calloc(rd.nf * layers, sizeof(*out->bwd));
 	out->reruns = calloc(layers, sizeof(*out->reruns));
 	if (!out->fwd || !out->bwd || !out->reruns) {
 		err = -ENOMEM;
 		goto out;
 	}
 	out->layers = layers;
-	out->microbatches = nf;
+	out->microbatches = rd.nf;
 	out->fwd_period = pf;
-	out->bwd_period = pb;
-	for (size_t u = 0; u < layers; u++)
-		out->reruns[layers - 1 - u] = reruns[u];
-	fill(tok, it, fr, nf, layers, false, out->fwd);
-	for (size_t m = 0; m < nf; m++)
-		for (size_t u = 0; u < layers; u++) {
-			size_t a = unit_start[m * layers + u];
-			size_t end = a + (reruns[m * layers + u] ? pf : 0) + pb;
-			out->bwd[m * layers + layers - 1 - u] = (struct lynx_prof_segment){
+	out->bwd_period = u.pb;
+	fill(tok, it, rd.fwd, rd.nf, layers, false, out->fwd);
+	for (size_t k = 0; k < layers; k++)
+		for (long j = 0; j < rd.reruns[k]; j++)
+			out->reruns[layers - 1 - k - (size_t)j] = true;
+	for (size_t m = 0; m < rd.nf; m++)
+		for (size_t k = 0; k < layers; k++) {
+			size_t a = rd.unit_start[m * layers + k];
+			size_t end = a + (size_t)rd.reruns[m * layers + k] * pf + u.pb;
+			out->bwd[m * layers + layers - 1 - k] = (struct lynx_prof_segment){
 			        a ? tok->event[a - 1] + 1 : it->first, tok->event[end - 1] + 1};
 		}
 out:
-	free(unit_start);
-	free(stack_start);
-	free(reruns);
+	free(rd.fwd);
+	free(rd.unit_start);
+	free(rd.reruns);
+	free(rd.stack_start);
+	free(b);
 	return err;
 }
 
@@ -362,7 +430,9 @@ static int classify(const struct lynx_prof_trace *trace, const struct lynx_prof_
 			err = -EINVAL;
 		}
 	size_t layers = (fr[0].end - fr[0].start) / fr[0].period;
-	bool stacks_checked = !err, mixed = false;
+	/* Forward stacks not apart may be a group's rerun forwards (Megatron's uniform method,
+	 * before their backwards), not an inner loop: mixed_backward() tells them apart. */
+	bool apart_all = !err, mixed = false;
 	for (size_t i = 0; i < nf + nb && !err; i++) {
 		const struct lynx_prof_run *r = i < nf ? &fr[i] : &br[i - nf];
 		if ((r->end - r->start) / r->period != layers) {
@@ -377,8 +447,8 @@ static int classify(const struct lynx_prof_trace *trace, const struct lynx_prof_
 		snprintf(why, why_len, "%zu forward stacks but %zu backward stacks", nf, nb);
 		err = -EINVAL;
 	}
-	/* Stacks that disagree may be backwards of layers with and without a rerun. */
-	if (stacks_checked && err == -EINVAL) {
+	/* Stacks that disagree may be backwards of layers with and without reruns. */
+	if (err == -EINVAL) {
 		char mixed_why[256];
 		int m = mixed_backward(trace, tok, it, fr, nf, layers, &br[0], out, mixed_why,
 		                       sizeof(mixed_why));
@@ -386,9 +456,9 @@ static int classify(const struct lynx_prof_trace *trace, const struct lynx_prof_
 			err = 0, mixed = true;
 		else if (m == -ENOMEM)
 			err = m;
-		else if (mixed_why[0] && why_len > strlen(why) + 1)
+		else if (apart_all && mixed_why[0] && why_len > strlen(why) + 1)
 			snprintf(why + strlen(why), why_len - strlen(why),
-			         " (as a backward of layers with and without a rerun: %s)",
+			         " (as a backward of layers with and without a rerun: %.200s)",
 			         mixed_why);
 	}
 	if (!err && !mixed) {

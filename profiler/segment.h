@@ -27,10 +27,13 @@
  * motif then holds the forward motif, every layer reruns, and each backward segment
  * includes its rerun forward (the planner sees the layer's real backward cost). Megatron's
  * block recompute reruns the forward of a stage's first N layers only: a backward stack is
- * then L-N plain backward units, then N units that hold the forward unit first, which no one
- * motif covers; when the stacks disagree for that reason, each is read unit by unit from
- * the forward unit and the plain backward unit (what follows a rerun forward), and the
- * layers that rerun are marked.
+ * then L-N plain backward units, then N units that hold the forward unit first; its uniform
+ * method reruns a group of N layers' forwards back to back before the group's backwards,
+ * which looks like a short forward stack that is not apart from the next. No one motif
+ * covers such a stack. When the stacks disagree or are not apart, each backward is read
+ * unit by unit instead: a layer's unit is the forwards it reruns, if any, then the plain
+ * backward unit; the forward stacks are the full-length runs of the forward unit that no
+ * backward unit follows, and the layers whose forwards are rerun are marked.
  *
  * Limits: a stage with one layer has no repeat and is refused; a segment boundary can sit
  * a few tokens early when the code just before a stack ends like a layer (the embedding

@@ -31,7 +31,7 @@ int lynx_log_open(enum lynx_log_level level, const char *path)
 
 void lynx_log_line(enum lynx_log_level level, const char *file, int line, const char *fmt, ...)
 {
-	char buf[1024];
+	char buf[2048]; /* one line, however long the reason */
 	const char *base = strrchr(file, '/');
 	int n = snprintf(buf, sizeof(buf), "[lynx %d:%ld %s %s:%d] ", (int)getpid(),
 	                 (long)syscall(SYS_gettid), level_names[level], base ? base + 1 : file,

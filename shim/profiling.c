@@ -67,7 +67,10 @@ static struct {
 	 * loops (period.h), left out of every later look and of the build. */
 	struct lynx_prof_unit not_iterations[MAX_NOT_ITERATIONS];
 	size_t not_iterations_count;
-	char not_iteration_why[256]; /* why the last one was ruled out */
+	/* Why the one that covered the most tokens was ruled out: the likeliest to be the
+	 * iteration, whose layers Lynx could not find (set-up loops cover less). */
+	char not_iteration_why[512];
+	size_t not_iteration_tokens; /* what that one covered: period x repetitions */
 	uint64_t layered_unit;       /* the unit whose iteration segmented at a look; 0: none */
 	bool sample_armed;           /* kernel-level timing was switched on for the sample */
 	bool full;                   /* MAX_WARMUP_EVENTS reached: collect nothing more */
@@ -450,7 +453,7 @@ static const char *set_up_clause(char *buf, size_t len)
 		snprintf(buf, len,
 		         "; %zu repeating sequence(s) with host synchronisations were passed over, "
 		         "having no layers that keep activations for a backward (set-up loops, or "
-		         "iterations whose layers Lynx cannot find; the last, %s)",
+		         "iterations whose layers Lynx cannot find; the longest, %s)",
 		         prof.not_iterations_count, prof.not_iteration_why);
 	return buf;
 }
@@ -474,7 +477,7 @@ static void write_profile(struct lynx_prof_trace *view, bool at_exit)
 		/* A program that repeats but has no layers (a test loop, an inference server),
 		 * or a run too short to learn from: Lynx goes on observing, and says why at the
 		 * default level (nothing about this job will be planned). */
-		char losses[256], set_up[640];
+		char losses[256], set_up[768];
 		lynx_warn("no profile%s: %s%s%s", at_exit ? " at exit" : "",
 		          err == -ENOMEM ? "out of memory" : why,
 		          set_up_clause(set_up, sizeof(set_up)),
@@ -617,8 +620,11 @@ static int rule_out_setup(const struct lynx_prof_trace *view,
 	if (prof.not_iterations_count < MAX_NOT_ITERATIONS)
 		prof.not_iterations[prof.not_iterations_count++] =
 		        (struct lynx_prof_unit){iters->unit_key, iters->period};
-	snprintf(prof.not_iteration_why, sizeof(prof.not_iteration_why), "%zu tokens x %zu: %s",
-	         iters->period, iters->count, why);
+	if (iters->period * iters->count >= prof.not_iteration_tokens) {
+		prof.not_iteration_tokens = iters->period * iters->count;
+		snprintf(prof.not_iteration_why, sizeof(prof.not_iteration_why),
+		         "%zu tokens x %zu: %s", iters->period, iters->count, why);
+	}
 	lynx_info("warm-up: a sequence of %zu tokens repeated %zu times has no layers that keep "
 	          "activations for a backward (%s): taken for set-up; looking on",
 	          iters->period, iters->count, why);
@@ -673,7 +679,7 @@ static void look(uint32_t needed, bool final, bool forced)
 				lynx_warn(
 				        "no profile: %d repeating sequences with host "
 				        "synchronisations had no layers that keep activations for "
-				        "a backward (the last, %s); observing only",
+				        "a backward (the longest, %s); observing only",
 				        MAX_NOT_ITERATIONS, prof.not_iteration_why);
 				lynx_slow_path_switch(LYNX_SLOW_TIMING, false);
 				drop_collected();
@@ -711,7 +717,7 @@ static void look(uint32_t needed, bool final, bool forced)
 		break;
 	}
 	if (found && final && launched(&view)) {
-		char losses[256], set_up[640];
+		char losses[256], set_up[768];
 		lynx_warn("no profile: %s%s%s", why, set_up_clause(set_up, sizeof(set_up)),
 		          recorder_losses(losses, sizeof(losses)));
 	} else if (found && final) {
@@ -1668,7 +1674,7 @@ void lynx_profiling_at_sync(void)
 			prof.recorded_at_look = stats.recorded;
 			look(prof.warmup, false, prof.full);
 			if (atomic_load(&prof.phase) == PHASE_LEARNING && prof.full) {
-				char set_up[640];
+				char set_up[768];
 				lynx_warn("warm-up: no profile after %u events (no repeating "
 				          "iteration with layers%s); observing only",
 				          MAX_WARMUP_EVENTS, set_up_clause(set_up, sizeof(set_up)));
@@ -1811,6 +1817,7 @@ void lynx_profiling_after_fork(void)
 	prof.candidate_period = prof.candidate_since = 0;
 	prof.not_iterations_count = 0;
 	prof.not_iteration_why[0] = '\0';
+	prof.not_iteration_tokens = 0;
 	prof.layered_unit = 0;
 	lynx_slow_path_switch(LYNX_SLOW_TIMING, prof.timing);
 	atomic_store(&lynx_timing_kernels, false);

@@ -404,7 +404,8 @@ static void test_profile_mode_leaves_results_unchanged(void **state)
 }
 
 /* Pipeline-only and data-parallel-only layouts under Megatron's full recompute, its block
- * recompute (the first layers of each stage only) and selective recompute: every rank still
+ * recompute (the first layers of each stage only), its uniform recompute (groups of layers
+ * rerun together) and selective recompute: every rank still
  * finds its L/pp layers, device-timed, sees the rerun forwards of the layers that have them,
  * and counts exactly the bytes tinytrain keeps. */
 static void test_profile_mode_finds_layers_in_other_layouts(void **state)
@@ -419,6 +420,8 @@ static void test_profile_mode_finds_layers_in_other_layouts(void **state)
 	        {"--nproc 4 --pp 2 --tp 2 --dp 1", "selective", 4, LAYERS / 2, 0},
 	        {"--nproc 4 --pp 2 --tp 2 --dp 1", "full --recompute-layers 1", 4, LAYERS / 2, 1},
 	        {"--nproc 2 --pp 1 --tp 1 --dp 2", "full --recompute-layers 5", 2, LAYERS, 5},
+	        {"--nproc 2 --pp 2 --tp 1 --dp 1", "full --recompute-groups 3", 2, LAYERS / 2,
+	         LAYERS / 2},
 	};
 
 	for (size_t l = 0; l < sizeof(layouts) / sizeof(layouts[0]); l++) {

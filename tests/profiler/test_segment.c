@@ -5,7 +5,7 @@
  * every step, with segments in launch order (forward layers ascending, backward
  * descending, each backward after its forward); the backward on its own thread when the
  * backward-thread hazard is on; full recompute's rerun flagged and still L/pp layers, and
- * block recompute's on the first layers of each stage only; a
+ * block recompute's on the first layers of each stage only, uniform recompute's groups; a
  * stage with no repeat refused with a reason.
  */
 #include <errno.h>
@@ -239,6 +239,69 @@ static void test_segment_finds_layers_around_a_loop_of_several_kernels(void **st
 	free(b);
 }
 
+/*
+ * One step of Megatron's block recompute as PyTorch launches it: 4 layers whose forward ends
+ * with the residual add (6 kernels), the loss, then on the autograd thread the loss's
+ * backward, whose last kernel is that add too, the backward of layers 3, 2 and 1 (8 kernels
+ * and the add that sums the residual's gradient) and of layer 0, which reruns its forward
+ * first; then the optimizer, per layer, and the host synchronisation.
+ */
+static void block_recompute_step(struct builder *b)
+{
+	enum { ADD = 0xad };
+
+	for (int l = 0; l < 4; l++) {
+		for (uint64_t k = 0; k < 5; k++)
+			add(b, LYNX_PROF_LAUNCH, 0xf0 + k, 1);
+		add(b, LYNX_PROF_LAUNCH, ADD, 1);
+	}
+	add(b, LYNX_PROF_LAUNCH, 0x1055, 1);
+	add(b, LYNX_PROF_LAUNCH, 0x1056, 2);
+	add(b, LYNX_PROF_LAUNCH, ADD, 2);
+	for (int l = 3; l >= 0; l--) {
+		for (uint64_t k = 0; l < 1 && k < 6; k++)
+			add(b, LYNX_PROF_LAUNCH, k < 5 ? 0xf0 + k : ADD, 2);
+		for (uint64_t k = 0; k < 8; k++)
+			add(b, LYNX_PROF_LAUNCH, 0xb0 + k, 2);
+		add(b, LYNX_PROF_LAUNCH, ADD, 2);
+	}
+	for (int l = 0; l < 4; l++)
+		for (uint64_t k = 0; k < 3; k++)
+			add(b, LYNX_PROF_LAUNCH, 0x4a0 + k, 1);
+	add(b, LYNX_PROF_SYNC, 0, 1);
+}
+
+/* The backward motif's run starts one launch early (at the loss backward's add, on the same
+ * thread): the plain backward is found at another phase of it, and layer 0 holds its rerun
+ * forward. */
+static void test_segment_reads_block_recompute_whatever_the_phase(void **state)
+{
+	struct builder *b = calloc(1, sizeof(*b));
+	struct lynx_prof_iterations it;
+	struct lynx_prof_layers l;
+	char why[1024];
+
+	(void)state;
+	for (int s = 0; s < 4; s++)
+		block_recompute_step(b);
+	struct lynx_prof_trace t = {1, b->ev, b->n, NULL};
+	assert_int_equal(lynx_prof_find_iterations(&t, &it, why, sizeof(why)), 0);
+	int err = lynx_prof_segment_layers(&t, &it.iter[it.count - 1], &l, why, sizeof(why));
+	if (err)
+		fail_msg("%s", why);
+	assert_int_equal(l.layers, 4);
+	assert_int_equal(l.microbatches, 1);
+	for (size_t k = 0; k < 4; k++) {
+		assert_int_equal(l.reruns[k], k == 0);
+		assert_int_equal(l.fwd[k].end - l.fwd[k].first, 6);
+		assert_int_equal(l.bwd[k].end - l.bwd[k].first, k == 0 ? 15 : 9);
+		assert_int_equal(t.events[l.bwd[k].first].tid, 2);
+	}
+	lynx_prof_layers_free(&l);
+	lynx_prof_iterations_free(&it);
+	free(b);
+}
+
 static void test_segment_finds_each_stage_layers_pp2_tp2(void **state)
 {
 	static const struct config c = {
@@ -314,6 +377,45 @@ static void test_segment_finds_layers_under_block_recompute(void **state)
 	                                  true};
 	(void)state;
 	check(&pp);
+	check(&ddp);
+}
+
+/*
+ * Megatron's uniform method checkpoints groups of N layers: the backward of a group's top
+ * layer reruns the group's N forwards first, back to back, which look like a forward stack
+ * that is too short (or, with N = L, one too many) and not apart from the next ("a loop
+ * inside the layer"). Every layer reruns; a group of 3 in a stage of 4 leaves a group of 1.
+ */
+static void test_segment_finds_layers_under_uniform_recompute(void **state)
+{
+	static const struct config pp = {"--nproc 4 --pp 2 --tp 2 --layers 8 --microbatches 4 "
+	                                 "--steps 2 --recompute full --recompute-groups 3",
+	                                 4,
+	                                 2,
+	                                 4,
+	                                 4,
+	                                 4,
+	                                 true};
+	static const struct config whole = {"--nproc 2 --pp 2 --layers 8 --microbatches 2 "
+	                                    "--steps 2 --recompute full --recompute-groups 4",
+	                                    2,
+	                                    2,
+	                                    4,
+	                                    2,
+	                                    4,
+	                                    true};
+	static const struct config ddp = {"--nproc 2 --dp 2 --layers 4 --microbatches 2 "
+	                                  "--ddp-buckets 16 --steps 2 --recompute full "
+	                                  "--recompute-groups 2",
+	                                  2,
+	                                  2,
+	                                  4,
+	                                  2,
+	                                  4,
+	                                  true};
+	(void)state;
+	check(&pp);
+	check(&whole);
 	check(&ddp);
 }
 
@@ -409,6 +511,8 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_segment_finds_layers_on_four_stages),
 	        cmocka_unit_test(test_segment_flags_full_recompute_and_keeps_the_layers),
 	        cmocka_unit_test(test_segment_finds_layers_under_block_recompute),
+	        cmocka_unit_test(test_segment_finds_layers_under_uniform_recompute),
+	        cmocka_unit_test(test_segment_reads_block_recompute_whatever_the_phase),
 	        cmocka_unit_test(test_segment_finds_layers_with_selective_recompute),
 	        cmocka_unit_test(test_segment_finds_layers_with_the_backward_on_the_same_thread),
 	        cmocka_unit_test(test_segment_refuses_a_stage_of_one_layer),

@@ -376,6 +376,37 @@ static void test_every_reason_to_do_nothing_is_one_warn_line_per_rank(void **sta
 }
 
 /*
+ * A trainer whose layers Lynx cannot find (a stage of one layer has no repeat): one WARN line
+ * per rank that names the iteration (the longest sequence passed over, not the last, which
+ * can be a set-up loop of 3 tokens) and why it has no layers; the same results.
+ */
+static void test_layers_not_found_says_why_for_the_iteration(void **state)
+{
+	const char *args = "--nproc 2 --pp 2 --layers 2 --microbatches 2 --steps 10";
+	char env[4096], cmd[1600];
+	struct step_line a[MAX_LINES], b[MAX_LINES];
+
+	(void)state;
+	snprintf(cmd, sizeof(cmd), "%s/bin/tinytrain %s", build_dir, args);
+	struct output plain = run(simgpu_env(), cmd);
+	snprintf(env, sizeof(env), "%s LD_PRELOAD=%s/liblynx.so LYNX_MODE=recompute LYNX_OUT=%s/%s",
+	         simgpu_env(), build_dir, scratch, "one-layer");
+	struct output o = run(env, cmd);
+	assert_int_equal(plain.exit_code, 0);
+	assert_int_equal(o.exit_code, 0);
+	size_t n = parse_lines(plain.out, a, MAX_LINES);
+	assert_int_equal(parse_lines(o.out, b, MAX_LINES), n);
+	for (size_t k = 0; k < n; k++)
+		assert_string_equal(a[k].results, b[k].results);
+	if (warn_lines(o.err, "no profile: ") != 2 || warn_lines(o.err, "the longest, ") != 2 ||
+	    warn_lines(o.err, "the last iteration has no layers: the second layer motif") != 2)
+		fail_msg("want one WARN line per rank naming the iteration and why; stderr:\n%s",
+		         o.err);
+	release(&plain);
+	release(&o);
+}
+
+/*
  * No shared file system: LYNX_OUT=.../proc-%p gives every process its own directory, so no
  * rank sees another's profile (a worker forked at the end gets one too). Each plans its own stage
  * from its own profile at once, at LYNX_BUDGET=60% of its own peak: results identical; a rank
@@ -473,6 +504,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_where_heu_does_not_fit_its_plan_with_offloads_is_taken),
 	        cmocka_unit_test(test_a_budget_out_of_reach_warns_and_changes_nothing),
 	        cmocka_unit_test(test_every_reason_to_do_nothing_is_one_warn_line_per_rank),
+	        cmocka_unit_test(test_layers_not_found_says_why_for_the_iteration),
 	        cmocka_unit_test(test_each_rank_plans_alone_without_a_shared_directory),
 	        cmocka_unit_test(test_peers_that_plan_alone_follow_one_plan_despite_timing_noise),
 	};

@@ -95,7 +95,8 @@ static void usage(FILE *f)
 	choices(launch_mode_names, ARRAY_SIZE(launch_mode_names), launch, sizeof(launch));
 	fprintf(f,
 	        "usage: tinytrain --nproc N --pp P --tp T --dp D --layers L --microbatches M\n"
-	        "                 --steps S [--recompute %s [--recompute-layers N]]\n"
+	        "                 --steps S [--recompute %s [--recompute-layers N |\n"
+	        "                 --recompute-groups N]]\n"
 	        "                 [--seq S --batch B]\n"
 	        "                 [--virtual-model gpt-1.3b|gpt-7b|gpt-22b]\n"
 	        "                 [--virtual-hidden H --virtual-heads A --virtual-seq S "
@@ -168,6 +169,11 @@ static void usage(FILE *f)
 	        "  --recompute-layers N  with --recompute, only the first N layers of each\n"
 	        "                     model chunk recompute (Megatron's --recompute-method\n"
 	        "                     block --recompute-num-layers N); the others keep all.\n"
+	        "  --recompute-groups N  with --recompute full, each model chunk's layers are\n"
+	        "                     checkpointed N at a time (Megatron's --recompute-method\n"
+	        "                     uniform --recompute-num-layers N): a group keeps only\n"
+	        "                     its input, and its last layer's backward reruns the\n"
+	        "                     group's forwards first. Not with --fsdp.\n"
 	        "  --grad-set-to-none the gradients are freed after each optimizer step and\n"
 	        "                     allocated (zeroed) again by the next step's first\n"
 	        "                     backward: zero_grad(set_to_none=True), PyTorch's\n"
@@ -260,6 +266,7 @@ enum {
 	OPT_FUSED_QKV,
 	OPT_GRAD_SET_TO_NONE,
 	OPT_RECOMPUTE_LAYERS,
+	OPT_RECOMPUTE_GROUPS,
 	OPT_EVAL_EVERY,
 	OPT_EVAL_ITERS,
 	OPT_FORK_WORKER_AFTER,
@@ -300,6 +307,7 @@ static const struct option long_options[] = {
         {"fused-qkv", no_argument, NULL, OPT_FUSED_QKV},
         {"grad-set-to-none", no_argument, NULL, OPT_GRAD_SET_TO_NONE},
         {"recompute-layers", required_argument, NULL, OPT_RECOMPUTE_LAYERS},
+        {"recompute-groups", required_argument, NULL, OPT_RECOMPUTE_GROUPS},
         {"eval-every", required_argument, NULL, OPT_EVAL_EVERY},
         {"eval-iters", required_argument, NULL, OPT_EVAL_ITERS},
         {"fork-worker-after", required_argument, NULL, OPT_FORK_WORKER_AFTER},
@@ -396,6 +404,13 @@ static int check_layout(const struct tt_config *cfg)
 		                   "is not modelled)");
 	if (cfg->recompute_layers && cfg->recompute == TT_RECOMPUTE_NONE)
 		return usage_error("--recompute-layers needs --recompute full or selective");
+	if (cfg->recompute_groups && cfg->recompute != TT_RECOMPUTE_FULL)
+		return usage_error("--recompute-groups needs --recompute full");
+	if (cfg->recompute_groups && cfg->recompute_layers)
+		return usage_error("--recompute-groups and --recompute-layers are Megatron's two "
+		                   "recompute methods: one at a time");
+	if (cfg->recompute_groups && cfg->fsdp)
+		return usage_error("--recompute-groups is not modelled with --fsdp");
 	if (cfg->eval_iters && !cfg->eval_every)
 		return usage_error("--eval-iters needs --eval-every");
 	if (cfg->fsdp && cfg->grad_set_to_none)
@@ -480,6 +495,9 @@ int tt_parse_args(int argc, char **argv, struct tt_config *cfg)
 			break;
 		case OPT_RECOMPUTE_LAYERS:
 			positive = &cfg->recompute_layers;
+			break;
+		case OPT_RECOMPUTE_GROUPS:
+			positive = &cfg->recompute_groups;
 			break;
 		case OPT_KERNEL_MODULES:
 			positive = &cfg->kernel_modules;

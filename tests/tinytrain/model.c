@@ -664,6 +664,26 @@ static enum tt_recompute recompute_of(const struct tt_rank *r, int layer)
 	return r->cfg->recompute;
 }
 
+/* With --recompute-groups N, the first and last local layers of layer's group (N layers
+ * of its model chunk, the chunk's last group maybe fewer); layer itself otherwise. */
+static int group_first(const struct tt_rank *r, int layer)
+{
+	int n = r->cfg->recompute_groups;
+
+	return n ? layer - layer % r->chunk_layers % n : layer;
+}
+
+static int group_last(const struct tt_rank *r, int layer)
+{
+	int n = r->cfg->recompute_groups, chunk_end;
+
+	if (!n)
+		return layer;
+	chunk_end = layer - layer % r->chunk_layers + r->chunk_layers - 1;
+	return group_first(r, layer) + n - 1 < chunk_end ? group_first(r, layer) + n - 1
+	                                                 : chunk_end;
+}
+
 float *tt_layer_forward(struct tt_rank *r, int layer, int mb, float *x)
 {
 	struct tt_acts *a = acts_of(r, layer, mb);
@@ -677,6 +697,10 @@ float *tt_layer_forward(struct tt_rank *r, int layer, int mb, float *x)
 		free_saved(r, a);
 	else if (recompute_of(r, layer) == TT_RECOMPUTE_SELECTIVE)
 		attention_core_free(r, a);
+	if (group_first(r, layer) != layer) { /* a checkpointed group keeps its input only */
+		tt_free(r, a->x);
+		a->x = NULL;
+	}
 	tt_fsdp_forward_end(r, layer);
 	tt_kernels_enter_module(-1);
 	if (r->saved_layer_bytes && tt_acts_bytes(r, a) > r->saved_layer_bytes[layer])
@@ -695,13 +719,33 @@ void tt_layer_discard(struct tt_rank *r, int layer, int mb)
 
 /* ---- Layer backward ------------------------------------------------------------------------ */
 
-/* Brings back what the recompute mode dropped, with the same kernels and seeds. */
+/*
+ * Brings back what the recompute mode dropped, with the same kernels and seeds. A
+ * checkpointed group's forwards all run again in its last layer's backward, from the
+ * group's input, each layer's output the next one's input, as torch.utils.checkpoint
+ * reruns the function it wraps.
+ */
 static void rematerialise(struct tt_rank *r, int layer, int mb, struct tt_acts *a)
 {
-	if (recompute_of(r, layer) == TT_RECOMPUTE_FULL)
+	if (r->cfg->recompute_groups) {
+		int first = group_first(r, layer);
+		float *x = acts_of(r, first, mb)->x;
+
+		if (layer != group_last(r, layer))
+			return;
+		for (int l = first; l <= layer; l++) {
+			struct tt_acts *rerun = acts_of(r, l, mb);
+			*rerun = (struct tt_acts){.x = x};
+			enter_module(r, l);
+			x = forward_compute(r, l, mb, rerun);
+		}
+		enter_module(r, layer);
+		tt_free(r, x);
+	} else if (recompute_of(r, layer) == TT_RECOMPUTE_FULL) {
 		tt_free(r, forward_compute(r, layer, mb, a));
-	else if (recompute_of(r, layer) == TT_RECOMPUTE_SELECTIVE)
+	} else if (recompute_of(r, layer) == TT_RECOMPUTE_SELECTIVE) {
 		attention_core_forward(r, layer, mb, a);
+	}
 }
 
 /* The MLP's backward: from d(out) (also the residual's gradient) to d(x2), in place. */

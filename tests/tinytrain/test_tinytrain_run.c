@@ -597,6 +597,32 @@ static void test_block_recompute_keeps_the_bits_between_the_modes(void **state)
 	free(block.out);
 }
 
+/* Megatron's uniform method: groups of N layers keep their input only and rerun together in
+ * the backward; the same bits as no recompute, with more memory than full recompute the
+ * larger the group (its activations live at once) and less than none. */
+static void test_recompute_groups_keep_the_bits(void **state)
+{
+	const char *base = "--nproc 2 --pp 2 --layers 8 --microbatches 4 --steps 2 --seq 32";
+	struct run none = run_with(base, "--recompute none");
+	struct run full = run_with(base, "--recompute full");
+	struct run pairs = run_with(base, "--recompute full --recompute-groups 2");
+	struct run odd = run_with(base, "--recompute full --recompute-groups 3");
+
+	expect_same_results(&full, &pairs, true, "--recompute-groups 2");
+	expect_same_results(&full, &odd, true, "--recompute-groups 3");
+	expect_same_losses(&none, &pairs, "--recompute-groups 2");
+	for (int l = 0; l < none.count; l++) {
+		assert_string_equal(none.lines[l].grad_hash, pairs.lines[l].grad_hash);
+		assert_true(pairs.lines[l].peak_bytes > full.lines[l].peak_bytes);
+		assert_true(odd.lines[l].peak_bytes > pairs.lines[l].peak_bytes);
+		assert_true(odd.lines[l].peak_bytes < none.lines[l].peak_bytes);
+	}
+	free(none.out);
+	free(full.out);
+	free(pairs.out);
+	free(odd.out);
+}
+
 /*
  * Evaluation passes before step 0 and every N-th step change nothing the steps compute or
  * measure (they run before the step's clock and peak), and report a loss near the step's.
@@ -709,6 +735,12 @@ static void test_bad_arguments_are_usage_errors(void **state)
 	                   "--eval-every needs --pp 1");
 	expect_usage_error("--eval-iters 2", "--eval-iters needs --eval-every");
 	expect_usage_error("--recompute-layers 2", "--recompute-layers needs --recompute");
+	expect_usage_error("--recompute selective --recompute-groups 2",
+	                   "--recompute-groups needs --recompute full");
+	expect_usage_error("--recompute full --recompute-groups 2 --recompute-layers 1",
+	                   "one at a time");
+	expect_usage_error("--nproc 2 --dp 2 --fsdp --recompute full --recompute-groups 2",
+	                   "not modelled with --fsdp");
 	expect_usage_error("--nproc 2 --dp 2 --fsdp --grad-set-to-none",
 	                   "--grad-set-to-none does not go with --fsdp");
 	expect_usage_error("--nproc 2 --dp 2 --fsdp --ddp-buckets 4",
@@ -752,6 +784,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_fused_qkv_views_give_the_same_bits),
 	        cmocka_unit_test(test_gradients_set_to_none_give_the_same_bits),
 	        cmocka_unit_test(test_block_recompute_keeps_the_bits_between_the_modes),
+	        cmocka_unit_test(test_recompute_groups_keep_the_bits),
 	        cmocka_unit_test(test_eval_passes_leave_the_steps_alone),
 	        cmocka_unit_test(test_compute_streams_give_the_same_bits),
 	        cmocka_unit_test(test_report_saved_counts_local_layers),

@@ -92,6 +92,10 @@ struct tt_config {
 	/* With --recompute: only the first this many layers of each model chunk recompute
 	 * (Megatron's --recompute-method block --recompute-num-layers); 0: every layer. */
 	int recompute_layers;
+	/* With --recompute full: each model chunk's layers are checkpointed in groups of this
+	 * many (Megatron's --recompute-method uniform --recompute-num-layers): a group keeps its
+	 * input only, and its last layer's backward reruns the group's forwards; 0: none. */
+	int recompute_groups;
 	enum tt_schedule schedule;
 	int virtual_stages; /* model chunks per rank: 1 unless interleaved */
 	enum tt_compute_stream compute_stream;
