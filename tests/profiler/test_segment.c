@@ -212,21 +212,32 @@ static void moe_step(struct builder *b)
 	add(b, LYNX_PROF_SYNC, 0, 1);
 }
 
+/* Four steps that `step` adds to b, segmented at the last iteration found, into l (free it
+ * with lynx_prof_layers_free()). Returns the trace, whose events are b's. */
+static struct lynx_prof_trace segment_steps(struct builder *b, void (*step)(struct builder *),
+                                            struct lynx_prof_layers *l)
+{
+	struct lynx_prof_iterations it;
+	char why[1024];
+
+	for (int s = 0; s < 4; s++)
+		step(b);
+	struct lynx_prof_trace t = {1, b->ev, b->n, NULL};
+	assert_int_equal(lynx_prof_find_iterations(&t, &it, why, sizeof(why)), 0);
+	int err = lynx_prof_segment_layers(&t, &it.iter[it.count - 1], l, why, sizeof(why));
+	lynx_prof_iterations_free(&it);
+	if (err)
+		fail_msg("%s", why);
+	return t;
+}
+
 static void test_segment_finds_layers_around_a_loop_of_several_kernels(void **state)
 {
 	struct builder *b = calloc(1, sizeof(*b));
-	struct lynx_prof_iterations it;
 	struct lynx_prof_layers l;
-	char why[1024];
 
 	(void)state;
-	for (int s = 0; s < 4; s++)
-		moe_step(b);
-	struct lynx_prof_trace t = {1, b->ev, b->n, NULL};
-	assert_int_equal(lynx_prof_find_iterations(&t, &it, why, sizeof(why)), 0);
-	int err = lynx_prof_segment_layers(&t, &it.iter[it.count - 1], &l, why, sizeof(why));
-	if (err)
-		fail_msg("%s", why);
+	segment_steps(b, moe_step, &l);
 	assert_int_equal(l.layers, 8);
 	assert_int_equal(l.microbatches, 1);
 	/* Each forward segment holds its layer's 55 launches, each backward its 56. */
@@ -235,7 +246,6 @@ static void test_segment_finds_layers_around_a_loop_of_several_kernels(void **st
 		assert_int_equal(l.bwd[k].end - l.bwd[k].first, 56);
 	}
 	lynx_prof_layers_free(&l);
-	lynx_prof_iterations_free(&it);
 	free(b);
 }
 
@@ -277,18 +287,10 @@ static void block_recompute_step(struct builder *b)
 static void test_segment_reads_block_recompute_whatever_the_phase(void **state)
 {
 	struct builder *b = calloc(1, sizeof(*b));
-	struct lynx_prof_iterations it;
 	struct lynx_prof_layers l;
-	char why[1024];
 
 	(void)state;
-	for (int s = 0; s < 4; s++)
-		block_recompute_step(b);
-	struct lynx_prof_trace t = {1, b->ev, b->n, NULL};
-	assert_int_equal(lynx_prof_find_iterations(&t, &it, why, sizeof(why)), 0);
-	int err = lynx_prof_segment_layers(&t, &it.iter[it.count - 1], &l, why, sizeof(why));
-	if (err)
-		fail_msg("%s", why);
+	struct lynx_prof_trace t = segment_steps(b, block_recompute_step, &l);
 	assert_int_equal(l.layers, 4);
 	assert_int_equal(l.microbatches, 1);
 	for (size_t k = 0; k < 4; k++) {
@@ -298,7 +300,6 @@ static void test_segment_reads_block_recompute_whatever_the_phase(void **state)
 		assert_int_equal(t.events[l.bwd[k].first].tid, 2);
 	}
 	lynx_prof_layers_free(&l);
-	lynx_prof_iterations_free(&it);
 	free(b);
 }
 
