@@ -181,18 +181,29 @@ struct reading {
 	size_t stacks;
 };
 
-/* Reads the backward stacks of tok with units u (mixed_backward()): 0, or -EINVAL with why. */
+/*
+ * Reads the backward stacks of tok with units u (mixed_backward()): 0, or -EINVAL with why.
+ * The forward stacks are fr's runs of `layers` units, and the first `layers` of a longer run
+ * that B follows (a group's reruns right after a forward stack, as an interleaved schedule
+ * can run them); when whole_groups, only those of `layers` units that no B follows: a group
+ * of every layer of a stage reruns them all back to back before the backwards, but a real
+ * forward stack may also be followed at once by a backward (a pipeline stage's steady
+ * state), so that reading comes second.
+ */
 static int read_backwards(const struct lynx_prof_trace *trace, const struct lynx_prof_tokens *tok,
                           const struct lynx_prof_run *fr, size_t nfr, size_t layers,
-                          const struct units *u, struct reading *rd, char *why, size_t why_len)
+                          const struct units *u, bool whole_groups, struct reading *rd, char *why,
+                          size_t why_len)
 {
-	/* The forward stacks: full-length runs of F that no B follows (a group's reruns do). */
 	rd->nf = 0;
 	for (size_t i = 0; i < nfr; i++) {
 		size_t units = (fr[i].end - fr[i].start) / fr[i].period;
-		size_t end = fr[i].start + units * fr[i].period;
-		if (units == layers && !matches(tok, end, u->b, u->pb))
-			rd->fwd[rd->nf++] = fr[i];
+		bool then_b = matches(tok, fr[i].start + units * fr[i].period, u->b, u->pb);
+		/* A forward stack and a group's reruns right after it are one run of F. */
+		if ((units == layers && !(whole_groups && then_b)) || (units > layers && then_b)) {
+			rd->fwd[rd->nf] = fr[i];
+			rd->fwd[rd->nf++].end = fr[i].start + layers * fr[i].period;
+		}
 	}
 	rd->stacks = 0;
 	for (size_t t = 0; t < tok->count;) {
@@ -270,8 +281,9 @@ static int read_backwards(const struct lynx_prof_trace *trace, const struct lynx
  * stack, so it is read with F, the forward stacks' unit, and B: the backward motif bwd less
  * F's when that motif holds F (F.B cut after F), else bwd's own, from the phase its run
  * starts at, or the first of its rotations that reads every stack. A stack starts where a
- * unit first matches outside the forward stacks (runs of L units of F that no B follows:
- * a group's reruns do), and is read unit by unit until it holds a backward of every layer;
+ * unit first matches outside the forward stacks (runs of L units of F; failing that, those
+ * that no B follows, read_backwards()), and is read unit by unit until it holds a backward
+ * of every layer;
  * a layer's backward segment holds the forwards its unit reruns, and the layers whose
  * forwards those are rerun. Returns 0 with out filled, -EINVAL with why, -ENOMEM.
  */
@@ -308,11 +320,11 @@ static int mixed_backward(const struct lynx_prof_trace *trace, const struct lynx
 			}
 		}
 	struct units u = {tok->sig + fr[0].start, b, pf, rotations == 1 ? period - pf : period};
-	for (size_t r = 0; r < rotations && err == -EINVAL; r++) {
+	for (size_t r = 0; r < 2 * rotations && err == -EINVAL; r++) {
 		char later_why[256];
 		for (size_t k = 0; k < u.pb; k++)
-			b[k] = unit[(from + r + k) % period];
-		err = read_backwards(trace, tok, fr, nfr, layers, &u, &rd,
+			b[k] = unit[(from + r % rotations + k) % period];
+		err = read_backwards(trace, tok, fr, nfr, layers, &u, r >= rotations, &rd,
 		                     r ? later_why : first_why,
 		                     r ? sizeof(later_why) : sizeof(first_why));
 	}

@@ -420,6 +420,36 @@ static void test_segment_finds_layers_under_uniform_recompute(void **state)
 	check(&ddp);
 }
 
+/*
+ * Both methods under the interleaved schedule (each model chunk's pass a micro-batch of its
+ * own): a stage's steady state runs a forward stack and, at once, a backward, whose group
+ * reruns can follow the forward stack in one run of forward units.
+ */
+static void test_segment_finds_recomputed_layers_under_the_interleaved_schedule(void **state)
+{
+	static const struct config block = {"--nproc 3 --pp 3 --layers 24 --microbatches 3 "
+	                                    "--schedule interleaved --virtual-stages 2 --steps 2 "
+	                                    "--recompute full --recompute-layers 1",
+	                                    3,
+	                                    2,
+	                                    4,
+	                                    6,
+	                                    1,
+	                                    true};
+	static const struct config uniform = {"--nproc 3 --pp 3 --layers 24 --microbatches 3 "
+	                                      "--schedule interleaved --virtual-stages 2 "
+	                                      "--steps 2 --recompute full --recompute-groups 2",
+	                                      3,
+	                                      2,
+	                                      4,
+	                                      6,
+	                                      4,
+	                                      true};
+	(void)state;
+	check(&block);
+	check(&uniform);
+}
+
 static void test_segment_finds_layers_with_selective_recompute(void **state)
 {
 	static const struct config c = {"--nproc 4 --pp 2 --tp 2 --layers 8 --microbatches 4 "
@@ -514,6 +544,8 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_segment_finds_layers_under_block_recompute),
 	        cmocka_unit_test(test_segment_finds_layers_under_uniform_recompute),
 	        cmocka_unit_test(test_segment_reads_block_recompute_whatever_the_phase),
+	        cmocka_unit_test(
+	                test_segment_finds_recomputed_layers_under_the_interleaved_schedule),
 	        cmocka_unit_test(test_segment_finds_layers_with_selective_recompute),
 	        cmocka_unit_test(test_segment_finds_layers_with_the_backward_on_the_same_thread),
 	        cmocka_unit_test(test_segment_refuses_a_stage_of_one_layer),

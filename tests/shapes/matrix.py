@@ -94,6 +94,8 @@ CELLS = [
     # and the weights are more (Lynx says so and stays out); hence 16 layers
     ("pp2-m4-block-recompute", "--nproc 2 --pp 2 --microbatches 4 --recompute full "
      "--recompute-layers 2 --layers 16", False),
+    ("pp3-m3-interleaved-block-recompute", "--nproc 3 --pp 3 --microbatches 3 --schedule "
+     "interleaved --virtual-stages 2 --layers 24 --recompute full --recompute-layers 1", False),
     ("dp2-m1-block-recompute", "--nproc 2 --dp 2 --microbatches 1 --ddp-buckets 64 "
      "--lazy-optimizer --launch mixed --recompute full --recompute-layers 2 --layers 12", False),
     # q, k and v as views of the fused QKV output's allocation (PyTorch's split)
