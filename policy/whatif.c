@@ -8,6 +8,7 @@
 #include "checker.h"
 #include "planner.h"
 #include "problem.h"
+#include "profile.h"
 #include "whatif.h"
 
 /* The activation share of the peak each ladder row keeps. */
@@ -92,6 +93,9 @@ int lynx_whatif_from_profiles(const struct lynx_profile *const *ranks, size_t n,
 	out->base_peak = base.peak;
 	out->static_max = lynx_problem_max_static_bytes(&p);
 	lynx_problem_free(&p);
+	for (size_t i = 0; i < n; i++)
+		if (lynx_profile_rerun_layers(ranks[i]) > out->trainer_recomputed)
+			out->trainer_recomputed = (uint32_t)lynx_profile_rerun_layers(ranks[i]);
 
 	for (size_t i = 0; i < (budget_bytes ? 1 : LYNX_WHATIF_MAX_ROWS); i++) {
 		uint64_t budget = budget_bytes;
@@ -124,6 +128,11 @@ void lynx_whatif_print(FILE *f, const char *tag, const struct lynx_whatif *w)
 	        "%s: what-if (Lynx HEU over %u stage%s; checker's prediction, optimizer step not "
 	        "included): keeping everything peaks at %.2f MiB, %.3f ms per iteration\n",
 	        tag, w->stages, w->stages == 1 ? "" : "s", mib(w->base_peak), w->base_step_s * 1e3);
+	if (w->trainer_recomputed)
+		fprintf(f,
+		        "%s:   the trainer reruns the forward of up to %u layer%s a stage itself: "
+		        "left as they are, the plans are over the others\n",
+		        tag, w->trainer_recomputed, w->trainer_recomputed == 1 ? "" : "s");
 	for (size_t i = 0; i < w->n_rows; i++) {
 		const struct lynx_whatif_row *r = &w->rows[i];
 		double saved =

@@ -36,6 +36,9 @@ struct lynx_whatif {
 	double base_step_s;  /* keeping everything */
 	uint64_t base_peak;  /* keeping everything: the largest stage peak */
 	uint64_t static_max; /* the largest stage static memory: no plan goes below it */
+	/* The most layers of a stage whose forward the trainer reruns itself (Megatron's block
+	 * recompute): left as they are, the plans are over the others. */
+	uint32_t trainer_recomputed;
 	struct lynx_whatif_row rows[LYNX_WHATIF_MAX_ROWS];
 	size_t n_rows;
 };

@@ -1348,6 +1348,20 @@ static void test_plans_around_the_layers_the_trainer_recomputes(void **state)
 		assert_near("the lead's forward", lead->fwd_s, (s ? 6 : 12) * 1e-6);
 	}
 	lynx_problem_free(&p);
+	/* The what-if says the trainer's own reruns stay. */
+	struct lynx_whatif w;
+	char *text = NULL;
+	size_t text_len = 0;
+	FILE *f = open_memstream(&text, &text_len);
+	assert_non_null(f);
+	if (lynx_whatif_from_profiles(ranks, 2, 0, NULL, &w, why, sizeof(why)))
+		fail_msg("%s", why);
+	assert_int_equal(w.trainer_recomputed, 1);
+	lynx_whatif_print(f, "t", &w);
+	fclose(f);
+	assert_non_null(strstr(text, "t:   the trainer reruns the forward of up to 1 layer a "
+	                             "stage itself: left as they are"));
+	free(text);
 	/* A layer that reruns after one that does not (not at the end: that is the head). */
 	first->layers[1].reruns_forward = false;
 	set_kernels(&first->layers[1].bwd_kernels, 'b', 8);
