@@ -63,19 +63,29 @@ struct class
 	size_t first_start;
 };
 
-/* True when unit a (length na) occurs in unit b (length nb) read cyclically. */
-static bool contains_cyclic(const uint64_t *b, size_t nb, const uint64_t *a, size_t na)
+/* Where unit a (length na) first occurs in unit b (length nb) read cyclically; nb when it
+ * does not. */
+static size_t find_cyclic(const uint64_t *b, size_t nb, const uint64_t *a, size_t na)
 {
 	if (na > nb)
-		return false;
+		return nb;
 	for (size_t s = 0; s < nb; s++) {
 		size_t k = 0;
 		while (k < na && b[(s + k) % nb] == a[k])
 			k++;
 		if (k == na)
-			return true;
+			return s;
 	}
-	return false;
+	return nb;
+}
+
+/* The segment of tokens [a, b): from just after the token before a (the iteration's first
+ * event for the first token) to b's last token's event. */
+static struct lynx_prof_segment segment_of(const struct lynx_prof_tokens *tok,
+                                           const struct lynx_prof_iteration *it, size_t a, size_t b)
+{
+	return (struct lynx_prof_segment){a ? tok->event[a - 1] + 1 : it->first,
+	                                  tok->event[b - 1] + 1};
 }
 
 /*
@@ -109,8 +119,7 @@ static void fill(const struct lynx_prof_tokens *tok, const struct lynx_prof_iter
 		for (size_t u = 0; u < layers; u++) {
 			size_t a = r->start + u * r->period, b = a + r->period;
 			size_t layer = reverse ? layers - 1 - u : u;
-			seg[m * layers + layer] = (struct lynx_prof_segment){
-			        a ? tok->event[a - 1] + 1 : it->first, tok->event[b - 1] + 1};
+			seg[m * layers + layer] = segment_of(tok, it, a, b);
 		}
 	}
 }
@@ -283,9 +292,9 @@ static int read_backwards(const struct lynx_prof_trace *trace, const struct lynx
  * starts at, or the first of its rotations that reads every stack. A stack starts where a
  * unit first matches outside the forward stacks (runs of L units of F; failing that, those
  * that no B follows, read_backwards()), and is read unit by unit until it holds a backward
- * of every layer;
- * a layer's backward segment holds the forwards its unit reruns, and the layers whose
- * forwards those are rerun. Returns 0 with out filled, -EINVAL with why, -ENOMEM.
+ * of every layer; a layer's backward segment holds the forwards its unit reruns, and the
+ * layers whose forwards those are rerun. Returns 0 with out filled, -EINVAL with why,
+ * -ENOMEM.
  */
 static int mixed_backward(const struct lynx_prof_trace *trace, const struct lynx_prof_tokens *tok,
                           const struct lynx_prof_iteration *it, const struct lynx_prof_run *fr,
@@ -309,16 +318,11 @@ static int mixed_backward(const struct lynx_prof_trace *trace, const struct lynx
 		goto out;
 	}
 	/* Where F ends in bwd's unit read cyclically: B starts there, and only there. */
-	if (period > pf)
-		for (size_t s0 = 0; s0 < period && rotations == period; s0++) {
-			size_t k = 0;
-			while (k < pf && unit[(s0 + k) % period] == tok->sig[fr[0].start + k])
-				k++;
-			if (k == pf) {
-				from = s0 + pf;
-				rotations = 1;
-			}
-		}
+	size_t f_at = period > pf ? find_cyclic(unit, period, tok->sig + fr[0].start, pf) : period;
+	if (f_at < period) {
+		from = f_at + pf;
+		rotations = 1;
+	}
 	struct units u = {tok->sig + fr[0].start, b, pf, rotations == 1 ? period - pf : period};
 	for (size_t r = 0; r < 2 * rotations && err == -EINVAL; r++) {
 		char later_why[256];
@@ -350,8 +354,7 @@ static int mixed_backward(const struct lynx_prof_trace *trace, const struct lynx
 		for (size_t k = 0; k < layers; k++) {
 			size_t a = rd.unit_start[m * layers + k];
 			size_t end = a + (size_t)rd.reruns[m * layers + k] * pf + u.pb;
-			out->bwd[m * layers + layers - 1 - k] = (struct lynx_prof_segment){
-			        a ? tok->event[a - 1] + 1 : it->first, tok->event[end - 1] + 1};
+			out->bwd[m * layers + layers - 1 - k] = segment_of(tok, it, a, end);
 		}
 out:
 	free(rd.fwd);
@@ -478,8 +481,8 @@ static int classify(const struct lynx_prof_trace *trace, const struct lynx_prof_
 		out->microbatches = nf;
 		out->fwd_period = fr[0].period;
 		out->bwd_period = br[0].period;
-		bool rerun = contains_cyclic(tok->sig + br[0].start, br[0].period,
-		                             tok->sig + fr[0].start, fr[0].period);
+		bool rerun = find_cyclic(tok->sig + br[0].start, br[0].period,
+		                         tok->sig + fr[0].start, fr[0].period) < br[0].period;
 		out->fwd = calloc(nf * layers, sizeof(*out->fwd));
 		out->bwd = calloc(nf * layers, sizeof(*out->bwd));
 		out->reruns = calloc(layers, sizeof(*out->reruns));
