@@ -14,6 +14,7 @@
 #include "profile.h"
 #include "problem.h"
 #include "refuse.h"
+#include "summary.h"
 
 #define MAX_OPS LYNX_PROBLEM_MAX_OPS
 #define MAX_GROUPS LYNX_PROBLEM_MAX_GROUPS
@@ -99,14 +100,16 @@ static int check_profile(const struct ctx *c, size_t i)
 		return lynx_policy_refuse(c->why, c->len,
 		                          "%s runs %u warm-up forwards but only %u micro-batches",
 		                          name, pr->warmup_forwards, pr->microbatches);
-	/* Under block recompute the layers that keep everything are still planned. */
-	if (lynx_profile_all_rerun(pr))
+	/* Under block recompute the layers that keep everything are still planned. What the
+	 * reruns cost is said: the time a profile without recomputation could win back. */
+	if (lynx_profile_all_rerun(pr)) {
+		char note[LYNX_PROFILE_RERUN_NOTE_MAX];
 		return lynx_policy_refuse(c->why, c->len,
-		                          "%s was recorded under full recomputation (every layer's "
-		                          "forward runs again in the backward: Megatron's full or "
-		                          "uniform method): profile the job without "
+		                          "%s was recorded under full recomputation%s: Megatron's "
+		                          "full or uniform method; profile the job without "
 		                          "recomputation to plan it",
-		                          name);
+		                          name, lynx_profile_rerun_note(pr, note, sizeof(note)));
+	}
 	for (size_t l = 0; l < pr->layer_count; l++)
 		if (!pr->layers[l].fwd_kernels.count || !pr->layers[l].bwd_kernels.count)
 			return lynx_policy_refuse(

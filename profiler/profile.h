@@ -292,6 +292,24 @@ static inline size_t lynx_profile_rerun_layers(const struct lynx_profile *p)
 	return n;
 }
 
+/* The time one iteration of p spends rerunning forwards in its backwards: each rerunning
+ * layer's forward once per micro-batch (the rerun runs the forward's kernels). 0 when no
+ * layer reruns, or when a rerunning layer's forward has no time. */
+static inline uint64_t lynx_profile_rerun_ns(const struct lynx_profile *p)
+{
+	uint64_t ns = 0;
+
+	for (size_t l = 0; l < p->layer_count; l++) {
+		const struct lynx_profile_layer *layer = &p->layers[l];
+		if (!layer->reruns_forward)
+			continue;
+		if (layer->forward.source == LYNX_PROFILE_SOURCE_UNKNOWN)
+			return 0;
+		ns += layer->forward.ns * p->microbatches;
+	}
+	return ns;
+}
+
 /* True when every layer of p reruns its forward (full recompute; the JSON's "rerun"). */
 static inline bool lynx_profile_all_rerun(const struct lynx_profile *p)
 {

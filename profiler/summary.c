@@ -52,6 +52,18 @@ static void print_held(FILE *f, const char *tag, const struct lynx_profile *p)
 	        held ? kernels / (double)held : 0.0);
 }
 
+/* The cost clause of lynx_profile_rerun_note() at buf + used, where the times are known. */
+static void rerun_cost(const struct lynx_profile *p, char *buf, size_t used, size_t len)
+{
+	uint64_t rerun = lynx_profile_rerun_ns(p), iteration = p->iteration.time.ns;
+
+	if (used >= len || !rerun || p->iteration.time.source == LYNX_PROFILE_SOURCE_UNKNOWN ||
+	    !iteration)
+		return;
+	snprintf(buf + used, len - used, " (%.3f ms, %.1f%% of the iteration)", (double)rerun / 1e6,
+	         100.0 * (double)rerun / (double)iteration);
+}
+
 const char *lynx_profile_rerun_note(const struct lynx_profile *p, char *buf, size_t len)
 {
 	size_t used = 0, k = 0;
@@ -61,7 +73,8 @@ const char *lynx_profile_rerun_note(const struct lynx_profile *p, char *buf, siz
 	if (!lynx_profile_rerun_layers(p))
 		return buf;
 	if (lynx_profile_all_rerun(p)) {
-		snprintf(buf, len, ", each backward reruns its forward");
+		used = (size_t)snprintf(buf, len, ", each backward reruns its forward");
+		rerun_cost(p, buf, used, len);
 		return buf;
 	}
 	used = (size_t)snprintf(buf, len, ", the backward reruns the forward of layer%s",
@@ -78,13 +91,14 @@ const char *lynx_profile_rerun_note(const struct lynx_profile *p, char *buf, siz
 			used += (size_t)snprintf(buf + used, len - used, "-%zu", k - 1);
 	}
 	if (used < len)
-		snprintf(buf + used, len - used, " of %zu", p->layer_count);
+		used += (size_t)snprintf(buf + used, len - used, " of %zu", p->layer_count);
+	rerun_cost(p, buf, used, len);
 	return buf;
 }
 
 void lynx_profile_print_summary(FILE *f, const struct lynx_profile *p, int rank)
 {
-	char tag[32], rerun[128];
+	char tag[32], rerun[LYNX_PROFILE_RERUN_NOTE_MAX];
 	uint64_t saved = 0, window_ns[LYNX_PROFILE_WINDOW_KIND_COUNT] = {0},
 	         idle_ns[LYNX_PROFILE_WINDOW_KIND_COUNT] = {0}, idle_total = 0;
 	uint32_t windows[LYNX_PROFILE_WINDOW_KIND_COUNT] = {0};

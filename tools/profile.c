@@ -61,7 +61,7 @@ static const char *fmt_bytes(uint64_t b, char *buf, size_t len)
 
 static void summary(const struct lynx_profile *p, const char *path)
 {
-	char a[40], b[40], c[40], rerun[128];
+	char a[40], b[40], c[40], rerun[LYNX_PROFILE_RERUN_NOTE_MAX];
 
 	char rank[32] = "unknown", world[32] = "unknown";
 

@@ -648,7 +648,7 @@ static void print_tables(FILE *out, const struct report *rep)
 	print_ranks(out, rep);
 	for (size_t s = 0; s < rep->stage_count; s++) {
 		const struct lynx_profile *p = &rep->ranks[rep->stages[s].first].p;
-		char rerun[128];
+		char rerun[LYNX_PROFILE_RERUN_NOTE_MAX];
 		stage_name(rep, s, st, sizeof(st));
 		size_t members = 0;
 		for (size_t i = 0; i < rep->count; i++)

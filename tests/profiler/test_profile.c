@@ -432,6 +432,40 @@ static const struct lynx_profile_host_link example_link = {5.0e10, 4.8e10, 1.2e-
 /* A measured host link comes back exactly, also doubles that cJSON's own 15 digits would
  * round (0.1 + 0.2 needs 17); a link not measured, or measured one way only, is not written
  * and reads as all 0. */
+/* The rerun note says what the reruns cost where the times are known: each rerunning
+ * layer's forward once per micro-batch, against the iteration; nothing where a time is
+ * unknown. */
+static void test_rerun_note_says_what_the_reruns_cost(void **state)
+{
+	struct lynx_profile p;
+	char note[LYNX_PROFILE_RERUN_NOTE_MAX];
+
+	(void)state;
+	small_profile(&p); /* 2 layers that rerun, 2 micro-batches */
+	p.layers[0].forward.ns = p.layers[1].forward.ns = 2000000;
+	p.iteration.time.ns = 40000000;
+	assert_string_equal(lynx_profile_rerun_note(&p, note, sizeof(note)),
+	                    ", each backward reruns its forward (8.000 ms, 20.0% of the "
+	                    "iteration)");
+	p.layers[1].reruns_forward = false;
+	assert_string_equal(lynx_profile_rerun_note(&p, note, sizeof(note)),
+	                    ", the backward reruns the forward of layer 0 of 2 (4.000 ms, 10.0% "
+	                    "of the iteration)");
+	p.iteration.time.source = LYNX_PROFILE_SOURCE_UNKNOWN;
+	assert_string_equal(lynx_profile_rerun_note(&p, note, sizeof(note)),
+	                    ", the backward reruns the forward of layer 0 of 2");
+	p.iteration.time.source = LYNX_PROFILE_SOURCE_HOST;
+	p.layers[0].forward.source = LYNX_PROFILE_SOURCE_UNKNOWN;
+	assert_string_equal(lynx_profile_rerun_note(&p, note, sizeof(note)),
+	                    ", the backward reruns the forward of layer 0 of 2");
+	/* A buffer too short for the clause cuts it, terminated. */
+	p.layers[0].forward.source = LYNX_PROFILE_SOURCE_HOST;
+	char tiny[48];
+	assert_string_equal(lynx_profile_rerun_note(&p, tiny, sizeof(tiny)),
+	                    ", the backward reruns the forward of layer 0 of");
+	small_profile(&p); /* the statics again, for the tests after this one */
+}
+
 /* Megatron's block recompute: layer 0 reruns its forward, layer 1 does not. Only layer 0
  * says so, "rerun" is false, and both come back. */
 static void test_profile_round_trip_keeps_which_layers_rerun(void **state)
@@ -453,7 +487,10 @@ static void test_profile_round_trip_keeps_which_layers_rerun(void **state)
 	assert_false(back.layers[1].reruns_forward);
 	assert_int_equal(lynx_profile_rerun_layers(&back), 1);
 	assert_false(lynx_profile_all_rerun(&back));
-	char note[128];
+	char note[LYNX_PROFILE_RERUN_NOTE_MAX];
+	/* Which layers; what they cost is test_rerun_note_says_what_the_reruns_cost's. */
+	const struct lynx_profile_time iteration = back.iteration.time;
+	back.iteration.time.source = LYNX_PROFILE_SOURCE_UNKNOWN;
 	assert_string_equal(lynx_profile_rerun_note(&back, note, sizeof(note)),
 	                    ", the backward reruns the forward of layer 0 of 2");
 	back.layers[1].reruns_forward = true;
@@ -462,6 +499,7 @@ static void test_profile_round_trip_keeps_which_layers_rerun(void **state)
 	back.layers[0].reruns_forward = back.layers[1].reruns_forward = false;
 	assert_string_equal(lynx_profile_rerun_note(&back, note, sizeof(note)), "");
 	back.layers[0].reruns_forward = true;
+	back.iteration.time = iteration;
 	char *again = lynx_profile_to_json(&back);
 	assert_string_equal(again, text);
 	free(again);
@@ -1206,6 +1244,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_profile_dp2_gradient_reductions),
 	        cmocka_unit_test(test_profile_round_trip_keeps_every_field),
 	        cmocka_unit_test(test_profile_round_trip_keeps_which_layers_rerun),
+	        cmocka_unit_test(test_rerun_note_says_what_the_reruns_cost),
 	        cmocka_unit_test(test_profile_round_trip_keeps_the_host_link),
 	        cmocka_unit_test(test_profile_reads_a_profile_without_the_optional_keys),
 	        cmocka_unit_test(test_profile_write_is_atomic_and_reads_back),
