@@ -106,6 +106,7 @@ static void usage(FILE *f)
 	        "                 [--lazy-optimizer] [--ddp-buckets KB | --fsdp]\n"
 	        "                 [--fork-worker-after N]\n"
 	        "                 [--sync-every N] [--eval-every N [--eval-iters K]]\n"
+	        "                 [--grad-scaler STEPS]\n"
 	        "                 [--deterministic-fill] [--fused-qkv] [--grad-set-to-none]\n"
 	        "                 [--retain-pool] [--virtual-copies]\n"
 	        "                 [--launch %s [--kernel-modules K]]\n"
@@ -159,6 +160,12 @@ static void usage(FILE *f)
 	        "  --fork-worker-after N  after N steps each rank forks a worker that exits at\n"
 	        "                     once, normally (a DataLoader worker, a compile worker);\n"
 	        "                     the rank fails if the worker does not exit 0.\n"
+	        "  --grad-scaler STEPS  torch.cuda.amp.GradScaler (fp16): after each backward\n"
+	        "                     the gradients are unscaled and checked for inf/NaN on\n"
+	        "                     the device, the host reads the check (.item()), and the\n"
+	        "                     scale is updated; the optimizer step is skipped at the\n"
+	        "                     steps listed (comma-separated, 0 to 63), where the scale\n"
+	        "                     overflowed, as in the first steps of fp16 training.\n"
 	        "  --sync-every N     every N-th step waits on the host after its first layer's\n"
 	        "                     forward (a trainer that checks for NaNs every few steps):\n"
 	        "                     steps whose host synchronisations differ.\n"
@@ -228,6 +235,28 @@ static int parse_positive(const char *text)
 	return (int)v;
 }
 
+/* A comma-separated list of steps from 0 to 63 into the bits of *steps; -1 when text is
+ * not one (empty, a stray comma, a sign, a step out of range). */
+static int parse_steps(const char *text, uint64_t *steps)
+{
+	*steps = 0;
+	for (const char *p = text;; p++) {
+		char *end;
+		if (*p < '0' || *p > '9')
+			return -1;
+		errno = 0;
+		long v = strtol(p, &end, 10);
+		if (errno || v > 63)
+			return -1;
+		*steps |= 1ull << v;
+		if (!*end)
+			return 0;
+		if (*end != ',')
+			return -1;
+		p = end;
+	}
+}
+
 static int lookup(const char *const *names, int count, const char *name)
 {
 	for (int i = 0; i < count; i++)
@@ -271,6 +300,7 @@ enum {
 	OPT_EVAL_ITERS,
 	OPT_FORK_WORKER_AFTER,
 	OPT_SYNC_EVERY,
+	OPT_GRAD_SCALER,
 	OPT_LAUNCH,
 	OPT_KERNEL_MODULES,
 	OPT_COMPUTE_STREAM,
@@ -312,6 +342,7 @@ static const struct option long_options[] = {
         {"eval-iters", required_argument, NULL, OPT_EVAL_ITERS},
         {"fork-worker-after", required_argument, NULL, OPT_FORK_WORKER_AFTER},
         {"sync-every", required_argument, NULL, OPT_SYNC_EVERY},
+        {"grad-scaler", required_argument, NULL, OPT_GRAD_SCALER},
         {"kernel-modules", required_argument, NULL, OPT_KERNEL_MODULES},
         {"launch", required_argument, NULL, OPT_LAUNCH},
         {"compute-stream", required_argument, NULL, OPT_COMPUTE_STREAM},
@@ -572,6 +603,14 @@ int tt_parse_args(int argc, char **argv, struct tt_config *cfg)
 			continue;
 		case OPT_REPORT_SAVED:
 			cfg->report_saved = true;
+			continue;
+		case OPT_GRAD_SCALER:
+			if (parse_steps(optarg, &cfg->grad_scaler_overflows))
+				return usage_error(
+				        "--grad-scaler '%s' is not a comma-separated list of "
+				        "steps from 0 to 63",
+				        optarg);
+			cfg->grad_scaler = true;
 			continue;
 		case OPT_HELP:
 			usage(stdout);

@@ -88,6 +88,8 @@ struct tt_rank {
 
 	float *params, *grads;
 	float *adam_m, *adam_v; /* NULL until the first step with --lazy-optimizer */
+	float *loss_scale;      /* --grad-scaler's scale: NULL until its first step */
+	int optimizer_steps;    /* taken, Adam's step count (GradScaler skips some) */
 	int64_t param_count;
 	struct tt_layer_weights *w, *g; /* [local_layers] */
 	struct tt_edge_weights ew, eg;

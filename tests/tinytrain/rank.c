@@ -157,6 +157,7 @@ void tt_rank_setup(struct tt_rank *r, const struct tt_config *cfg, int rank, con
 
 void tt_rank_teardown(struct tt_rank *r)
 {
+	tt_free(r, r->loss_scale); /* on the compute stream, before it goes */
 	tt_check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 	ncclCommDestroy(r->tp_comm);
 	ncclCommDestroy(r->dp_comm);

@@ -505,11 +505,49 @@ static void create_adam_state(struct tt_rank *r)
 	tt_check_cuda(cudaMemsetAsync(r->adam_v, 0, bytes, r->compute), "cudaMemsetAsync");
 }
 
+/*
+ * torch.cuda.amp.GradScaler's unscale_() and the check in its step(): the gradients are
+ * multiplied by the inverse scale and checked for inf and NaN on the device
+ * (_amp_foreach_non_finite_check_and_unscale_, into a found_inf tensor made for the step),
+ * and step() reads found_inf on the host (.item(): a copy and a wait). tinytrain's
+ * gradients never overflow and its scale stays 1 (the bits stay), so the check's verdict is
+ * the step's bit in --grad-scaler's list. Returns true when the optimizer step is skipped.
+ */
+static bool grad_scaler_overflows(struct tt_rank *r)
+{
+	struct tt_vcost pass = {(uint64_t)r->param_count, (uint64_t)r->param_count * 8};
+	float *found_inf = tt_alloc(r, sizeof(float)), seen;
+
+	if (!r->loss_scale) { /* GradScaler makes its scale at the first scale() */
+		const float one = 1.0f;
+		r->loss_scale = tt_alloc(r, sizeof(float));
+		tt_check_cuda(cudaMemcpyAsync(r->loss_scale, &one, sizeof(one),
+		                              cudaMemcpyHostToDevice, r->compute),
+		              "cudaMemcpyAsync");
+	}
+	tt_check_cuda(tt_scale(r->compute, r->grads, r->grads, 1.0f, r->param_count, pass),
+	              "tt_scale");
+	tt_check_cuda(tt_sum(r->compute, r->grads, found_inf, (int)r->param_count, 0, pass),
+	              "tt_sum");
+	tt_copy_to_host(r, &seen, found_inf, sizeof(seen));
+	tt_free(r, found_inf);
+	return r->step < 64 && (r->cfg->grad_scaler_overflows >> r->step & 1);
+}
+
+/* GradScaler's update(): the scale halves after an overflow (_amp_update_scale_, on the
+ * device; tinytrain's stays 1 in value, so that nothing else changes). */
+static void grad_scaler_update(struct tt_rank *r)
+{
+	tt_check_cuda(tt_scale(r->compute, r->loss_scale, r->loss_scale, 1.0f, 1,
+	                       (struct tt_vcost){1, 8}),
+	              "tt_scale");
+}
+
 void tt_step(struct tt_rank *r, struct tt_worker *w, struct tt_step_result *out)
 {
 	size_t grad_bytes = (size_t)r->param_count * sizeof(float);
 	float *host_grads = malloc(grad_bytes);
-	struct tt_adam adam = {r->cfg->lr, 0.9f, 0.999f, 1e-8f, r->step + 1};
+	struct tt_adam adam = {r->cfg->lr, 0.9f, 0.999f, 1e-8f, r->optimizer_steps + 1};
 	struct tt_vcost adam_cost = {(uint64_t)(r->param_count * 10),
 	                             (uint64_t)(r->param_count * 16)};
 
@@ -522,10 +560,16 @@ void tt_step(struct tt_rank *r, struct tt_worker *w, struct tt_step_result *out)
 	tt_copy_to_host(r, host_grads, r->grads, grad_bytes);
 	out->grad_hash = fnv1a(host_grads, grad_bytes);
 	free(host_grads);
-	create_adam_state(r);
-	tt_check_cuda(tt_adam(r->compute, r->params, r->grads, r->adam_m, r->adam_v, r->param_count,
-	                      adam, adam_cost),
-	              "tt_adam");
+	/* A skipped step leaves the parameters, and lazy state, as they were. */
+	if (!r->cfg->grad_scaler || !grad_scaler_overflows(r)) {
+		create_adam_state(r);
+		tt_check_cuda(tt_adam(r->compute, r->params, r->grads, r->adam_m, r->adam_v,
+		                      r->param_count, adam, adam_cost),
+		              "tt_adam");
+		r->optimizer_steps++;
+	}
+	if (r->cfg->grad_scaler)
+		grad_scaler_update(r);
 	/* optimizer.zero_grad(set_to_none=True): the gradients go; the next backward makes them. */
 	if (r->cfg->grad_set_to_none) {
 		tt_free(r, r->grads);

@@ -577,6 +577,40 @@ static void test_gradients_set_to_none_give_the_same_bits(void **state)
 		expect_switch_keeps_bits(layouts[i], "--grad-set-to-none");
 }
 
+/*
+ * GradScaler's check and update change no bits where no step overflows (step 7 is not run),
+ * under DDP's buckets and lazy state too; a step that overflows computes its gradients as
+ * before and skips the optimizer, so only the steps after it differ.
+ */
+static void test_grad_scaler_skips_only_the_steps_that_overflow(void **state)
+{
+	const char *layouts[] = {
+	        "--nproc 1 --layers 2 --microbatches 2 --steps 3 --lazy-optimizer",
+	        "--nproc 2 --dp 2 --layers 2 --microbatches 1 --steps 3 --ddp-buckets 16",
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(layouts) / sizeof(layouts[0]); i++) {
+		struct run plain = run_ok(layouts[i]),
+		           scaled = run_with(layouts[i], "--grad-scaler 7");
+		struct run skipped = run_with(layouts[i], "--grad-scaler 1");
+		/* Three more launches a step: the unscale, the check and the scale's update. */
+		expect_same_results(&plain, &scaled, false, "--grad-scaler 7");
+		for (int l = 0; l < plain.count; l++)
+			assert_int_equal(scaled.lines[l].launches, plain.lines[l].launches + 3);
+		assert_int_equal(plain.count, skipped.count);
+		for (int l = 0; l < plain.count; l++) {
+			bool same = !strcmp(plain.lines[l].grad_hash, skipped.lines[l].grad_hash);
+			if (same != (plain.lines[l].step < 2))
+				fail_msg("%s --grad-scaler 1: step %d's gradients %s", layouts[i],
+				         plain.lines[l].step, same ? "did not change" : "changed");
+		}
+		free(plain.out);
+		free(scaled.out);
+		free(skipped.out);
+	}
+}
+
 /* Megatron's block recompute: the first N layers of each stage recompute, the rest keep
  * everything; the same bits as either mode, with memory between theirs. */
 static void test_block_recompute_keeps_the_bits_between_the_modes(void **state)
@@ -743,6 +777,8 @@ static void test_bad_arguments_are_usage_errors(void **state)
 	                   "not modelled with --fsdp");
 	expect_usage_error("--nproc 2 --dp 2 --fsdp --grad-set-to-none",
 	                   "--grad-set-to-none does not go with --fsdp");
+	expect_usage_error("--grad-scaler 1,,2", "--grad-scaler '1,,2' is not a comma-separated");
+	expect_usage_error("--grad-scaler 64", "steps from 0 to 63");
 	expect_usage_error("--nproc 2 --dp 2 --fsdp --ddp-buckets 4",
 	                   "--fsdp and --ddp-buckets are two ways");
 	expect_usage_error("--schedule interleaved --pp 4 --layers 8", "--virtual-stages V >= 2");
@@ -788,6 +824,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_eval_passes_leave_the_steps_alone),
 	        cmocka_unit_test(test_compute_streams_give_the_same_bits),
 	        cmocka_unit_test(test_report_saved_counts_local_layers),
+	        cmocka_unit_test(test_grad_scaler_skips_only_the_steps_that_overflow),
 	        cmocka_unit_test(test_bad_arguments_are_usage_errors),
 	};
 	return cmocka_run_group_tests_name("tinytrain_run", tests, NULL, NULL);

@@ -126,6 +126,11 @@ struct tt_config {
 	/* Every this many steps, a host synchronisation after the first layer's forward; 0:
 	 * never. */
 	int sync_every;
+	/* torch.cuda.amp.GradScaler (fp16): each step unscales and checks the gradients, reads
+	 * the check on the host and updates the scale; the optimizer step is skipped at the
+	 * steps whose bit is set in grad_scaler_overflows (steps 0 to 63). */
+	bool grad_scaler;
+	uint64_t grad_scaler_overflows;
 	struct tt_dims real; /* what the arithmetic runs on */
 	struct tt_dims virt; /* what the cost model and communication sizes describe */
 	const char *virtual_name;
