@@ -254,7 +254,9 @@ struct period_score {
 	size_t period, covered; /* tokens inside some run of this period */
 	size_t best;            /* the index of its longest run */
 	size_t distinct;        /* distinct signatures in one unit of that run */
-	bool excluded;          /* tried, and it repeats fewer than two whole times */
+	size_t first, reach;    /* where its first run starts, and its last one ends */
+	size_t runs, nruns;     /* its runs: runs[runs .. runs + nruns) */
+	bool excluded;          /* taken over, or tried and repeats fewer than two whole times */
 };
 
 static bool is_sync(const struct lynx_prof_trace *trace, const struct lynx_prof_tokens *tok,
@@ -361,8 +363,15 @@ static int score_periods(const struct lynx_prof_tokens *tok, const struct lynx_p
 				best = j;
 		}
 		s[n++] = (struct period_score){
-		        runs[i].period, covered, best,
-		        lynx_prof_distinct(tok->sig + runs[best].start, runs[i].period), false};
+		        runs[i].period,
+		        covered,
+		        best,
+		        lynx_prof_distinct(tok->sig + runs[best].start, runs[i].period),
+		        runs[i].start,
+		        reach,
+		        i,
+		        j - i,
+		        false};
 		i = j;
 	}
 	*out = s;
@@ -370,8 +379,54 @@ static int score_periods(const struct lynx_prof_tokens *tok, const struct lynx_p
 	return 0;
 }
 
-/* The chosen period among those not excluded, or n when every one is. */
-static size_t choose_period(const struct period_score *s, size_t n)
+/*
+ * Whether `later` took over from `earlier`: a sequence that repeated and stopped, followed
+ * by another that began as it ended (the two overlap by less than a unit of the later) and
+ * still repeats at the end of the trace. The trainer does something else now: fp16's first
+ * steps, whose loss scale overflows, skip the optimizer, and then every step runs it; a
+ * set-up loop ends and training begins. A period whose runs lie inside another's stretch (a
+ * training step within "k steps and an evaluation", an iteration within two) is no such
+ * thing.
+ */
+static bool taken_over(const struct period_score *earlier, const struct period_score *later,
+                       size_t tokens)
+{
+	return later->first > earlier->first && later->first + later->period >= earlier->reach &&
+	       earlier->reach + earlier->period < tokens && later->reach + later->period >= tokens;
+}
+
+/* Excludes each period that another took over from (taken_over): what the trainer no
+ * longer does is not its iteration, however much of the trace it covers so far. */
+static void exclude_taken_over(struct period_score *s, size_t n, size_t tokens)
+{
+	for (size_t i = 0; i < n; i++)
+		for (size_t j = 0; j < n && !s[i].excluded; j++)
+			s[i].excluded = j != i && taken_over(&s[i], &s[j], tokens);
+}
+
+/* How many of the tokens that a's runs cover lie inside b's runs (each list in start
+ * order; a's runs of one period do not overlap one another by a whole unit, and a token
+ * counted twice only makes a look more like b's). */
+static size_t covered_inside(const struct lynx_prof_run *runs, const struct period_score *a,
+                             const struct period_score *b)
+{
+	size_t inside = 0;
+
+	for (size_t i = a->runs; i < a->runs + a->nruns; i++)
+		for (size_t j = b->runs; j < b->runs + b->nruns; j++) {
+			size_t from = runs[i].start > runs[j].start ? runs[i].start : runs[j].start;
+			size_t to = runs[i].end < runs[j].end ? runs[i].end : runs[j].end;
+			inside += to > from ? to - from : 0;
+		}
+	return inside;
+}
+
+/* The chosen period among those not excluded, or n when every one is. A smaller period
+ * wins over the best-covering one only where it repeats inside that one's runs: a step
+ * inside "k steps and an evaluation". One that covers other stretches of the trace is
+ * another sequence (the steps around a skipped optimizer step repeat without it). */
+static size_t choose_period(const struct lynx_prof_run *runs, const struct period_score *s,
+                            size_t n)
 {
 	size_t top = n;
 
@@ -380,7 +435,8 @@ static size_t choose_period(const struct period_score *s, size_t n)
 			top = i;
 	for (size_t i = 0; i < n && top < n; i++) /* periods come in increasing order */
 		if (!s[i].excluded && 2 * s[i].covered >= s[top].covered &&
-		    100 * s[i].distinct >= 95 * s[top].distinct)
+		    100 * s[i].distinct >= 95 * s[top].distinct &&
+		    (i == top || 2 * covered_inside(runs, &s[i], &s[top]) >= s[i].covered))
 			return i;
 	return top;
 }
@@ -528,9 +584,11 @@ int lynx_prof_find_iterations_phase(const struct lynx_prof_trace *trace,
 		err = -EINVAL;
 		goto out_scores;
 	}
+	exclude_taken_over(scores, nscores, tok.count);
 	/* A period that repeats fewer than two whole times (a set-up loop over one stage's two
 	 * layers, say, in a run of one step) gives way to the next. */
-	for (size_t c; (c = choose_period(scores, nscores)) < nscores; scores[c].excluded = true) {
+	for (size_t c; (c = choose_period(runs, scores, nscores)) < nscores;
+	     scores[c].excluded = true) {
 		const struct lynx_prof_run *best = &runs[scores[c].best];
 		size_t p = scores[c].period, j = phase(trace, &tok, best, phase_rank);
 		if (j == PHASE_NOMEM) {

@@ -83,11 +83,14 @@ struct lynx_prof_iterations {
  * many tokens as the best-covering period and whose unit holds at least 95% of that
  * period's distinct signatures. The second rule keeps a layer (a short period that covers
  * much of the trace but lacks the optimizer, the loss...) from passing for an iteration,
- * and the first lets a training iteration win over "k iterations and an eval step".
- * Iterations start right after a host synchronisation when the unit holds one (the one
- * followed by the longest host-time gap), otherwise after the longest gap; a different
- * first iteration ends up in the prefix. Only whole iterations are listed (at least 2).
- * Returns 0, or -EINVAL with the reason in why (no repeating structure), or -ENOMEM.
+ * and the first lets a training iteration win over "k iterations and an eval step". A
+ * period that stopped repeating where another began, which still repeats at the end of the
+ * trace, is left out: the trainer no longer does it (fp16's first steps skip the optimizer
+ * while the loss scale overflows; a set-up loop ends). Iterations start right after a host
+ * synchronisation when the unit holds one (the one followed by the longest host-time gap),
+ * otherwise after the longest gap; a different first iteration ends up in the prefix. Only whole
+ * iterations are listed (at least 2). Returns 0, or -EINVAL with the reason in why (no repeating
+ * structure), or -ENOMEM.
  */
 int lynx_prof_find_iterations(const struct lynx_prof_trace *trace, struct lynx_prof_iterations *out,
                               char *why, size_t why_len);

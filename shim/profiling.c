@@ -63,6 +63,7 @@ static struct {
 	struct lynx_prof_trace trace; /* arrival order; dev_* hold mark numbers until resolved */
 	size_t candidate_period;      /* the period (tokens) the last look found; 0: none */
 	size_t candidate_since;       /* trace.count when that period was first found */
+	size_t candidate_from;        /* where its first iteration began then (trace index) */
 	/* Units found to repeat, with a host synchronisation, but without layers: set-up
 	 * loops (period.h), left out of every later look and of the build. */
 	struct lynx_prof_unit not_iterations[MAX_NOT_ITERATIONS];
@@ -656,16 +657,22 @@ static void look(uint32_t needed, bool final, bool forced)
 			sampled = lynx_prof_fully_timed(&view, iters.iter[i].first,
 			                                iters.iter[i].end);
 		/*
-		 * A period must still hold once the trace has grown by half since it was first
-		 * found. Early on, before an iteration has repeated, the repeating unit is a
-		 * micro-batch (or a layer); the optimizer, the loss and the gradient reduction
-		 * of the next iteration end such a run and a longer period takes over.
+		 * A period must still hold once its stretch of the trace, from its first
+		 * iteration on, has grown by half since it was first found. Early on, before an
+		 * iteration has repeated, the repeating unit is a micro-batch (or a layer); the
+		 * optimizer, the loss and the gradient reduction of the next iteration end such
+		 * a run and a longer period takes over. What came before the period's first
+		 * iteration (set-up, first steps that differ: compilation, fp16 steps that skip
+		 * the optimizer) says nothing of it and does not delay it.
 		 */
 		if (period != prof.candidate_period) {
 			prof.candidate_period = period;
 			prof.candidate_since = view.count;
+			prof.candidate_from = iters.iter[0].first;
 		}
-		bool confirmed = final || forced || view.count * 2 >= prof.candidate_since * 3;
+		bool confirmed = final || forced ||
+		                 (view.count - prof.candidate_from) * 2 >=
+		                         (prof.candidate_since - prof.candidate_from) * 3;
 		if (confirmed && count >= 2 && iters.unit_key != prof.layered_unit) {
 			int ruled = rule_out_setup(&view, &iters);
 			if (ruled == 0)
@@ -1814,7 +1821,7 @@ void lynx_profiling_after_fork(void)
 	}
 	prof.timing = prof.timing && !lynx_timing_init(&timing_driver, MAX_MARKS);
 	prof.sample_armed = false;
-	prof.candidate_period = prof.candidate_since = 0;
+	prof.candidate_period = prof.candidate_since = prof.candidate_from = 0;
 	prof.not_iterations_count = 0;
 	prof.not_iteration_why[0] = '\0';
 	prof.not_iteration_tokens = 0;

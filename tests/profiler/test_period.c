@@ -140,6 +140,70 @@ static void test_period_is_a_training_step_between_eval_steps(void **state)
 	free(b);
 }
 
+/* A training step under fp16's GradScaler: 8 layers of distinct kernels, then after the
+ * backward the unscale and check (one kernel), the host's read of the check (a
+ * synchronisation), the optimizer unless the loss scale overflowed, the scale's update, and
+ * the step's synchronisation. The optimizer is then under 5% of a step's distinct tokens,
+ * as one kernel among a real step's hundreds. */
+static void scaled_step(struct builder *b, bool overflowed)
+{
+	add(b, LYNX_PROF_MEMSET, 4096);
+	for (int l = 0; l < 8; l++) {
+		add(b, LYNX_PROF_ALLOC, 512);
+		for (int k = 0; k < 3; k++)
+			add(b, LYNX_PROF_LAUNCH, 0xa00 + 3 * l + k);
+	}
+	add(b, LYNX_PROF_LAUNCH, 0x1055);
+	for (int l = 0; l < 8; l++) {
+		add(b, LYNX_PROF_LAUNCH, 0xe00 + 2 * l);
+		add(b, LYNX_PROF_LAUNCH, 0xe01 + 2 * l);
+		add(b, LYNX_PROF_FREE, 0);
+	}
+	add(b, LYNX_PROF_LAUNCH, 0x5ca1);
+	add(b, LYNX_PROF_SYNC, 0);
+	if (!overflowed)
+		add(b, LYNX_PROF_LAUNCH, 0xadab);
+	add(b, LYNX_PROF_LAUNCH, 0x5ca2);
+	add(b, LYNX_PROF_SYNC, 0);
+}
+
+/*
+ * fp16's first steps overflow and skip the optimizer; then every step runs it. Three
+ * skipped steps repeat too, with a shorter period and, seen after four full steps, more
+ * than half their coverage: yet the trainer no longer runs them, and the iteration is the
+ * full step, from the first one.
+ */
+static void test_period_is_the_step_that_took_over_from_skipped_ones(void **state)
+{
+	struct builder *b = calloc(1, sizeof(*b));
+	struct lynx_prof_iterations it;
+	char why[256];
+
+	(void)state;
+	for (int s = 0; s < 3; s++)
+		scaled_step(b, true);
+	size_t first_full = b->n;
+	for (int s = 0; s < 4; s++)
+		scaled_step(b, false);
+	struct lynx_prof_trace t = trace_of(b);
+	if (lynx_prof_find_iterations(&t, &it, why, sizeof(why)))
+		fail_msg("%s", why);
+	assert_int_equal(it.period, 47); /* memset, 24 + 1 + 16 + 3 launches, 2 syncs */
+	assert_true(it.count >= 3);
+	/* An iteration starts after one of its two synchronisations (here both are followed by
+	 * the same gap): at the latest, the first starts with the last skipped step's update. */
+	assert_true(it.prefix_end + 2 >= first_full);
+	for (size_t i = 0; i < it.count; i++) {
+		bool optimizer = false;
+		for (size_t e = it.iter[i].first; e < it.iter[i].end; e++)
+			optimizer = optimizer || (t.events[e].kind == LYNX_PROF_LAUNCH &&
+			                          t.events[e].u.launch.function == 0xadab);
+		assert_true(optimizer);
+	}
+	lynx_prof_iterations_free(&it);
+	free(b);
+}
+
 static void test_period_refuses_a_trace_without_repeats(void **state)
 {
 	struct builder *b = calloc(1, sizeof(*b));
@@ -390,6 +454,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_period_leaves_a_different_first_iteration_in_the_prefix),
 	        cmocka_unit_test(test_period_is_a_training_step_between_eval_steps),
+	        cmocka_unit_test(test_period_is_the_step_that_took_over_from_skipped_ones),
 	        cmocka_unit_test(test_period_refuses_a_trace_without_repeats),
 	        cmocka_unit_test(test_period_is_no_short_repeat_without_a_synchronisation),
 	        cmocka_unit_test(test_period_looks_past_a_ruled_out_set_up_loop),

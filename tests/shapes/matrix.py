@@ -3,7 +3,7 @@
 """The shape matrix: Lynx on trainers of every shape tinytrain can take (issue 16).
 
 Each cell is one tinytrain job: a pipeline schedule, lazy optimizer state, DDP buckets
-overlapped with the backward, FSDP's sharded layers, evaluation passes between steps, q/k/v as views of one allocation, gradients set to none after each step, PyTorch's deterministic fill of new tensors, one or several micro-batches, a launch API, a compute stream
+overlapped with the backward, FSDP's sharded layers, evaluation passes between steps, q/k/v as views of one allocation, gradients set to none after each step, fp16's loss scaler skipping steps, PyTorch's deterministic fill of new tensors, one or several micro-batches, a launch API, a compute stream
 and a pp/tp/dp layout. Per cell, three runs on simgpu:
 
   none       tinytrain alone, with --report-saved: the truth (layers per rank, steps)
@@ -87,6 +87,19 @@ CELLS = [
      "--launch mixed --compute-stream null", False),
     ("dp2-m1-set-to-none", "--nproc 2 --dp 2 --microbatches 1 --ddp-buckets 64 "
      "--lazy-optimizer --launch mixed --compute-stream null --grad-set-to-none", False),
+    # fp16 training under torch.cuda.amp.GradScaler: each step unscales and checks the
+    # gradients on the device and reads the check on the host; the scale overflows in the
+    # first steps (optimizer skipped: warm-up's first iterations differ, lazy state comes
+    # later) and once more after the plan is armed (nanoGPT with gradient accumulation;
+    # torchlike DDP; a pipeline)
+    ("1r-m4-grad-scaler", "--nproc 1 --microbatches 4 --grad-scaler 0,1,2,12", False),
+    # (DDP's cell: the optimizer's lazy state comes at the first step that runs it, step 3:
+    # four steps differ before the iteration repeats, and warm-up ends at step 14; with 16
+    # steps the last step measured would be the examination's, so it runs 20)
+    ("dp2-m1-grad-scaler", "--nproc 2 --dp 2 --microbatches 1 --ddp-buckets 64 "
+     "--lazy-optimizer --launch mixed --compute-stream null --grad-scaler 0,1,2,12 "
+     "--steps 20", False),
+    ("pp2-m4-grad-scaler", "--nproc 2 --pp 2 --microbatches 4 --grad-scaler 0,1,2,12", False),
     # Megatron's block recompute (--recompute-method block --recompute-num-layers 2): the
     # trainer reruns the forward of the first two layers of each stage, not of the others,
     # and Lynx plans around them. With 8 layers (4 a stage) no plan can hold 60% on the last
@@ -232,7 +245,9 @@ def armed_budget(out_dir, rank):
 
 
 def check_cell(build, name, args, scratch, repeat):
-    base = MODEL + args.split() + ["--steps", str(STEPS)]  # a cell's --layers wins
+    # A cell's --layers wins; a cell may run more than STEPS steps (its own --steps).
+    steps = int(args.split("--steps ")[1].split()[0]) if "--steps " in args else STEPS
+    base = MODEL + args.split() + ([] if "--steps " in args else ["--steps", str(STEPS)])
     row = {"cell": name, "args": args, "ranks": {}, "failures": []}
     fail = row["failures"].append
 
@@ -243,7 +258,7 @@ def check_cell(build, name, args, scratch, repeat):
     truth = steps_of(out)
     ranks = sorted(r for (s, r) in truth if s == -1)
     layers = {r: truth[(-1, r)]["layers"] for r in ranks}
-    last = STEPS - 1
+    last = steps - 1
     pp = int(args.split("--pp ")[1].split()[0]) if "--pp " in args else 1
     mbs = int(args.split("--microbatches ")[1].split()[0])
     # Interleaved: the profile sees each model chunk's pass of a micro-batch as a stack of
@@ -280,11 +295,11 @@ def check_cell(build, name, args, scratch, repeat):
                 got["stage"] = "unnamed"
             elif pp > 1 and p["pipeline"]["stages"] != pp:
                 got["stage"] = f"{p['pipeline']['stages']} stages"
-        if rc2 or any((s, r) not in rsteps for s in range(STEPS)):
+        if rc2 or any((s, r) not in rsteps for s in range(steps)):
             got["identical"] = got["memory"] = got["budget"] = got["time"] = f"exit {rc2}"
         else:
             if any(results_of(rsteps[(s, r)]) != results_of(truth[(s, r)])
-                   for s in range(STEPS)):
+                   for s in range(steps)):
                 got["identical"] = "DIFFERS"
             peak, none_peak = rsteps[(last, r)]["peak_bytes"], truth[(last, r)]["peak_bytes"]
             if peak > (1 - MEMORY_CUT) * none_peak:
@@ -292,7 +307,7 @@ def check_cell(build, name, args, scratch, repeat):
             budget = armed_budget(rec_dir, r)
             if budget is not None:
                 # From the first planned step (the first within the budget) on.
-                peaks = [rsteps[(s, r)]["peak_bytes"] for s in range(STEPS)]
+                peaks = [rsteps[(s, r)]["peak_bytes"] for s in range(steps)]
                 first = next((s for s, b in enumerate(peaks) if b <= budget), None)
                 over = [(s, b) for s, b in enumerate(peaks) if first is not None and s > first
                         and b > budget]
@@ -365,7 +380,8 @@ def main():
                                a.repeat if i < a.repeat_cells else 1)
                    for i, (name, args, _) in enumerate(cells)]
         rows = [f.result() for f in futures]
-    print(f"Shape matrix: {len(rows)} cells, {STEPS} steps, recompute at LYNX_BUDGET={BUDGET}, "
+    print(f"Shape matrix: {len(rows)} cells, {STEPS} steps (unless a cell says), recompute at "
+          f"LYNX_BUDGET={BUDGET}, "
           f"{MODEL[1]} layers")
     print()
     print("| cell | " + " | ".join(CHECKS) + " |")
