@@ -29,6 +29,17 @@ static void allreduce(struct tt_rank *r, ncclComm_t comm, float *buf, int64_t co
 	tt_compute_waits_for_comm(r);
 }
 
+void tt_found_inf_allreduce(struct tt_rank *r, float *found_inf)
+{
+	if (r->cfg->nproc == 1)
+		return;
+	comm_waits_for_compute(r);
+	simgpu_nccl_next_virtual_bytes(sizeof(float));
+	tt_check_nccl(ncclAllReduce(found_inf, found_inf, 1, ncclFloat, ncclMax, r->world, r->comm),
+	              "ncclAllReduce");
+	tt_compute_waits_for_comm(r);
+}
+
 void tt_tp_allreduce(struct tt_rank *r, float *buf, int64_t count, uint64_t virtual_bytes)
 {
 	if (r->cfg->tp > 1)

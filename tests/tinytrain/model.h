@@ -168,6 +168,10 @@ void tt_head_eval(struct tt_rank *r, int mb, float *x, float *loss_sum);
 
 /* Communication with PyTorch-style stream handshakes (comm.c). The buffer is used on the
  * communication stream; the compute stream waits for the result. */
+/* fp16's loss scaler: every rank's found_inf becomes the largest of them (Megatron
+ * reduces it over the model-parallel group, so that every stage skips the same steps; here
+ * over all ranks, which gives the same verdict), on the communication stream. */
+void tt_found_inf_allreduce(struct tt_rank *r, float *found_inf);
 void tt_tp_allreduce(struct tt_rank *r, float *buf, int64_t count, uint64_t virtual_bytes);
 /* Frees a buffer that the communication stream used: the recordStream-style free. */
 void tt_free_after_comm(struct tt_rank *r, void *ptr);

@@ -509,7 +509,8 @@ static void create_adam_state(struct tt_rank *r)
  * torch.cuda.amp.GradScaler's unscale_() and the check in its step(): the gradients are
  * multiplied by the inverse scale and checked for inf and NaN on the device
  * (_amp_foreach_non_finite_check_and_unscale_, into a found_inf tensor made for the step),
- * and step() reads found_inf on the host (.item(): a copy and a wait). tinytrain's
+ * reduced over the ranks (Megatron's model-parallel all-reduce of it), and step() reads
+ * found_inf on the host (.item(): a copy and a wait). tinytrain's
  * gradients never overflow and its scale stays 1 (the bits stay), so the check's verdict is
  * the step's bit in --grad-scaler's list. Returns true when the optimizer step is skipped.
  */
@@ -529,6 +530,7 @@ static bool grad_scaler_overflows(struct tt_rank *r)
 	              "tt_scale");
 	tt_check_cuda(tt_sum(r->compute, r->grads, found_inf, (int)r->param_count, 0, pass),
 	              "tt_sum");
+	tt_found_inf_allreduce(r, found_inf);
 	tt_copy_to_host(r, &seen, found_inf, sizeof(seen));
 	tt_free(r, found_inf);
 	return r->step < 64 && (r->cfg->grad_scaler_overflows >> r->step & 1);
