@@ -510,9 +510,9 @@ static void create_adam_state(struct tt_rank *r)
  * multiplied by the inverse scale and checked for inf and NaN on the device
  * (_amp_foreach_non_finite_check_and_unscale_, into a found_inf tensor made for the step),
  * reduced over the ranks (Megatron's model-parallel all-reduce of it), and step() reads
- * found_inf on the host (.item(): a copy and a wait). tinytrain's
- * gradients never overflow and its scale stays 1 (the bits stay), so the check's verdict is
- * the step's bit in --grad-scaler's list. Returns true when the optimizer step is skipped.
+ * found_inf on the host (.item(): a copy and a wait). tinytrain's gradients never overflow
+ * and its scale stays 1 (the bits stay), so the check's verdict is the step's bit in
+ * --grad-scaler's list. Returns true when the optimizer step is skipped.
  */
 static bool grad_scaler_overflows(struct tt_rank *r)
 {
