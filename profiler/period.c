@@ -254,8 +254,8 @@ struct period_score {
 	size_t period, covered; /* tokens inside some run of this period */
 	size_t best;            /* the index of its longest run */
 	size_t distinct;        /* distinct signatures in one unit of that run */
-	size_t first, reach;    /* where its first run starts, and its last one ends */
-	size_t runs, nruns;     /* its runs: runs[runs .. runs + nruns) */
+	size_t reach;           /* where its last run ends */
+	size_t runs, nruns;     /* its runs: runs[runs .. runs + nruns), in start order */
 	bool excluded;          /* taken over, or tried and repeats fewer than two whole times */
 };
 
@@ -367,7 +367,6 @@ static int score_periods(const struct lynx_prof_tokens *tok, const struct lynx_p
 		        covered,
 		        best,
 		        lynx_prof_distinct(tok->sig + runs[best].start, runs[i].period),
-		        runs[i].start,
 		        reach,
 		        i,
 		        j - i,
@@ -388,20 +387,23 @@ static int score_periods(const struct lynx_prof_tokens *tok, const struct lynx_p
  * training step within "k steps and an evaluation", an iteration within two) is no such
  * thing.
  */
-static bool taken_over(const struct period_score *earlier, const struct period_score *later,
-                       size_t tokens)
+static bool taken_over(const struct lynx_prof_run *runs, const struct period_score *earlier,
+                       const struct period_score *later, size_t tokens)
 {
-	return later->first > earlier->first && later->first + later->period >= earlier->reach &&
+	size_t earlier_first = runs[earlier->runs].start, later_first = runs[later->runs].start;
+
+	return later_first > earlier_first && later_first + later->period >= earlier->reach &&
 	       earlier->reach + earlier->period < tokens && later->reach + later->period >= tokens;
 }
 
 /* Excludes each period that another took over from (taken_over): what the trainer no
  * longer does is not its iteration, however much of the trace it covers so far. */
-static void exclude_taken_over(struct period_score *s, size_t n, size_t tokens)
+static void exclude_taken_over(const struct lynx_prof_run *runs, struct period_score *s, size_t n,
+                               size_t tokens)
 {
 	for (size_t i = 0; i < n; i++)
 		for (size_t j = 0; j < n && !s[i].excluded; j++)
-			s[i].excluded = j != i && taken_over(&s[i], &s[j], tokens);
+			s[i].excluded = j != i && taken_over(runs, &s[i], &s[j], tokens);
 }
 
 /* How many of the tokens that a's runs cover lie inside b's runs (each list in start
@@ -584,7 +586,7 @@ int lynx_prof_find_iterations_phase(const struct lynx_prof_trace *trace,
 		err = -EINVAL;
 		goto out_scores;
 	}
-	exclude_taken_over(scores, nscores, tok.count);
+	exclude_taken_over(runs, scores, nscores, tok.count);
 	/* A period that repeats fewer than two whole times (a set-up loop over one stage's two
 	 * layers, say, in a run of one step) gives way to the next. */
 	for (size_t c; (c = choose_period(runs, scores, nscores)) < nscores;

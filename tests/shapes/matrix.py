@@ -246,8 +246,9 @@ def armed_budget(out_dir, rank):
 
 def check_cell(build, name, args, scratch, repeat):
     # A cell's --layers wins; a cell may run more than STEPS steps (its own --steps).
-    steps = int(args.split("--steps ")[1].split()[0]) if "--steps " in args else STEPS
-    base = MODEL + args.split() + ([] if "--steps " in args else ["--steps", str(STEPS)])
+    own_steps = "--steps " in args
+    steps = int(args.split("--steps ")[1].split()[0]) if own_steps else STEPS
+    base = MODEL + args.split() + ([] if own_steps else ["--steps", str(STEPS)])
     row = {"cell": name, "args": args, "ranks": {}, "failures": []}
     fail = row["failures"].append
 

@@ -19,25 +19,26 @@ void tt_compute_waits_for_comm(struct tt_rank *r)
 	tt_check_cuda(cudaStreamWaitEvent(r->compute, r->comm_done, 0), "cudaStreamWaitEvent");
 }
 
-static void allreduce(struct tt_rank *r, ncclComm_t comm, float *buf, int64_t count,
-                      uint64_t virtual_bytes)
+static void allreduce_op(struct tt_rank *r, ncclComm_t comm, float *buf, int64_t count,
+                         uint64_t virtual_bytes, ncclRedOp_t op)
 {
 	comm_waits_for_compute(r);
 	simgpu_nccl_next_virtual_bytes(virtual_bytes);
-	tt_check_nccl(ncclAllReduce(buf, buf, (size_t)count, ncclFloat, ncclSum, comm, r->comm),
+	tt_check_nccl(ncclAllReduce(buf, buf, (size_t)count, ncclFloat, op, comm, r->comm),
 	              "ncclAllReduce");
 	tt_compute_waits_for_comm(r);
 }
 
+static void allreduce(struct tt_rank *r, ncclComm_t comm, float *buf, int64_t count,
+                      uint64_t virtual_bytes)
+{
+	allreduce_op(r, comm, buf, count, virtual_bytes, ncclSum);
+}
+
 void tt_found_inf_allreduce(struct tt_rank *r, float *found_inf)
 {
-	if (r->cfg->nproc == 1)
-		return;
-	comm_waits_for_compute(r);
-	simgpu_nccl_next_virtual_bytes(sizeof(float));
-	tt_check_nccl(ncclAllReduce(found_inf, found_inf, 1, ncclFloat, ncclMax, r->world, r->comm),
-	              "ncclAllReduce");
-	tt_compute_waits_for_comm(r);
+	if (r->cfg->nproc > 1)
+		allreduce_op(r, r->world, found_inf, 1, sizeof(float), ncclMax);
 }
 
 void tt_tp_allreduce(struct tt_rank *r, float *buf, int64_t count, uint64_t virtual_bytes)
