@@ -50,6 +50,12 @@ static const char *const schedule_names[] = {
 #undef TT_SCHEDULE_NAME
 };
 
+static const char *const cuda_graph_names[] = {
+#define TT_CUDA_GRAPH_NAME(id, name) name,
+        TT_CUDA_GRAPHS(TT_CUDA_GRAPH_NAME)
+#undef TT_CUDA_GRAPH_NAME
+};
+
 static const char *const compute_stream_names[] = {
 #define TT_COMPUTE_STREAM_NAME(id, name) name,
         TT_COMPUTE_STREAMS(TT_COMPUTE_STREAM_NAME)
@@ -87,12 +93,13 @@ static const char *choices(const char *const *names, size_t count, char *buf, si
 
 static void usage(FILE *f)
 {
-	char recompute[64], schedule[64], stream[64], launch[64];
+	char recompute[64], schedule[64], stream[64], launch[64], graph[64];
 
 	choices(recompute_names, ARRAY_SIZE(recompute_names), recompute, sizeof(recompute));
 	choices(schedule_names, ARRAY_SIZE(schedule_names), schedule, sizeof(schedule));
 	choices(compute_stream_names, ARRAY_SIZE(compute_stream_names), stream, sizeof(stream));
 	choices(launch_mode_names, ARRAY_SIZE(launch_mode_names), launch, sizeof(launch));
+	choices(cuda_graph_names, ARRAY_SIZE(cuda_graph_names), graph, sizeof(graph));
 	fprintf(f,
 	        "usage: tinytrain --nproc N --pp P --tp T --dp D --layers L --microbatches M\n"
 	        "                 --steps S [--recompute %s [--recompute-layers N |\n"
@@ -110,7 +117,7 @@ static void usage(FILE *f)
 	        "                 [--deterministic-fill] [--fused-qkv] [--grad-set-to-none]\n"
 	        "                 [--retain-pool] [--virtual-copies]\n"
 	        "                 [--launch %s [--kernel-modules K]]\n"
-	        "                 [--compute-stream %s]\n"
+	        "                 [--compute-stream %s] [--cuda-graph %s]\n"
 	        "\n"
 	        "Trains a GPT-style model on simgpu with N = P*T*D ranks (pipeline, tensor and\n"
 	        "data parallel), printing one JSON line per step and rank, ordered by step then\n"
@@ -203,9 +210,14 @@ static void usage(FILE *f)
 	        "  --compute-stream   legacy: the handle cudaStreamLegacy. null: the handle 0,\n"
 	        "                     as PyTorch passes its default stream. created: a\n"
 	        "                     non-blocking stream, as torch.cuda.Stream() makes.\n"
+	        "  --cuda-graph       optimizer: Adam's step is a CUDA graph, as a capturable\n"
+	        "                     optimizer under torch.cuda.graph: captured at the first\n"
+	        "                     step (Global mode, on a side stream), launched on the\n"
+	        "                     compute stream every step; its step count lives on the\n"
+	        "                     device. Not with --grad-set-to-none.\n"
 	        "\n"
 	        "Hazards (all on; --no-hazard NAME switches one off):\n",
-	        recompute, schedule, launch, stream);
+	        recompute, schedule, launch, stream, graph);
 	for (int i = 0; i < TT_HAZARD_COUNT; i++)
 		fprintf(f, "  %-18s %s\n", hazard_names[i], hazard_help[i]);
 }
@@ -304,6 +316,7 @@ enum {
 	OPT_LAUNCH,
 	OPT_KERNEL_MODULES,
 	OPT_COMPUTE_STREAM,
+	OPT_CUDA_GRAPH,
 	OPT_HELP,
 };
 
@@ -346,6 +359,7 @@ static const struct option long_options[] = {
         {"kernel-modules", required_argument, NULL, OPT_KERNEL_MODULES},
         {"launch", required_argument, NULL, OPT_LAUNCH},
         {"compute-stream", required_argument, NULL, OPT_COMPUTE_STREAM},
+        {"cuda-graph", required_argument, NULL, OPT_CUDA_GRAPH},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
 };
@@ -447,6 +461,9 @@ static int check_layout(const struct tt_config *cfg)
 	if (cfg->fsdp && cfg->grad_set_to_none)
 		return usage_error("--grad-set-to-none does not go with --fsdp (FSDP keeps its "
 		                   "own gradient shards)");
+	if (cfg->cuda_graph == TT_CUDA_GRAPH_OPTIMIZER && cfg->grad_set_to_none)
+		return usage_error("--cuda-graph optimizer needs the gradients where its capture "
+		                   "found them: not with --grad-set-to-none");
 	if (cfg->fsdp && cfg->ddp_bucket_kb)
 		return usage_error("--fsdp and --ddp-buckets are two ways to reduce gradients: "
 		                   "take one");
@@ -546,6 +563,13 @@ int tt_parse_args(int argc, char **argv, struct tt_config *cfg)
 			if (value < 0)
 				return 2;
 			cfg->schedule = (enum tt_schedule)value;
+			continue;
+		case OPT_CUDA_GRAPH:
+			value = lookup_choice("cuda-graph", cuda_graph_names,
+			                      ARRAY_SIZE(cuda_graph_names), optarg);
+			if (value < 0)
+				return 2;
+			cfg->cuda_graph = (enum tt_cuda_graph)value;
 			continue;
 		case OPT_COMPUTE_STREAM:
 			value = lookup_choice("compute-stream", compute_stream_names,

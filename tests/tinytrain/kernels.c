@@ -474,7 +474,7 @@ cudaError_t tt_adam(cudaStream_t stream, float *param, const float *grad, float 
 	void *args[] = {&param, &grad, &m, &v, &n, &hyper, &cost};
 	CHECK_ARGS(tt_adam, args);
 
-	if (n < 0 || hyper.t < 1)
+	if (n < 0 || (hyper.step ? hyper.t != 0 : hyper.t < 1))
 		return cudaErrorInvalidValue;
 	return launch(&tt_adam_target, n, args, stream);
 }

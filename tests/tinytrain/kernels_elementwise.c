@@ -119,7 +119,8 @@ void tt_gelu_bwd_body(const struct simgpu_launch_dims *dims, void **params)
 }
 
 /* Adam with bias correction: m, v updated in place, then param -= lr * mhat / (sqrt(vhat) +
- * eps). The corrections are computed once per launch, in float, from t. */
+ * eps). The corrections are computed once per launch, in float, from t (or from *step,
+ * counted on first: kernels.h). */
 void tt_adam_body(const struct simgpu_launch_dims *dims, void **params)
 {
 	float *param = TT_ARG(params, 0, float *);
@@ -127,6 +128,9 @@ void tt_adam_body(const struct simgpu_launch_dims *dims, void **params)
 	float *m = TT_ARG(params, 2, float *), *v = TT_ARG(params, 3, float *);
 	int64_t n = TT_ARG(params, 4, int64_t);
 	struct tt_adam h = TT_ARG(params, 5, struct tt_adam);
+
+	if (h.step)
+		h.t = ++*h.step;
 	float correct1 = 1.0f - powf(h.beta1, (float)h.t);
 	float correct2 = 1.0f - powf(h.beta2, (float)h.t);
 

@@ -90,6 +90,10 @@ struct tt_rank {
 	float *adam_m, *adam_v; /* NULL until the first step with --lazy-optimizer */
 	float *loss_scale;      /* --grad-scaler's scale: NULL until its first step */
 	int optimizer_steps;    /* taken, Adam's step count (GradScaler skips some) */
+	/* --cuda-graph optimizer: Adam's step count on the device, and the step's graph, from
+	 * the first optimizer step on (NULL before). */
+	int *adam_step;
+	cudaGraphExec_t optimizer_graph;
 	int64_t param_count;
 	struct tt_layer_weights *w, *g; /* [local_layers] */
 	struct tt_edge_weights ew, eg;

@@ -169,6 +169,9 @@ void tt_rank_teardown(struct tt_rank *r)
 		cudaStreamDestroy(r->compute);
 	tt_ddp_destroy(r->ddp);
 	tt_fsdp_destroy(r->fsdp);
+	if (r->optimizer_graph)
+		cudaGraphExecDestroy(r->optimizer_graph);
+	cudaFree(r->adam_step);
 	if (r->cfg->lazy_optimizer) {
 		cudaFree(r->adam_m);
 		cudaFree(r->adam_v);

@@ -545,11 +545,48 @@ static void grad_scaler_update(struct tt_rank *r)
 	              "tt_scale");
 }
 
+/*
+ * A capturable Adam's step() under torch.cuda.graph (--cuda-graph optimizer). At the first
+ * step the graph is captured as torch.cuda.graph does: after a device synchronisation, on
+ * a non-blocking side stream of its own, in Global mode (CUDA's potentially unsafe calls
+ * from any thread fail while it is open). Its step count lives on the device, so that the
+ * captured arguments stay right; the graph is launched on the compute stream at every step,
+ * the first included (a capture runs nothing).
+ */
+static void optimizer_step_graphed(struct tt_rank *r, struct tt_adam adam, struct tt_vcost cost)
+{
+	if (!r->optimizer_graph) {
+		cudaStream_t side;
+		cudaGraph_t graph;
+
+		tt_check_cuda(cudaMalloc((void **)&r->adam_step, sizeof(int)), "cudaMalloc");
+		tt_check_cuda(cudaMemcpy(r->adam_step, &r->optimizer_steps, sizeof(int),
+		                         cudaMemcpyHostToDevice),
+		              "cudaMemcpy");
+		tt_check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+		tt_check_cuda(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking),
+		              "cudaStreamCreateWithFlags");
+		tt_check_cuda(cudaStreamBeginCapture(side, cudaStreamCaptureModeGlobal),
+		              "cudaStreamBeginCapture");
+		adam.t = 0;
+		adam.step = r->adam_step;
+		tt_check_cuda(tt_adam(side, r->params, r->grads, r->adam_m, r->adam_v,
+		                      r->param_count, adam, cost),
+		              "tt_adam (captured)");
+		tt_check_cuda(cudaStreamEndCapture(side, &graph), "cudaStreamEndCapture");
+		tt_check_cuda(cudaGraphInstantiate(&r->optimizer_graph, graph, 0),
+		              "cudaGraphInstantiate");
+		tt_check_cuda(cudaGraphDestroy(graph), "cudaGraphDestroy");
+		tt_check_cuda(cudaStreamDestroy(side), "cudaStreamDestroy");
+	}
+	tt_check_cuda(cudaGraphLaunch(r->optimizer_graph, r->compute), "cudaGraphLaunch");
+}
+
 void tt_step(struct tt_rank *r, struct tt_worker *w, struct tt_step_result *out)
 {
 	size_t grad_bytes = (size_t)r->param_count * sizeof(float);
 	float *host_grads = malloc(grad_bytes);
-	struct tt_adam adam = {r->cfg->lr, 0.9f, 0.999f, 1e-8f, r->optimizer_steps + 1};
+	struct tt_adam adam = {r->cfg->lr, 0.9f, 0.999f, 1e-8f, r->optimizer_steps + 1, NULL};
 	struct tt_vcost adam_cost = {(uint64_t)(r->param_count * 10),
 	                             (uint64_t)(r->param_count * 16)};
 
@@ -565,9 +602,12 @@ void tt_step(struct tt_rank *r, struct tt_worker *w, struct tt_step_result *out)
 	/* A skipped step leaves the parameters, and lazy state, as they were. */
 	if (!r->cfg->grad_scaler || !grad_scaler_overflows(r)) {
 		create_adam_state(r);
-		tt_check_cuda(tt_adam(r->compute, r->params, r->grads, r->adam_m, r->adam_v,
-		                      r->param_count, adam, adam_cost),
-		              "tt_adam");
+		if (r->cfg->cuda_graph == TT_CUDA_GRAPH_OPTIMIZER)
+			optimizer_step_graphed(r, adam, adam_cost);
+		else
+			tt_check_cuda(tt_adam(r->compute, r->params, r->grads, r->adam_m, r->adam_v,
+			                      r->param_count, adam, adam_cost),
+			              "tt_adam");
 		r->optimizer_steps++;
 	}
 	if (r->cfg->grad_scaler)

@@ -984,7 +984,7 @@ static void test_every_kernel_lasts_exactly_its_virtual_cost(void **state)
 	struct tt_layernorm_args ln = {f[0], f[1], f[2], f[3], f[4], f[5], 2, 4};
 	struct tt_layernorm_grad_args lg = {f[0], f[1], f[2], f[4], f[5], f[6],
 	                                    f[7], f[3], 2,    4,    0};
-	struct tt_adam adam = {1e-3f, 0.9f, 0.999f, 1e-8f, 1};
+	struct tt_adam adam = {1e-3f, 0.9f, 0.999f, 1e-8f, 1, NULL};
 
 	assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
 	t0 = simgpu_now_ns();

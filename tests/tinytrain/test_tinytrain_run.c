@@ -611,6 +611,40 @@ static void test_grad_scaler_skips_only_the_steps_that_overflow(void **state)
 	}
 }
 
+/*
+ * --cuda-graph optimizer: Adam's step captured once as a graph, its step count on the
+ * device, gives the bits of Adam launched at every step, with the loss scaler skipping a
+ * step too. A graph launch is no kernel launch: each step after the capture's (which
+ * launches Adam into the graph) launches one kernel fewer where the optimizer runs.
+ */
+static void test_an_optimizer_graph_gives_the_same_bits(void **state)
+{
+	const struct {
+		const char *layout;
+		int fewer[3]; /* launches fewer than without the graph, per step */
+	} cases[] = {
+	        {"--nproc 1 --layers 2 --microbatches 2 --steps 3 --lazy-optimizer "
+	         "--launch driver-ex",
+	         {0, 1, 1}},
+	        {"--nproc 2 --dp 2 --layers 2 --microbatches 1 --steps 3 --ddp-buckets 16 "
+	         "--grad-scaler 1 --compute-stream created",
+	         {0, 0, 1}},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct run plain = run_ok(cases[i].layout),
+		           graphed = run_with(cases[i].layout, "--cuda-graph optimizer");
+		expect_same_results(&plain, &graphed, false, "--cuda-graph optimizer");
+		for (int l = 0; l < plain.count; l++)
+			assert_int_equal(graphed.lines[l].launches,
+			                 plain.lines[l].launches -
+			                         cases[i].fewer[plain.lines[l].step]);
+		free(plain.out);
+		free(graphed.out);
+	}
+}
+
 /* Megatron's block recompute: the first N layers of each stage recompute, the rest keep
  * everything; the same bits as either mode, with memory between theirs. */
 static void test_block_recompute_keeps_the_bits_between_the_modes(void **state)
@@ -779,6 +813,9 @@ static void test_bad_arguments_are_usage_errors(void **state)
 	                   "--grad-set-to-none does not go with --fsdp");
 	expect_usage_error("--grad-scaler 1,,2", "--grad-scaler '1,,2' is not a comma-separated");
 	expect_usage_error("--grad-scaler 64", "steps from 0 to 63");
+	expect_usage_error("--cuda-graph step", "unknown --cuda-graph 'step' (none|optimizer)");
+	expect_usage_error("--cuda-graph optimizer --grad-set-to-none",
+	                   "not with --grad-set-to-none");
 	expect_usage_error("--nproc 2 --dp 2 --fsdp --ddp-buckets 4",
 	                   "--fsdp and --ddp-buckets are two ways");
 	expect_usage_error("--schedule interleaved --pp 4 --layers 8", "--virtual-stages V >= 2");
@@ -825,6 +862,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_compute_streams_give_the_same_bits),
 	        cmocka_unit_test(test_report_saved_counts_local_layers),
 	        cmocka_unit_test(test_grad_scaler_skips_only_the_steps_that_overflow),
+	        cmocka_unit_test(test_an_optimizer_graph_gives_the_same_bits),
 	        cmocka_unit_test(test_bad_arguments_are_usage_errors),
 	};
 	return cmocka_run_group_tests_name("tinytrain_run", tests, NULL, NULL);

@@ -61,6 +61,20 @@ enum tt_compute_stream {
 };
 
 /*
+ * What the trainer runs as a CUDA graph (--cuda-graph): nothing; or the optimizer step, as
+ * a capturable optimizer under torch.cuda.graph (captured once, replayed every step).
+ */
+#define TT_CUDA_GRAPHS(X) \
+	X(NONE, "none")   \
+	X(OPTIMIZER, "optimizer")
+
+enum tt_cuda_graph {
+#define TT_CUDA_GRAPH_ENUM(id, name) TT_CUDA_GRAPH_##id,
+	TT_CUDA_GRAPHS(TT_CUDA_GRAPH_ENUM)
+#undef TT_CUDA_GRAPH_ENUM
+};
+
+/*
  * Which launch API each class of kernel goes through (--launch): X(id, name, GEMMs,
  * the rest), with the APIs of kernels.h's TT_LAUNCH_APIS. "mixed" is what a PyTorch
  * job looks like: cuBLASLt launches its GEMMs with cuLaunchKernelEx, ATen its
@@ -131,6 +145,7 @@ struct tt_config {
 	 * steps whose bit is set in grad_scaler_overflows (steps 0 to 63). */
 	bool grad_scaler;
 	uint64_t grad_scaler_overflows;
+	enum tt_cuda_graph cuda_graph;
 	struct tt_dims real; /* what the arithmetic runs on */
 	struct tt_dims virt; /* what the cost model and communication sizes describe */
 	const char *virtual_name;
