@@ -1247,23 +1247,31 @@ static void act(uint32_t t, CUstream stream)
  * Host synchronisations do not change the device's work or its memory, and their number
  * can differ from one iteration to the next (an allocator that waits on an event only
  * when the event has not completed, a trainer that checks every few steps). A live one
- * more than the script is passed over where it comes (lynx_exec_after); script ones missing
- * live are passed here, acting at them in order, up to the token that matches sig. True
- * when the cursor now points at that token; false when no run of script synchronisations
- * leads to it.
+ * more than the script is passed over where it comes (lynx_exec_after). Script calls
+ * missing live are passed here, acting at them in order, up to the token that matches sig:
+ * any number of synchronisations, and at most MAX_MISSING_CALLS other calls among them (a
+ * step that leaves work out: fp16's loss scaler skips the optimizer's step, or its graph,
+ * when the gradients overflowed). The guard keeps what the actions at them evict right.
+ * True when the cursor now points at that token; false when no such run leads to it
+ * within the iteration.
  */
-static bool skip_missing_syncs(uint64_t sig, CUstream stream)
+static bool skip_missing(uint64_t sig, CUstream stream)
 {
-	uint32_t next = ex.pos;
+	uint32_t next = ex.pos, others = 0;
 
-	while (next < ex.script.n_tokens && ex.script.kind[next] == LYNX_PROF_SYNC &&
-	       ex.script.sig[next] != sig)
+	while (next < ex.script.n_tokens && ex.script.sig[next] != sig) {
+		if (ex.script.kind[next] != LYNX_PROF_SYNC && ++others > MAX_MISSING_CALLS)
+			return false;
 		next++;
-	if (next == ex.pos || next == ex.script.n_tokens || ex.script.sig[next] != sig)
+	}
+	if (next == ex.pos || next == ex.script.n_tokens)
 		return false;
 	for (; ex.pos < next; ex.pos++) {
 		act(ex.pos, stream);
-		ex.stats.syncs_passed++;
+		if (ex.script.kind[ex.pos] == LYNX_PROF_SYNC)
+			ex.stats.syncs_passed++;
+		else
+			ex.stats.calls_missing++;
 	}
 	return true;
 }
@@ -1350,7 +1358,7 @@ void lynx_exec_after(const struct lynx_event *ev)
 			ex.stats.syncs_passed++;
 			goto out;
 		}
-		if (!skip_missing_syncs(sig, stream_of((enum lynx_hook_id)ev->hook, ev->stream))) {
+		if (!skip_missing(sig, stream_of((enum lynx_hook_id)ev->hook, ev->stream))) {
 			ex.tracking = false;
 			reset_cursors();
 			ex.stats.lost++;
@@ -2022,11 +2030,12 @@ void lynx_exec_print_summary(FILE *f, const char *tag)
 	lynx_arena_stats(ex.arena, &arena);
 	fprintf(f,
 	        "%s: executor: %" PRIu64 " iterations followed (%" PRIu64 " times lost, %" PRIu64
-	        " host synchronisations passed over); of %zu scripted activations %u kept (%u of "
+	        " host synchronisations and %" PRIu64
+	        " missing calls passed over); of %zu scripted activations %u kept (%u of "
 	        "them below a %zu KiB granule), %u offloaded "
 	        "(%" PRIu64 " of them to hold the budget), %u planned for recompute; %u below "
 	        "a granule evicted in %u packs\n",
-	        tag, s.iterations, s.lost, s.syncs_passed, ex.script.n_buffers,
+	        tag, s.iterations, s.lost, s.syncs_passed, s.calls_missing, ex.script.n_buffers,
 	        ex.planned[LYNX_EXEC_KEEP], ex.too_small, lynx_arena_granularity(ex.arena) / 1024,
 	        ex.planned[LYNX_EXEC_OFFLOAD], s.promoted, ex.planned[LYNX_EXEC_RECOMPUTE],
 	        ex.packed, ex.packing.n_packs);

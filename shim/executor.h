@@ -111,6 +111,8 @@ enum lynx_exec_fault {
 	LYNX_EXEC_STAT(lost, "times the live calls left the script")                             \
 	LYNX_EXEC_STAT(syncs_passed,                                                             \
 	               "host synchronisations passed over, more or fewer than learned")          \
+	LYNX_EXEC_STAT(calls_missing,                                                            \
+	               "other calls of the iteration that did not come, passed over")            \
 	LYNX_EXEC_STAT(routed, "allocations served from the arena")                              \
 	LYNX_EXEC_STAT(route_failures, "scripted allocations left to the trainer's allocator")   \
 	LYNX_EXEC_STAT(reused, "allocations given memory the device was about to be done with")  \

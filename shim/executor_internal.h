@@ -55,6 +55,10 @@
 #define MAX_READS 8
 #define MAX_EXAMINED_BYTES (256ull << 20)
 #define MAX_REPLAY_DEPTH 32
+/* Calls of the iteration, host synchronisations aside, that may be missing live in one
+ * place before the tracker takes the iteration for lost (lynx_exec_after): the optimizer's
+ * step that fp16's loss scaler skips is one launch, or one graph. */
+#define MAX_MISSING_CALLS 8
 /* Timed iterations whose median is the achieved step (the last ones). */
 #define EXEC_ITERATION_SAMPLES 64
 /* Trainer streams a replay is ordered against. */

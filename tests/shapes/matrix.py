@@ -3,7 +3,7 @@
 """The shape matrix: Lynx on trainers of every shape tinytrain can take (issue 16).
 
 Each cell is one tinytrain job: a pipeline schedule, lazy optimizer state, DDP buckets
-overlapped with the backward, FSDP's sharded layers, evaluation passes between steps, q/k/v as views of one allocation, gradients set to none after each step, fp16's loss scaler skipping steps, PyTorch's deterministic fill of new tensors, one or several micro-batches, a launch API, a compute stream
+overlapped with the backward, FSDP's sharded layers, evaluation passes between steps, q/k/v as views of one allocation, gradients set to none after each step, fp16's loss scaler skipping steps, an optimizer step run as a CUDA graph, PyTorch's deterministic fill of new tensors, one or several micro-batches, a launch API, a compute stream
 and a pp/tp/dp layout. Per cell, three runs on simgpu:
 
   none       tinytrain alone, with --report-saved: the truth (layers per rank, steps)
@@ -90,8 +90,9 @@ CELLS = [
     # fp16 training under torch.cuda.amp.GradScaler: each step unscales and checks the
     # gradients on the device and reads the check on the host; the scale overflows in the
     # first steps (optimizer skipped: warm-up's first iterations differ, lazy state comes
-    # later) and once more after the plan is armed (nanoGPT with gradient accumulation;
-    # torchlike DDP; a pipeline)
+    # later) and once more at step 12, which in DDP's cell comes before its plan is armed
+    # (dp2-m1-cuda-graph below arms earlier and skips it after) (nanoGPT with gradient
+    # accumulation; torchlike DDP; a pipeline)
     ("1r-m4-grad-scaler", "--nproc 1 --microbatches 4 --grad-scaler 0,1,2,12", False),
     # (DDP's cell: the optimizer's lazy state comes at the first step that runs it, step 3:
     # four steps differ before the iteration repeats, and warm-up ends at step 14; with 16
@@ -100,6 +101,18 @@ CELLS = [
      "--lazy-optimizer --launch mixed --compute-stream null --grad-scaler 0,1,2,12 "
      "--steps 20", False),
     ("pp2-m4-grad-scaler", "--nproc 2 --pp 2 --microbatches 4 --grad-scaler 0,1,2,12", False),
+    # a capturable optimizer under torch.cuda.graph: Adam's step captured once (at the first
+    # step that runs it) on a side stream in Global mode, then launched as a graph every
+    # step (one rank through the driver's Ex launch; torchlike DDP with the loss scaler's
+    # skipped first steps, so the capture comes in warm-up's third step; a pipeline on a
+    # created stream)
+    ("1r-m4-cuda-graph", "--nproc 1 --microbatches 4 --cuda-graph optimizer "
+     "--launch driver-ex", False),
+    ("dp2-m1-cuda-graph", "--nproc 2 --dp 2 --microbatches 1 --ddp-buckets 64 "
+     "--lazy-optimizer --launch mixed --compute-stream null --grad-scaler 0,1,2,12 "
+     "--cuda-graph optimizer --steps 20", False),
+    ("pp2-m4-cuda-graph", "--nproc 2 --pp 2 --microbatches 4 --cuda-graph optimizer "
+     "--compute-stream created", False),
     # Megatron's block recompute (--recompute-method block --recompute-num-layers 2): the
     # trainer reruns the forward of the first two layers of each stage, not of the others,
     # and Lynx plans around them. With 8 layers (4 a stage) no plan can hold 60% on the last
