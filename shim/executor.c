@@ -1293,6 +1293,13 @@ static void note_lost(const struct lynx_prof_event *pe)
 	         expected ? expected : "different call");
 }
 
+/* Whether hook destroys a stream. */
+static bool is_stream_destroy(enum lynx_hook_id hook)
+{
+	return hook == LYNX_HOOK_cudaStreamDestroy || hook == LYNX_HOOK_cuStreamDestroy ||
+	       hook == LYNX_HOOK_cuStreamDestroy_v2;
+}
+
 /* The driver launch nested in this thread's current top-level call, for exec_capture(). */
 static __thread struct {
 	struct lynx_event event;
@@ -1314,10 +1321,13 @@ void lynx_exec_after(const struct lynx_event *ev)
 	pthread_mutex_lock(&ex.lock);
 	if (ex.polled && !lynx_capture_active())
 		poll();
-	if (ex.can_replay &&
+	/* Work a stream captures into a graph does not run now: its stream is not noted. */
+	if (ex.can_replay && !lynx_capture_active() &&
 	    (ev->kind == LYNX_EV_LAUNCH || ev->kind == LYNX_EV_COPY || ev->kind == LYNX_EV_MEMSET ||
 	     ev->kind == LYNX_EV_COLL || ev->kind == LYNX_EV_P2P))
 		note_stream(stream_of((enum lynx_hook_id)ev->hook, ev->stream));
+	if (is_stream_destroy((enum lynx_hook_id)ev->hook) && !ev->result)
+		forget_stream(stream_of((enum lynx_hook_id)ev->hook, ev->stream));
 	/* Each launch once: a runtime launch by the driver launch it made (which carries the
 	 * parameters and attributes), never by both. */
 	if (ev->kind == LYNX_EV_LAUNCH && ex.tracking && ex.replayable[ev->hook])

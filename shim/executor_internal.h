@@ -355,10 +355,12 @@ struct exec_state {
 	struct history_entry *history;
 	uint32_t history_next, history_count;
 	struct watched_base *watched; /* uthash: the frees of the candidates' temporaries */
-	/* The trainer's streams seen, each with an event marking how far it got. */
+	/* The trainer's streams seen, each with an event marking how far it got; a stream the
+	 * trainer destroys is forgotten, and its events kept for the next one
+	 * (n_stream_events: the slots that have them). */
 	CUstream streams[MAX_STREAMS];
 	CUevent stream_marks[MAX_STREAMS];
-	uint32_t n_streams;
+	uint32_t n_streams, n_stream_events;
 	int replay_depth;
 	uint64_t verdicts[LYNX_REPLAY_VERDICT_COUNT];
 	char verdict_reason[LYNX_REPLAY_VERDICT_COUNT][400];
@@ -419,6 +421,7 @@ void await_producer(struct exec_buf *b);
 void exec_capture(const struct lynx_event *ev);
 void exec_unseen_launch(const struct lynx_event *ev);
 void note_stream(CUstream stream);
+void forget_stream(CUstream stream);
 void exec_examine(struct exec_buf *b, CUstream stream);
 int exec_restore(struct exec_buf *b, CUstream stream);
 void exec_prefetch(struct exec_buf *b);

@@ -310,11 +310,37 @@ void note_stream(CUstream stream)
 	for (uint32_t i = 0; i < ex.n_streams; i++)
 		if (ex.streams[i] == stream)
 			return;
-	if (ex.n_streams == MAX_STREAMS ||
-	    ex.drv.event_create(&ex.stream_marks[ex.n_streams], CU_EVENT_DISABLE_TIMING) ||
-	    ex.drv.event_create(&ex.window_marks[ex.n_streams], CU_EVENT_DISABLE_TIMING))
+	if (ex.n_streams == MAX_STREAMS)
 		return;
+	if (ex.n_streams == ex.n_stream_events) {
+		if (ex.drv.event_create(&ex.stream_marks[ex.n_streams], CU_EVENT_DISABLE_TIMING))
+			return;
+		if (ex.drv.event_create(&ex.window_marks[ex.n_streams], CU_EVENT_DISABLE_TIMING))
+			return; /* the first event is made again next time (a rare leak) */
+		ex.n_stream_events++;
+	}
 	ex.streams[ex.n_streams++] = stream;
+}
+
+/* A stream the trainer destroyed (locked): no replay is fenced against it from now on (a
+ * destroyed handle fails, and the replay with it). A window marked with it is not
+ * fenced by its marks: its replays are made by the guard. */
+void forget_stream(CUstream stream)
+{
+	for (uint32_t i = 0; i < ex.n_streams; i++) {
+		if (ex.streams[i] != stream)
+			continue;
+		uint32_t last = --ex.n_streams;
+		CUevent mark = ex.stream_marks[i], window_mark = ex.window_marks[i];
+		ex.streams[i] = ex.streams[last];
+		ex.stream_marks[i] = ex.stream_marks[last];
+		ex.window_marks[i] = ex.window_marks[last];
+		ex.stream_marks[last] = mark;
+		ex.window_marks[last] = window_mark;
+		ex.window_marked_at = 0;
+		ex.window_marked_streams = 0;
+		return;
+	}
 }
 
 /*
@@ -335,6 +361,13 @@ static CUresult fence_replay(CUstream stream, CUevent after)
 		else if ((r = ex.drv.event_record(ex.stream_marks[i], ex.streams[i])) ==
 		         CUDA_SUCCESS)
 			r = exec_wait_for(stream, ex.stream_marks[i]);
+		/* A stream that cannot be fenced (the trainer is destroying it, or it captures
+		 * a graph): the host waits for the device instead, outside a capture. */
+		if (r != CUDA_SUCCESS && !lynx_capture_active()) {
+			driver_failed("fencing a replay against a trainer stream", r);
+			r = after ? (exec_sync_event(after) ? CUDA_SUCCESS : r)
+			          : ex.drv.ctx_synchronize();
+		}
 	}
 	return r;
 }

@@ -723,6 +723,33 @@ static void test_an_optimizer_step_skipped_after_arming_is_passed_over(void **st
 	release(&o);
 }
 
+/*
+ * fp16's loss scaler skips the first ten optimizer steps, so the plan is armed before the
+ * trainer first runs its optimizer: at step 10 it captures Adam's step as a CUDA graph on a
+ * side stream of its own (Global mode), destroys that stream, and launches the graph from
+ * then on. The executor forgets the destroyed stream (it fenced each replay against every
+ * trainer stream it had seen, and a destroyed handle failed the replay: "training data is
+ * lost", every rank stopped), notes no stream while a capture is open, and passes over
+ * what warm-up did not see: identical results, no data lost.
+ */
+static void test_a_graph_captured_after_arming_on_a_destroyed_stream_loses_nothing(void **state)
+{
+	struct step_line a[MAX_LINES], b[MAX_LINES];
+	const char *layout = PP2_TP2 " --grad-scaler 0,1,2,3,4,5,6,7,8,9 --cuda-graph optimizer";
+	struct output plain = run_trainer(layout, NULL, NULL);
+	struct output o = run_trainer(layout, "LYNX_BUDGET=2150K", "capturedlate");
+
+	(void)state;
+	assert_identical(&plain, &o, a, b);
+	assert_null(strstr(o.err, "training data is lost"));
+	for (int rank = 0; rank < 4; rank++) {
+		assert_true(stat_of(o.err, rank, "iterations followed") >= 1);
+		assert_true(stat_of(o.err, rank, "evicted (") > 0);
+	}
+	release(&plain);
+	release(&o);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -746,6 +773,8 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_a_host_synchronisation_more_than_learned_is_passed_over),
 	        cmocka_unit_test(test_a_check_every_few_steps_is_profiled_and_followed),
 	        cmocka_unit_test(test_an_optimizer_step_skipped_after_arming_is_passed_over),
+	        cmocka_unit_test(
+	                test_a_graph_captured_after_arming_on_a_destroyed_stream_loses_nothing),
 	};
 	int failed;
 
