@@ -196,10 +196,10 @@ cudaError_t tt_scale(cudaStream_t stream, const float *x, float *y, float alpha,
  * torch.use_deterministic_algorithms (NaN for floats), a kernel that names its buffer alone. */
 cudaError_t tt_fill(cudaStream_t stream, void *ptr, int64_t bytes, int value, struct tt_vcost cost);
 
-/* Adam step `t` (1-based) on n parameters with bias correction, no weight decay. */
-/* t: the step, from 1. With step (device memory, PyTorch's capturable Adam keeps its step
- * count in a tensor so that a CUDA graph can replay the update), t is 0 and the kernel adds
- * one to *step and takes that instead: a graph captured once counts on. */
+/* Adam step `t` (1-based) on n parameters with bias correction, no weight decay. With
+ * `step` (device memory: PyTorch's capturable Adam keeps its step count in a tensor so that
+ * a CUDA graph can replay the update), t is 0 and the kernel adds one to *step and takes
+ * that instead: a graph captured once counts on. */
 struct tt_adam {
 	float lr, beta1, beta2, eps;
 	int t;
